@@ -1,0 +1,16 @@
+"""Agents: the protocol, the registry and the bundled agents."""
+
+from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentResult, AgentSpec
+from worktrial.agents.registry import agent_specs, create_agent, hookimpl
+
+__all__ = [
+    "Agent",
+    "AgentContext",
+    "AgentError",
+    "AgentOptions",
+    "AgentResult",
+    "AgentSpec",
+    "agent_specs",
+    "create_agent",
+    "hookimpl",
+]

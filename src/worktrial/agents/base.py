@@ -1,0 +1,89 @@
+"""The agent protocol: what an agent is given for one attempt and what it returns.
+
+The harness, not the agent, decides the outcome: an agent only reports whether it *claims* success,
+what it used, and whether it broke.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from worktrial.records import Usage
+from worktrial.suite import Task
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """What the user chose on the command line or in config for the agent under test."""
+
+    model: str | None = None
+    agent_cmd: str | None = None
+    base_url: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    """Everything an agent gets for one attempt."""
+
+    task: Task
+    attempt: int
+    worktree: Path
+    deadline: float
+    """``time.monotonic()`` value at which the attempt times out."""
+    env: dict[str, str]
+    """Environment for child processes (already stripped of git location variables)."""
+    scratch: Path
+    """A per-attempt directory outside the worktree for usage files, agent config and session state."""
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+
+@dataclass(frozen=True)
+class AgentError:
+    """The agent itself broke (not a failed task). ``fatal`` stops the whole run: it would repeat."""
+
+    category: str
+    message: str
+    fatal: bool = False
+
+
+@dataclass
+class AgentResult:
+    claimed: bool | None
+    usage: Usage = field(default_factory=Usage)
+    error: AgentError | None = None
+    timed_out: bool = False
+    reason: str | None = None
+    """Short, content-free explanation of a claimed failure or missing claim."""
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """One agent configuration; ``run`` is called once per attempt, possibly from several threads."""
+
+    name: str
+
+    def describe(self) -> dict[str, Any]:
+        """Settings for the envelope's ``agent`` object (never secrets)."""
+        ...
+
+    def preflight(self) -> None:
+        """Check before the first attempt that the agent can run; raise BadInputError if not."""
+        ...
+
+    def run(self, ctx: AgentContext) -> AgentResult: ...
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """A registered agent: its short name, a one-line summary and how to build it."""
+
+    name: str
+    summary: str
+    factory: Callable[[AgentOptions], Agent]

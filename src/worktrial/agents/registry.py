@@ -1,0 +1,71 @@
+"""Agent registry on pluggy: bundled agents register through the same hook a plugin uses.
+
+A plugin package exposes a module in the ``worktrial.agents`` entry-point group with::
+
+    from worktrial.agents import AgentSpec, hookimpl
+
+    @hookimpl
+    def register_agents(register):
+        register(AgentSpec("my-agent", "what it is", MyAgent))
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from functools import cache
+
+import pluggy
+
+from worktrial.agents.base import Agent, AgentOptions, AgentSpec
+from worktrial.errors import BadInputError
+
+PROJECT = "worktrial"
+ENTRY_POINT_GROUP = "worktrial.agents"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class _Specs:
+    @hookspec
+    def register_agents(self, register: Callable[[AgentSpec], None]) -> None:
+        """Call ``register(AgentSpec(...))`` once per agent the plugin provides."""
+
+
+@cache
+def agent_specs() -> dict[str, AgentSpec]:
+    """Every known agent by name: bundled ones first, then plugins'."""
+    from worktrial.agents import simple
+
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(_Specs)
+    pm.register(simple)
+    pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    specs: dict[str, AgentSpec] = {}
+
+    def register(spec: AgentSpec) -> None:
+        specs.setdefault(spec.name, spec)
+
+    # pluggy calls the most recently registered plugin first; bundled agents must win name clashes.
+    for impl in reversed(pm.hook.register_agents.get_hookimpls()):
+        impl.function(register=register)
+    return specs
+
+
+def create_agent(name: str, options: AgentOptions) -> Agent:
+    """Build an agent by short name, or by dotted path ``package.module:ClassName``."""
+    specs = agent_specs()
+    if name in specs:
+        return specs[name].factory(options)
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise BadInputError(f"cannot load agent {name!r}: {exc}") from None
+        agent = factory(options)
+        if not isinstance(agent, Agent):
+            raise BadInputError(f"{name!r} did not build an agent (needs name, describe, preflight, run)")
+        return agent
+    known = ", ".join(sorted(specs))
+    raise BadInputError(f"unknown agent {name!r}; known agents: {known} (or a dotted path module:Factory)")

@@ -1,0 +1,188 @@
+"""The bundled agents that need no model: oracle, nop and command."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from worktrial import proc
+from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentResult, AgentSpec
+from worktrial.agents.registry import hookimpl
+from worktrial.commands import SHELL, display, run_command
+from worktrial.errors import BadInputError
+from worktrial.records import Tokens, Usage
+
+
+class OracleAgent:
+    """Runs the task's reference ``solution``: proves a suite is solvable and its verifiers accept it."""
+
+    name = "oracle"
+
+    def __init__(self, options: AgentOptions) -> None:
+        self.options = options
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def preflight(self) -> None:
+        return None
+
+    def run(self, ctx: AgentContext) -> AgentResult:
+        if not ctx.task.solution:
+            return AgentResult(claimed=None, error=AgentError("no_solution", "task has no solution"))
+        usage = Usage(tokens=Tokens(input=0, output=0), cost_usd=0.0, turns=0)
+        for i, command in enumerate(ctx.task.solution, start=1):
+            result = run_command(command, cwd=ctx.worktree, env=ctx.env, timeout=ctx.remaining())
+            usage.output_bytes += result.output_bytes
+            usage.tool_counts["solution_command"] = i
+            if result.timed_out:
+                return AgentResult(claimed=None, usage=usage, timed_out=True)
+            if not result.ok:
+                why = result.describe_failure(f"solution step {i} ({display(command)})")
+                return AgentResult(claimed=False, usage=usage, reason=why)
+        return AgentResult(claimed=True, usage=usage)
+
+
+class NopAgent:
+    """Does nothing and claims success: a verify command that then passes measures nothing."""
+
+    name = "nop"
+
+    def __init__(self, options: AgentOptions) -> None:
+        self.options = options
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def preflight(self) -> None:
+        return None
+
+    def run(self, ctx: AgentContext) -> AgentResult:
+        return AgentResult(claimed=True, usage=Usage(tokens=Tokens(input=0, output=0), cost_usd=0.0, turns=0))
+
+
+USAGE_INT_FIELDS = {
+    "input_tokens": "input",
+    "output_tokens": "output",
+    "cached_input_tokens": "cached_input",
+    "cache_creation_tokens": "cache_creation",
+    "reasoning_tokens": "reasoning",
+}
+
+
+def _count_map(value: Any, key: str, notes: list[str]) -> dict[str, int]:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0 for k, v in value.items()
+    ):
+        notes.append(f"usage file: {key} must be an object of name -> non-negative integer; ignored")
+        return {}
+    return dict(value)
+
+
+def read_usage_file(path: Path) -> Usage:
+    """Usage a command agent wrote to ``$WORKTRIAL_USAGE_FILE``; problems become notes, never errors."""
+    usage = Usage()
+    if not path.exists():
+        return usage
+    try:
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        usage.notes.append(f"usage file is not valid JSON: {type(exc).__name__}")
+        return usage
+    except OSError as exc:
+        usage.notes.append(f"usage file unreadable: {exc.strerror}")
+        return usage
+    if not isinstance(raw, dict):
+        usage.notes.append("usage file must hold a JSON object; ignored")
+        return usage
+    tokens: dict[str, int] = {}
+    for key, attr in USAGE_INT_FIELDS.items():
+        if key in raw:
+            value = raw[key]
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                tokens[attr] = value
+            else:
+                usage.notes.append(f"usage file: {key} must be a non-negative integer; ignored")
+    usage.tokens = Tokens(**tokens)
+    if "cost_usd" in raw:
+        cost = raw["cost_usd"]
+        if isinstance(cost, int | float) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
+            usage.cost_usd = float(cost)
+        else:
+            usage.notes.append("usage file: cost_usd must be a non-negative number; ignored")
+    if "turns" in raw:
+        turns = raw["turns"]
+        if isinstance(turns, int) and not isinstance(turns, bool) and turns >= 0:
+            usage.turns = turns
+        else:
+            usage.notes.append("usage file: turns must be a non-negative integer; ignored")
+    if "tool_calls" in raw:
+        usage.tool_counts = _count_map(raw["tool_calls"], "tool_calls", usage.notes)
+    if "errors" in raw:
+        usage.error_counts = _count_map(raw["errors"], "errors", usage.notes)
+    return usage
+
+
+class CommandAgent:
+    """Any program: ``/bin/sh -c CMD`` in the worktree, prompt on stdin; exit 0 claims success."""
+
+    name = "command"
+
+    def __init__(self, options: AgentOptions) -> None:
+        if not options.agent_cmd or not options.agent_cmd.strip():
+            raise BadInputError("--agent command needs --agent-cmd CMD (the command line that runs your agent)")
+        self.cmd = options.agent_cmd
+        self.options = options
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "command": self.cmd}
+
+    def preflight(self) -> None:
+        return None
+
+    def run(self, ctx: AgentContext) -> AgentResult:
+        usage_file = ctx.scratch / "usage.json"
+        env = dict(ctx.env)
+        env.update(
+            {
+                "WORKTRIAL_PROMPT": ctx.task.prompt,
+                "WORKTRIAL_TASK_ID": ctx.task.id,
+                "WORKTRIAL_ATTEMPT": str(ctx.attempt),
+                "WORKTRIAL_WORKTREE": str(ctx.worktree),
+                "WORKTRIAL_USAGE_FILE": str(usage_file),
+            }
+        )
+        result = proc.run(
+            [SHELL, "-c", self.cmd],
+            cwd=ctx.worktree,
+            env=env,
+            timeout=ctx.remaining(),
+            stdin=ctx.task.prompt.encode("utf-8"),
+        )
+        usage = read_usage_file(usage_file)
+        usage.output_bytes = result.output_bytes
+        if result.timed_out:
+            return AgentResult(claimed=None, usage=usage, timed_out=True)
+        missing = result.missing_command()
+        if missing or result.start_error:
+            message = f"command not found: {missing}" if missing else f"agent: {result.start_error}"
+            return AgentResult(claimed=None, usage=usage, error=AgentError("not_installed", message))
+        if result.ok:
+            return AgentResult(claimed=True, usage=usage)
+        return AgentResult(claimed=False, usage=usage, reason=result.describe_failure("agent"))
+
+
+_BUNDLED: list[tuple[str, str, Callable[[AgentOptions], Agent]]] = [
+    ("oracle", "runs each task's reference solution (suite self-check)", OracleAgent),
+    ("nop", "does nothing and claims success (verifiers must fail on it)", NopAgent),
+    ("command", "any program via --agent-cmd; exit 0 claims success", CommandAgent),
+]
+
+
+@hookimpl
+def register_agents(register: Callable[[AgentSpec], None]) -> None:
+    for name, summary, factory in _BUNDLED:
+        register(AgentSpec(name, summary, factory))

@@ -1,0 +1,175 @@
+"""Command line: parse flags, call the library, print, map errors to exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from worktrial import __version__
+from worktrial.envelope import envelope_json_schema
+from worktrial.errors import WorktrialError
+from worktrial.records import AttemptRecord
+from worktrial.report import render_json, render_markdown
+from worktrial.run import RunOptions, run_suite
+from worktrial.suite import load_suite, suite_json_schema
+from worktrial.trust import ensure_trusted
+from worktrial.util import atomic_write_text
+from worktrial.workspace import find_workspace
+
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_INTERRUPTED = 130
+
+
+def _err(message: str) -> None:
+    click.echo(message, err=True)
+
+
+class _Group(click.Group):
+    """Turns WorktrialError into one clear message and its exit code; --debug keeps the traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except WorktrialError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                traceback.print_exc()
+            for i, line in enumerate(str(exc).splitlines()):
+                _err(f"worktrial: error: {line}" if i == 0 else f"  {line}")
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="worktrial")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """Evaluate autonomous coding agents on eval suites: isolated worktrees, verified outcomes, pass@k."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def eval_options(func: F) -> F:
+    options = [
+        click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path), help="Suite JSON file."),
+        click.option("--agent", help="Agent name: oracle, nop, command, ... (see README)."),
+        click.option("--agent-cmd", help="Command line of your agent (implies --agent command)."),
+        click.option("--model", help="Model route provider/model (recorded in the envelope)."),
+        click.option("--base-url", help="Base URL for the model provider (agents that use one)."),
+        click.option("--attempts", type=click.IntRange(min=1), help="Attempts per task (overrides the suite)."),
+        click.option("--k", "k", type=click.IntRange(min=1), help="Headline k (default: attempts)."),
+        click.option(
+            "--workspace",
+            type=click.Path(path_type=Path, file_okay=False),
+            help="Git repository to evaluate in (default: the one containing the current directory).",
+        ),
+        click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True),
+        click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here."),
+        click.option("--keep-worktrees", is_flag=True, help="Keep each attempt's worktree and print its path."),
+        click.option("--verify-always", is_flag=True, help="Also verify claimed failures and timeouts (diagnosis)."),
+        click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered)."),
+        click.option("-q", "--quiet", is_flag=True, help="Print only the report."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _progress_line(record: AttemptRecord) -> None:
+    why = f" — {record.reason}" if record.reason and record.outcome != "pass" else ""
+    _err(f"[{record.outcome:>7}] {record.task_id} #{record.attempt} ({record.duration_secs:.1f}s){why}")
+
+
+@click.command("eval")
+@eval_options
+def eval_cmd(
+    suite_path: Path,
+    agent: str | None,
+    agent_cmd: str | None,
+    model: str | None,
+    base_url: str | None,
+    attempts: int | None,
+    k: int | None,
+    workspace: Path | None,
+    fmt: str,
+    output: Path | None,
+    keep_worktrees: bool,
+    verify_always: bool,
+    trust: bool,
+    quiet: bool,
+) -> None:
+    """Run a suite and print its report."""
+    loaded = load_suite(suite_path)
+    for warning in loaded.warnings:
+        _err(f"worktrial: warning: {suite_path}: {warning}")
+    trust_root = workspace.resolve() if workspace else None
+    if loaded.suite.workspace is None or not loaded.suite.workspace.repo:
+        trust_root = find_workspace(workspace)
+    ensure_trusted(
+        loaded,
+        trust_root or Path.cwd().resolve(),
+        assume_yes=trust,
+        interactive=sys.stdin.isatty() and sys.stderr.isatty(),
+        confirm=lambda question: click.confirm(question, default=False, err=True),
+    )
+    options = RunOptions(
+        agent=agent,
+        agent_cmd=agent_cmd,
+        model=model,
+        base_url=base_url,
+        attempts=attempts,
+        k=k,
+        workspace=workspace,
+        verify_always=verify_always,
+        keep_worktrees=keep_worktrees,
+        on_attempt=None if quiet else _progress_line,
+        on_warning=lambda message: _err(f"worktrial: warning: {message}"),
+    )
+    result = run_suite(loaded, options)
+    text = render_json(result.envelope) if fmt == "json" else render_markdown(result.envelope)
+    if output:
+        atomic_write_text(output, text)
+        if not quiet:
+            _err(f"worktrial: report written to {output}")
+    else:
+        click.echo(text, nl=False)
+    if result.kept_root is not None:
+        _err(f"worktrial: worktrees kept under {result.kept_root}")
+    if result.interrupted:
+        _err("worktrial: interrupted; the report covers the attempts that finished")
+        sys.exit(EXIT_INTERRUPTED)
+
+
+main.add_command(eval_cmd)
+
+
+@main.group("exec")
+def exec_group() -> None:
+    """Long forms of commands (``worktrial exec eval`` = ``worktrial eval``)."""
+
+
+exec_group.add_command(eval_cmd)
+
+
+@main.command("schema")
+@click.argument("which", type=click.Choice(["suite", "envelope"]))
+def schema_cmd(which: str) -> None:
+    """Print the JSON Schema of the suite format or of the result envelope."""
+    schema = suite_json_schema() if which == "suite" else envelope_json_schema()
+    click.echo(json.dumps(schema, indent=2))
+
+
+@main.command("validate")
+@click.argument("suite_path", type=click.Path(path_type=Path))
+def validate_cmd(suite_path: Path) -> None:
+    """Check that a suite file loads and validates (no commands are run)."""
+    loaded = load_suite(suite_path)
+    for warning in loaded.warnings:
+        _err(f"worktrial: warning: {suite_path}: {warning}")
+    tasks = loaded.suite.tasks
+    click.echo(f"{suite_path}: ok — {len(tasks)} tasks, {loaded.suite.attempts} attempts, sha256 {loaded.sha256}")

@@ -1,0 +1,28 @@
+"""Small helpers with no better home."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so that readers see the old content or the new, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def utc_now() -> str:
+    """RFC 3339 timestamp in UTC with second precision."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
