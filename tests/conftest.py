@@ -1,0 +1,97 @@
+"""Shared fixtures: isolated user state, real temporary git repositories, a CLI runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from worktrial.cli import main
+
+
+@pytest.fixture(autouse=True)
+def isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Point config and cache at a temp dir so tests never read or write the user's real state."""
+    base = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("WORKTRIAL_CONFIG_DIR", str(base / "config"))
+    monkeypatch.setenv("WORKTRIAL_CACHE_DIR", str(base / "cache"))
+    monkeypatch.delenv("WORKTRIAL_TRUST", raising=False)
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Test Author")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "author@example.invalid")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "Test Author")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "author@example.invalid")
+    yield base
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run real git in ``repo`` and return its stdout (tests only; the product uses worktrial.proc)."""
+    out = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A real git repository with one commit, to evaluate in."""
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("# sample repo\n")
+    (path / ".gitignore").write_text("*.log\n")
+    git(path, "add", ".")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+SuiteWriter = Callable[..., Path]
+
+
+@pytest.fixture
+def write_suite(tmp_path: Path) -> SuiteWriter:
+    """Write a suite JSON file: ``write_suite(tasks, attempts=1, **suite_fields)``."""
+    counter = iter(range(1_000_000))
+
+    def write(tasks: list[dict[str, Any]], attempts: int = 1, **fields: Any) -> Path:
+        data = {"id": "test-suite", "name": "Test suite", "attempts": attempts, "tasks": tasks, **fields}
+        path = tmp_path / f"suite-{next(counter)}.json"
+        path.write_text(json.dumps(data, indent=2))
+        return path
+
+    return write
+
+
+def task(task_id: str = "t1", **fields: Any) -> dict[str, Any]:
+    """A minimal valid task; override any field."""
+    base: dict[str, Any] = {
+        "id": task_id,
+        "prompt": f"Do {task_id}",
+        "timeout_secs": 30,
+        "verify_commands": ["test -f done.txt"],
+        "solution": [{"sh": "echo done > done.txt"}],
+    }
+    base.update(fields)
+    return base
+
+
+@pytest.fixture
+def cli() -> Callable[..., Result]:
+    """Invoke the real CLI in-process: ``cli(args, cwd=path)``."""
+
+    def invoke(args: list[str], cwd: Path | None = None, input: str | None = None) -> Result:
+        runner = CliRunner()
+        old = Path.cwd()
+        if cwd is not None:
+            os.chdir(cwd)
+        try:
+            return runner.invoke(main, args, input=input, catch_exceptions=False)
+        finally:
+            os.chdir(old)
+
+    return invoke
