@@ -1,9 +1,21 @@
-"""Where worktrial keeps user state: config and cache directories (overridable for tests and CI)."""
+"""User and project configuration, and where worktrial keeps user state.
+
+Configuration is TOML: ``<config dir>/config.toml`` (the user's) overlaid by ``worktrial.toml`` at the
+workspace root (the project's). Tables merge key by key, the project winning, so a project can add an
+``[agents.NAME]`` or ``[pricing."provider/model"]`` entry without repeating the user's.
+"""
 
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
+from typing import Any
+
+from worktrial.errors import BadInputError
+
+PROJECT_FILE = "worktrial.toml"
+USER_FILE = "config.toml"
 
 
 def config_dir() -> Path:
@@ -20,3 +32,33 @@ def cache_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "worktrial"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInputError(f"{path}: invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise BadInputError(f"{path}: cannot read config: {exc.strerror}") from None
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(workspace: Path | None = None) -> dict[str, Any]:
+    """The user's config overlaid by the project's ``worktrial.toml`` (when a workspace is given)."""
+    data = _read_toml(config_dir() / USER_FILE)
+    if workspace is not None:
+        data = _merge(data, _read_toml(workspace / PROJECT_FILE))
+    return data
