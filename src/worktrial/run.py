@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from worktrial import __version__, proc
 from worktrial.agents import AgentOptions, create_agent
 from worktrial.agents.base import Agent
 from worktrial.attempt import AttemptSettings, run_attempt
-from worktrial.config import cache_dir
+from worktrial.config import cache_dir, load_config
 from worktrial.envelope import Envelope, RunInfo, WorkspaceInfo, split_route
 from worktrial.errors import BadInputError, RunAborted
 from worktrial.metrics import TaskInfo, build_report
@@ -76,13 +77,15 @@ def choose_agent_name(options: RunOptions) -> str:
     raise BadInputError("choose an agent: --agent oracle|nop|command|..., --agent-cmd CMD, or --model provider/model")
 
 
-def build_agent(options: RunOptions) -> Agent:
+def build_agent(options: RunOptions, config: dict[str, Any] | None = None) -> Agent:
+    """The agent the options name, configured from the merged user and project config."""
     name = choose_agent_name(options)
     agent_options = AgentOptions(
         model=options.model,
         agent_cmd=options.agent_cmd,
         base_url=options.base_url,
         settings=options.agent_settings,
+        config=config or {},
     )
     return create_agent(name, agent_options)
 
@@ -154,8 +157,9 @@ def run_suite(suite: LoadedSuite | str | Path, options: RunOptions | None = None
     k = options.k or attempts
     if not 1 <= k <= attempts:
         raise BadInputError(f"--k must be between 1 and the number of attempts ({attempts}); got {k}")
-    agent = build_agent(options)
+    choose_agent_name(options)
     ws = _resolve_workspace(loaded, options)
+    agent = build_agent(options, load_config(ws.state_root))
     if ws.dirty and options.on_warning:
         options.on_warning(
             f"{ws.source.path} has uncommitted changes; they are not part of the base commit "

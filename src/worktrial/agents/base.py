@@ -24,6 +24,9 @@ class AgentOptions:
     agent_cmd: str | None = None
     base_url: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    """Agent-specific settings from the command line (e.g. max turns)."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """The merged user + project configuration (``worktrial.config.load_config``)."""
 
 
 @dataclass(frozen=True)
