@@ -27,6 +27,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     _check(n, c, k)
     if n - c < k:
         return 1.0
+    if k == 1:
+        return c / n  # exact, so pass@1 == pass^1 bit for bit
     product = 1.0
     for i in range(n - c + 1, n + 1):
         product *= 1.0 - k / i
@@ -38,6 +40,8 @@ def pass_power_k(n: int, c: int, k: int) -> float:
     _check(n, c, k)
     if c < k:
         return 0.0
+    if k == 1:
+        return c / n
     product = 1.0
     for i in range(k):
         product *= (c - i) / (n - i)

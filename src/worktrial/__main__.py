@@ -1,0 +1,5 @@
+"""``python -m worktrial`` runs the CLI."""
+
+from worktrial.cli import main
+
+main()

@@ -1,0 +1,65 @@
+"""Ctrl-C and SIGTERM: no process and no worktree left behind, partial report, exit 130."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import task
+
+
+def _alive_with_marker(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_cleans_up(repo: Path, write_suite, tmp_path: Path, sig: signal.Signals) -> None:
+    marker = f"wt-int-{uuid.uuid4().hex}"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    suite = write_suite([task("quick"), task("slow", timeout_secs=120)], attempts=1)
+    # The marker reaches the sleepers through the environment, so only they carry it in their argv.
+    agent = (
+        'if [ "$WORKTRIAL_TASK_ID" = slow ]; then setsid python3 -c "import time; time.sleep(300)" "$MARK" & '
+        'python3 -c "import time; time.sleep(300)" "$MARK"; fi; touch done.txt'
+    )
+    env = {**os.environ, "TMPDIR": str(tmp), "WORKTRIAL_TRUST": "1", "MARK": marker}
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json"],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while len(_alive_with_marker(marker)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_alive_with_marker(marker)) >= 2, "agent never started"
+    harness.send_signal(sig)
+    out, err = harness.communicate(timeout=30)
+    assert harness.returncode == 130, err.decode()
+    assert b"interrupted" in err
+    envelope = json.loads(out)
+    assert envelope["run"]["complete"] is False
+    assert [t["total_runs"] for t in envelope["report"]["tasks"]] == [1, 0], err.decode()
+    assert _alive_with_marker(marker) == []
+    assert list(tmp.iterdir()) == []

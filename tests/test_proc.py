@@ -1,0 +1,128 @@
+"""The process layer with real processes: deadlines, tree kills, bounded capture, missing programs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from worktrial import proc
+from worktrial.commands import run_command, to_argv
+
+
+def _alive_with_marker(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+def test_timeout_kills_grandchildren_even_in_new_sessions(tmp_path: Path) -> None:
+    marker = f"wt-marker-{uuid.uuid4().hex}"
+    script = (
+        f"python3 -c 'import time; time.sleep(300)' {marker}-child & "
+        f"setsid python3 -c 'import time; time.sleep(300)' {marker}-daemon & "
+        f"sh -c \"python3 -c 'import time; time.sleep(300)' {marker}-grandchild &\" ; wait"
+    )
+    start = time.monotonic()
+    result = proc.run(["/bin/sh", "-c", script], cwd=tmp_path, timeout=1.5)
+    assert result.timed_out and result.returncode is None
+    assert time.monotonic() - start < 10
+    assert _alive_with_marker(marker) == []
+
+
+def test_background_leftovers_are_killed_after_normal_exit(tmp_path: Path) -> None:
+    marker = f"wt-left-{uuid.uuid4().hex}"
+    result = proc.run(
+        ["/bin/sh", "-c", f"setsid python3 -c 'import time; time.sleep(300)' {marker} >/dev/null 2>&1 & echo hi"],
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert result.ok and result.stdout_tail == b"hi\n"
+    assert _alive_with_marker(marker) == []
+
+
+def test_daemon_holding_the_pipe_does_not_hang(tmp_path: Path) -> None:
+    start = time.monotonic()
+    result = proc.run(["/bin/sh", "-c", "setsid sleep 300 & echo started"], cwd=tmp_path, timeout=30)
+    assert result.ok
+    assert time.monotonic() - start < 10
+
+
+def test_missing_executable(tmp_path: Path) -> None:
+    result = proc.run(["definitely-not-a-program-xyz", "--flag"], cwd=tmp_path, timeout=5)
+    assert result.not_found == "definitely-not-a-program-xyz"
+    assert result.describe_failure("verify") == "command not found: definitely-not-a-program-xyz"
+
+
+def test_missing_executable_inside_shell(tmp_path: Path) -> None:
+    result = proc.run(["/bin/sh", "-c", "no-such-tool-abc --x"], cwd=tmp_path, timeout=5)
+    assert result.returncode == 127
+    assert result.missing_command() == "no-such-tool-abc"
+
+
+def test_gigantic_output_is_bounded(tmp_path: Path) -> None:
+    size = 300 * 1024 * 1024
+    result = proc.run(["head", "-c", str(size), "/dev/zero"], cwd=tmp_path, timeout=120, tail_bytes=4096)
+    assert result.ok
+    assert result.stdout_bytes == size
+    assert len(result.stdout_tail) == 4096
+
+
+def test_non_utf8_output_and_tail(tmp_path: Path) -> None:
+    code = "import sys; sys.stdout.buffer.write(b'\\xff\\xfe' * 10 + b'END'); sys.stderr.buffer.write(b'\\x80err')"
+    result = proc.run([sys.executable, "-c", code], cwd=tmp_path, timeout=30, tail_bytes=5)
+    assert result.ok
+    assert result.stdout_tail == b"\xff\xfeEND"
+    assert result.stderr_tail == b"\x80err"
+    assert result.stdout_bytes == 23
+
+
+def test_stdin_is_delivered(tmp_path: Path) -> None:
+    result = proc.run(["cat"], cwd=tmp_path, timeout=10, stdin=b"the prompt")
+    assert result.stdout_tail == b"the prompt"
+
+
+def test_git_location_variables_do_not_leak(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("GIT_DIR", "/somewhere/else")
+    result = proc.run(["/bin/sh", "-c", 'printf %s "${GIT_DIR-unset}"'], cwd=tmp_path, timeout=10)
+    assert result.stdout_tail == b"unset"
+
+
+def test_whitespace_argv_keeps_braces_quotes_and_hash(tmp_path: Path) -> None:
+    """Existing suites rely on no-shell splitting: braces, quotes and # are plain argument text."""
+    dump = tmp_path / "dump.py"
+    dump.write_text("import json, sys\nopen('args.json', 'w').write(json.dumps(sys.argv[1:]))\n")
+    command = f'python3 {dump} {{"name":"x","count":3}} #Journal \'a b\' "q" $HOME a|b'
+    assert to_argv(command)[2:] == ['{"name":"x","count":3}', "#Journal", "'a", "b'", '"q"', "$HOME", "a|b"]
+    result = run_command(command, cwd=tmp_path, env=None, timeout=30)
+    assert result.ok
+    assert json.loads((tmp_path / "args.json").read_text()) == [
+        '{"name":"x","count":3}',
+        "#Journal",
+        "'a",
+        "b'",
+        '"q"',
+        "$HOME",
+        "a|b",
+    ]
+
+
+def test_grep_with_json_literal_really_matches(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/config.json").write_text('{"name":"x","count":3}\n')
+    (tmp_path / "j.md").write_text("#Journal\n")
+    assert run_command('grep -qx {"name":"x","count":3} data/config.json', cwd=tmp_path, env=None, timeout=10).ok
+    assert run_command("grep -qx #Journal j.md", cwd=tmp_path, env=None, timeout=10).ok
+    assert not run_command('grep -qx {"name":"y","count":3} data/config.json', cwd=tmp_path, env=None, timeout=10).ok
