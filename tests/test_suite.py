@@ -126,3 +126,18 @@ def test_schema_describes_the_format() -> None:
     task = schema["$defs"]["Task"]
     assert set(task["required"]) == {"id", "prompt", "verify_commands"}
     assert task["properties"]["category"]["enum"] == ["capability", "regression"]
+
+
+def test_schema_accepts_the_bundled_suite_and_rejects_bad_ones(tmp_path: Path) -> None:
+    import jsonschema
+
+    schema = suite_json_schema()
+    jsonschema.validate(json.loads((ROOT / "suites/smoke-workspace-basics.json").read_text()), schema)
+    for bad in (
+        {"id": "s", "tasks": []},
+        {"id": "s", "tasks": [good_task(timeout_secs=0)]},
+        {"id": "s", "tasks": [good_task(verify_commands=[{"shell": "x"}])]},
+        {"id": "s", "tasks": [good_task(category="other")]},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
