@@ -12,6 +12,7 @@ from worktrial import proc
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentResult
 from worktrial.commands import display, run_command
 from worktrial.errors import WorktrialError
+from worktrial.pool import Slot
 from worktrial.records import AttemptRecord, Outcome, Usage
 from worktrial.suite import Task
 from worktrial.trace import build_trace, trace_filename, write_trace
@@ -70,8 +71,14 @@ class _Progress:
     fatal: AgentError | None = None
 
 
-def run_attempt(agent: Agent, task: Task, attempt: int, settings: AttemptSettings) -> AttemptOutcome:
-    """Run one attempt to an outcome; never raises for anything the task or agent does."""
+def run_attempt(
+    agent: Agent, task: Task, attempt: int, settings: AttemptSettings, slot: Slot | None = None
+) -> AttemptOutcome:
+    """Run one attempt to an outcome; never raises for anything the task or agent does.
+
+    With a ``slot`` the attempt reuses that pooled workspace (reset first); without one it gets a fresh
+    workspace of its own, removed afterwards unless worktrees are kept.
+    """
     start = time.monotonic()
     root = settings.work_root / f"{trace_filename(task.id, attempt)[:-5]}-{uuid.uuid4().hex[:8]}"
     env = proc.clean_env(settings.env or None)
@@ -79,13 +86,17 @@ def run_attempt(agent: Agent, task: Task, attempt: int, settings: AttemptSetting
     workspace: AttemptWorkspace | None = None
     try:
         try:
-            workspace = create_attempt_workspace(settings.source, settings.base_commit, root)
-        except WorktrialError as exc:
+            if slot is not None:
+                workspace = slot.acquire()
+            else:
+                workspace = create_attempt_workspace(settings.source, settings.base_commit, root)
+                (workspace.root / "scratch").mkdir()
+        except (WorktrialError, OSError) as exc:
             progress.reason, progress.category = f"worktree creation failed: {exc}", "worktree"
         else:
             _run_in(agent, task, attempt, settings, workspace, env, progress)
     finally:
-        if not settings.keep_worktrees:
+        if slot is None and not settings.keep_worktrees:
             remove_tree(root)
     duration = round(time.monotonic() - start, 3)
     usage = progress.usage
@@ -135,7 +146,6 @@ def _run_in(
 ) -> None:
     """Setup, agent and verification inside a created workspace."""
     scratch = workspace.root / "scratch"
-    scratch.mkdir()
     for i, command in enumerate(task.setup_commands, start=1):
         setup = run_command(command, cwd=workspace.worktree, env=env, timeout=task.verify_timeout_secs)
         if not setup.ok:

@@ -10,14 +10,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
+from rich.table import Table
 
 from worktrial import __version__
-from worktrial.envelope import envelope_json_schema
+from worktrial.envelope import Envelope, envelope_json_schema
 from worktrial.errors import WorktrialError
-from worktrial.records import AttemptRecord
+from worktrial.history import list_runs, stored_envelope
+from worktrial.progress import ProgressReporter
 from worktrial.report import render_json, render_markdown
-from worktrial.run import RunOptions, run_suite
-from worktrial.suite import load_suite, suite_json_schema
+from worktrial.run import RunOptions, RunResult, default_jobs, resume_run, run_suite, state_root_for
+from worktrial.suite import LoadedSuite, load_suite, suite_json_schema
 from worktrial.trust import ensure_trusted
 from worktrial.util import atomic_write_text
 from worktrial.workspace import find_workspace
@@ -73,16 +76,24 @@ def eval_options(func: F) -> F:
         click.option("--keep-worktrees", is_flag=True, help="Keep each attempt's worktree and print its path."),
         click.option("--verify-always", is_flag=True, help="Also verify claimed failures and timeouts (diagnosis)."),
         click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered)."),
+        click.option(
+            "--jobs", "-j", type=click.IntRange(min=1), help=f"Attempts to run at once (default {default_jobs()})."
+        ),
+        click.option(
+            "--retry-errors",
+            type=click.IntRange(min=0),
+            default=0,
+            help="Retry attempts that hit infrastructure errors up to N times (never failures or timeouts).",
+        ),
+        click.option(
+            "--resume", "resume_id", metavar="RUN_ID", help="Continue a stored run: run only what is missing."
+        ),
         click.option("-q", "--quiet", is_flag=True, help="Print only the report."),
+        click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason."),
     ]
     for option in reversed(options):
         func = option(func)
     return func
-
-
-def _progress_line(record: AttemptRecord) -> None:
-    why = f" — {record.reason}" if record.reason and record.outcome != "pass" else ""
-    _err(f"[{record.outcome:>7}] {record.task_id} #{record.attempt} ({record.duration_secs:.1f}s){why}")
 
 
 @click.command("eval")
@@ -101,22 +112,17 @@ def eval_cmd(
     keep_worktrees: bool,
     verify_always: bool,
     trust: bool,
+    jobs: int | None,
+    retry_errors: int,
+    resume_id: str | None,
     quiet: bool,
+    verbose: bool,
 ) -> None:
     """Run a suite and print its report."""
     loaded = load_suite(suite_path)
     for warning in loaded.warnings:
         _err(f"worktrial: warning: {suite_path}: {warning}")
-    trust_root = workspace.resolve() if workspace else None
-    if loaded.suite.workspace is None or not loaded.suite.workspace.repo:
-        trust_root = find_workspace(workspace)
-    ensure_trusted(
-        loaded,
-        trust_root or Path.cwd().resolve(),
-        assume_yes=trust,
-        interactive=sys.stdin.isatty() and sys.stderr.isatty(),
-        confirm=lambda question: click.confirm(question, default=False, err=True),
-    )
+    _ensure_trust(loaded, workspace, trust)
     options = RunOptions(
         agent=agent,
         agent_cmd=agent_cmd,
@@ -127,22 +133,64 @@ def eval_cmd(
         workspace=workspace,
         verify_always=verify_always,
         keep_worktrees=keep_worktrees,
-        on_attempt=None if quiet else _progress_line,
-        on_warning=lambda message: _err(f"worktrial: warning: {message}"),
+        jobs=jobs,
+        retry_errors=retry_errors,
+        resume=resume_id,
     )
-    result = run_suite(loaded, options)
-    text = render_json(result.envelope) if fmt == "json" else render_markdown(result.envelope)
+    _run_and_report(lambda opts: run_suite(loaded, opts), options, fmt, output, quiet, verbose)
+
+
+def _ensure_trust(loaded: LoadedSuite, workspace: Path | None, trust: bool) -> None:
+    trust_root = workspace.resolve() if workspace else None
+    if loaded.suite.workspace is None or not loaded.suite.workspace.repo:
+        trust_root = find_workspace(workspace)
+    ensure_trusted(
+        loaded,
+        trust_root or Path.cwd().resolve(),
+        assume_yes=trust,
+        interactive=sys.stdin.isatty() and sys.stderr.isatty(),
+        confirm=lambda question: click.confirm(question, default=False, err=True),
+    )
+
+
+def _run_and_report(
+    runner: Callable[[RunOptions], RunResult],
+    options: RunOptions,
+    fmt: str,
+    output: Path | None,
+    quiet: bool,
+    verbose: bool,
+) -> None:
+    progress = ProgressReporter(quiet=quiet, verbose=verbose)
+    options.on_begin = progress.begin
+    options.on_start = progress.start
+    options.on_attempt = progress.attempt
+    options.on_warning = lambda message: _err(f"worktrial: warning: {message}")
+    try:
+        result = runner(options)
+    finally:
+        progress.close()
+    _emit(result.envelope, fmt, output, quiet)
+    if result.kept_root is not None:
+        _err(f"worktrial: worktrees kept under {result.kept_root}")
+    if not quiet:
+        _err(f"worktrial: run stored in {result.store_dir}")
+    if result.interrupted:
+        _err(
+            f"worktrial: interrupted; the report covers the attempts that finished. "
+            f"Continue with: worktrial resume {result.envelope.run.id}"
+        )
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _emit(envelope: Envelope, fmt: str, output: Path | None, quiet: bool) -> None:
+    text = render_json(envelope) if fmt == "json" else render_markdown(envelope)
     if output:
         atomic_write_text(output, text)
         if not quiet:
             _err(f"worktrial: report written to {output}")
     else:
         click.echo(text, nl=False)
-    if result.kept_root is not None:
-        _err(f"worktrial: worktrees kept under {result.kept_root}")
-    if result.interrupted:
-        _err("worktrial: interrupted; the report covers the attempts that finished")
-        sys.exit(EXIT_INTERRUPTED)
 
 
 main.add_command(eval_cmd)
@@ -154,6 +202,57 @@ def exec_group() -> None:
 
 
 exec_group.add_command(eval_cmd)
+
+
+@main.command("resume")
+@click.argument("run_id")
+@click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the run.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Attempts to run at once (default: as stored).")
+@click.option("--retry-errors", type=click.IntRange(min=0), default=0, help="Retry infrastructure errors N times.")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
+@click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason.")
+def resume_cmd(
+    run_id: str,
+    workspace: Path | None,
+    jobs: int | None,
+    retry_errors: int,
+    fmt: str,
+    output: Path | None,
+    quiet: bool,
+    verbose: bool,
+) -> None:
+    """Run only the attempts a stored run is missing, then report on the whole run."""
+    options = RunOptions(workspace=workspace, jobs=jobs, retry_errors=retry_errors)
+    _run_and_report(lambda opts: resume_run(run_id, opts), options, fmt, output, quiet, verbose)
+
+
+@main.command("runs")
+@click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the runs.")
+def runs_cmd(workspace: Path | None) -> None:
+    """List stored runs: id, suite, agent/model, date, done/total, pass@1."""
+    rows = list_runs(state_root_for(workspace))
+    if not rows:
+        click.echo("no runs yet; `worktrial eval --suite SUITE ...` stores one")
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("run", "suite", "agent/model", "started", "done/total", "pass@1"):
+        table.add_column(column)
+    for row in rows:
+        pass1 = "—" if row.pass_at_1 is None else f"{row.pass_at_1:.3f}"
+        table.add_row(row.id, row.suite, row.agent, row.started_at, f"{row.done}/{row.total}", pass1)
+    Console(width=200).print(table)
+
+
+@main.command("report")
+@click.argument("run_id")
+@click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the run.")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | None) -> None:
+    """Render a stored run again (also one that was interrupted or crashed)."""
+    _emit(stored_envelope(state_root_for(workspace), run_id), fmt, output, quiet=True)
 
 
 @main.command("schema")

@@ -150,6 +150,8 @@ class _Live:
 
 
 LIVE = _Live()
+STOPPING = threading.Event()
+"""Set while a run is being interrupted: no new process may start."""
 
 
 def clean_env(base: Mapping[str, str] | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -185,14 +187,18 @@ def pids_with_token(token: str) -> list[int]:
     return found
 
 
-def kill_tree(proc: subprocess.Popen[bytes], token: str, *, grace: float = 0.0) -> None:
-    """End the process, its group and every descendant carrying the token (SIGTERM first if grace)."""
+def kill_tree(proc: subprocess.Popen[bytes], token: str, *, grace: float = 0.0, sweep: bool = True) -> None:
+    """End the process, its group and (with ``sweep``) every descendant carrying the token.
+
+    With ``grace`` the tree gets SIGTERM first and that long to exit. Without ``sweep`` only the process
+    group is signalled: enough for the harness's own short git commands, and it skips the /proc scan.
+    """
     if grace > 0 and proc.poll() is None:
-        _signal_all(proc, token, signal.SIGTERM)
+        _signal_all(proc, token, signal.SIGTERM, sweep)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
     for _ in range(20):
-        remaining = _signal_all(proc, token, signal.SIGKILL)
+        remaining = _signal_all(proc, token, signal.SIGKILL, sweep)
         if not remaining:
             break
         time.sleep(0.01)
@@ -200,12 +206,14 @@ def kill_tree(proc: subprocess.Popen[bytes], token: str, *, grace: float = 0.0) 
         proc.wait(timeout=5)
 
 
-def _signal_all(proc: subprocess.Popen[bytes], token: str, sig: signal.Signals) -> list[int]:
+def _signal_all(proc: subprocess.Popen[bytes], token: str, sig: signal.Signals, sweep: bool) -> list[int]:
     with contextlib.suppress(OSError):
         os.killpg(proc.pid, sig)
     if proc.poll() is None:
         with contextlib.suppress(OSError):
             proc.send_signal(sig)
+    if not sweep:
+        return []
     pids = pids_with_token(token)
     for pid in pids:
         with contextlib.suppress(OSError):
@@ -229,6 +237,12 @@ def kill_all_live() -> None:
         kill_tree(proc, token)
 
 
+def stop_all() -> None:
+    """Refuse new processes and end the running ones: the first step of an interrupted run."""
+    STOPPING.set()
+    kill_all_live()
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -239,9 +253,16 @@ def run(
     tail_bytes: int = DEFAULT_TAIL_BYTES,
     on_stdout: Callable[[bytes], None] | None = None,
     term_grace: float = TERM_GRACE_SECS,
+    sweep: bool = True,
 ) -> ProcResult:
-    """Run argv to completion or to ``timeout`` seconds, then make sure nothing of it is left running."""
+    """Run argv to completion or to ``timeout`` seconds, then make sure nothing of it is left running.
+
+    ``sweep=False`` is for trusted short commands (the harness's git): after a normal exit only the
+    process group is killed, skipping the /proc scan; a timeout still sweeps.
+    """
     args = tuple(str(a) for a in argv)
+    if STOPPING.is_set():
+        return ProcResult(args, None, False, 0.0, start_error="interrupted", interrupted=True)
     token = uuid.uuid4().hex
     child_env = clean_env(env)
     child_env[TOKEN_VAR] = token
@@ -285,7 +306,7 @@ def run(
         interrupted = True
         raise
     finally:
-        kill_tree(proc, token, grace=term_grace if timed_out else 0.0)
+        kill_tree(proc, token, grace=term_grace if timed_out else 0.0, sweep=sweep or timed_out or interrupted)
         for t in threads:
             t.join(timeout=2.0)
         LIVE.remove(token)
@@ -298,5 +319,5 @@ def run(
         stderr_tail=err.value(),
         stdout_bytes=out.total,
         stderr_bytes=err.total,
-        interrupted=interrupted,
+        interrupted=interrupted or STOPPING.is_set(),
     )

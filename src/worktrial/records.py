@@ -76,3 +76,6 @@ class AttemptRecord(BaseModel):
     error_category: str | None = None
     worktree: str | None = None
     trace: str | None = None
+    retries: int = 0
+    """How many times an infrastructure error made this attempt run again (see --retry-errors)."""
+    retry_reasons: list[str] = Field(default_factory=list)

@@ -1,8 +1,9 @@
-"""A whole run: resolve the workspace and agent, run every attempt, and build the envelope."""
+"""A whole run: resolve the workspace and agent, run every attempt (in parallel, resumably), build the envelope."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import platform
 import secrets
@@ -18,14 +19,17 @@ from typing import Any
 
 from worktrial import __version__, proc
 from worktrial.agents import AgentOptions, create_agent
-from worktrial.agents.base import Agent
+from worktrial.agents.base import Agent, AgentError
 from worktrial.attempt import AttemptSettings, run_attempt
 from worktrial.config import cache_dir, load_config
 from worktrial.envelope import Envelope, RunInfo, WorkspaceInfo, split_route
-from worktrial.errors import BadInputError, RunAborted
+from worktrial.errors import BadInputError, RunAborted, SuiteError
+from worktrial.executors import LocalExecutor
 from worktrial.metrics import TaskInfo, build_report
+from worktrial.pool import Slot
 from worktrial.records import AttemptRecord
-from worktrial.suite import LoadedSuite, load_suite
+from worktrial.store import RunMeta, RunStore, TaskMeta
+from worktrial.suite import LoadedSuite, Task, load_suite
 from worktrial.util import utc_now
 from worktrial.workspace import (
     SourceRepo,
@@ -37,6 +41,14 @@ from worktrial.workspace import (
     remove_tree,
     resolve_commit,
 )
+
+# Error categories caused by infrastructure, not by the agent's work: retrying them does not bias results.
+INFRA_ERROR_CATEGORIES = frozenset({"worktree", "crashed", "provider_server", "provider_rate_limit"})
+JOIN_TIMEOUT_SECS = 30.0
+
+
+def default_jobs() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 @dataclass
@@ -52,8 +64,14 @@ class RunOptions:
     workspace: Path | None = None
     verify_always: bool = False
     keep_worktrees: bool = False
-    jobs: int = 1
-    agent_settings: dict[str, object] = field(default_factory=dict)
+    jobs: int | None = None
+    retry_errors: int = 0
+    resume: str | None = None
+    agent_settings: dict[str, Any] = field(default_factory=dict)
+    on_begin: Callable[[str, int, int], None] | None = None
+    """Called with (run id, attempts to run now, attempts already done) before the first attempt starts."""
+    on_start: Callable[[str, int], None] | None = None
+    """Called with (task id, attempt) when an attempt starts."""
     on_attempt: Callable[[AttemptRecord], None] | None = None
     on_warning: Callable[[str], None] | None = None
 
@@ -63,6 +81,7 @@ class RunResult:
     envelope: Envelope
     interrupted: bool
     kept_root: Path | None
+    store_dir: Path
 
 
 def choose_agent_name(options: RunOptions) -> str:
@@ -98,22 +117,27 @@ class _Workspace:
     dirty: bool
 
 
-def _resolve_workspace(loaded: LoadedSuite, options: RunOptions) -> _Workspace:
+def _resolve_workspace(loaded: LoadedSuite, workspace: Path | None) -> _Workspace:
     pin = loaded.suite.workspace
     if pin is not None and pin.repo:
         repo = fetch_pinned(pin.repo, pin.ref, loaded.path.resolve().parent, cache_dir())
         try:
-            state_root = find_workspace(options.workspace)
+            state_root = find_workspace(workspace)
         except BadInputError:
-            state_root = (options.workspace or Path.cwd()).resolve()
+            state_root = (workspace or Path.cwd()).resolve()
         user_repo = repo == state_root
     else:
-        repo = find_workspace(options.workspace)
+        repo = find_workspace(workspace)
         state_root = repo
         user_repo = True
     base = resolve_commit(repo, pin.ref if pin is not None and pin.ref else "HEAD")
     dirty = is_dirty(repo) if user_repo and not (pin and pin.ref) else False
     return _Workspace(state_root=state_root, source=open_source(repo), base_commit=base, dirty=dirty)
+
+
+def state_root_for(workspace: Path | None) -> Path:
+    """Where runs are stored: the git repository containing ``workspace`` (or the current directory)."""
+    return find_workspace(workspace)
 
 
 def new_run_id() -> str:
@@ -147,18 +171,33 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def run_suite(suite: LoadedSuite | str | Path, options: RunOptions | None = None) -> RunResult:
-    """Run every task of a suite ``attempts`` times and return the envelope (also for interrupted runs)."""
-    options = options or RunOptions()
-    loaded = suite if isinstance(suite, LoadedSuite) else load_suite(suite)
+def _validate_counts(loaded: LoadedSuite, options: RunOptions) -> tuple[int, int, int]:
     attempts = options.attempts or loaded.suite.attempts
     if attempts < 1:
         raise BadInputError(f"--attempts must be at least 1 (got {attempts})")
     k = options.k or attempts
     if not 1 <= k <= attempts:
         raise BadInputError(f"--k must be between 1 and the number of attempts ({attempts}); got {k}")
-    choose_agent_name(options)
-    ws = _resolve_workspace(loaded, options)
+    jobs = options.jobs or default_jobs()
+    if jobs < 1:
+        raise BadInputError(f"--jobs must be at least 1 (got {jobs})")
+    if options.retry_errors < 0:
+        raise BadInputError(f"--retry-errors must be 0 or more (got {options.retry_errors})")
+    return attempts, k, jobs
+
+
+def run_suite(suite: LoadedSuite | str | Path, options: RunOptions | None = None) -> RunResult:
+    """Run every task of a suite ``attempts`` times and return the envelope (also for interrupted runs).
+
+    With ``options.resume`` the stored run of that id is continued instead (see ``resume_run``).
+    """
+    options = options or RunOptions()
+    loaded = suite if isinstance(suite, LoadedSuite) else load_suite(suite)
+    if options.resume:
+        return resume_run(options.resume, options, loaded)
+    attempts, k, jobs = _validate_counts(loaded, options)
+    agent_name = choose_agent_name(options)
+    ws = _resolve_workspace(loaded, options.workspace)
     agent = build_agent(options, load_config(ws.state_root))
     if ws.dirty and options.on_warning:
         options.on_warning(
@@ -166,66 +205,227 @@ def run_suite(suite: LoadedSuite | str | Path, options: RunOptions | None = None
             f"{ws.base_commit[:12]} that every attempt starts from"
         )
     agent.preflight()
-
-    run_id = new_run_id()
-    started_at = utc_now()
-    state = ensure_state_dir(ws.state_root)
-    work_root = Path(tempfile.mkdtemp(prefix=f"worktrial-{run_id}-"))
-    settings = AttemptSettings(
-        source=ws.source,
+    ensure_state_dir(ws.state_root)
+    meta = RunMeta(
+        id=new_run_id(),
+        started_at=utc_now(),
+        suite_path=str(loaded.path.resolve()),
+        suite_display_path=_display_path(loaded.path),
+        suite_sha256=loaded.sha256,
+        suite_id=loaded.suite.id,
+        suite_name=loaded.suite.display_name,
+        tasks=[TaskMeta(id=t.id, name=t.display_name, category=t.category) for t in loaded.suite.tasks],
+        workspace=str(ws.state_root),
+        source_repo=str(ws.source.path),
         base_commit=ws.base_commit,
-        work_root=work_root,
-        trace_dir=state / "eval" / "traces" / run_id,
-        workspace=ws.state_root,
-        verify_always=options.verify_always,
-        keep_worktrees=options.keep_worktrees,
-    )
-    records: list[AttemptRecord] = []
-    interrupted = False
-    try:
-        with _sigterm_as_interrupt():
-            for attempt in range(1, attempts + 1):
-                for task in loaded.suite.tasks:
-                    result = run_attempt(agent, task, attempt, settings)
-                    records.append(result.record)
-                    if options.on_attempt:
-                        options.on_attempt(result.record)
-                    if result.fatal is not None:
-                        raise RunAborted(
-                            f"stopping the run: {result.fatal.message} (this would repeat on every attempt)"
-                        )
-    except KeyboardInterrupt:
-        interrupted = True
-        proc.kill_all_live()
-    finally:
-        if not options.keep_worktrees:
-            remove_tree(work_root)
-    provider, model = split_route(options.model)
-    info = RunInfo(
-        id=run_id,
-        started_at=started_at,
-        finished_at=utc_now(),
-        complete=not interrupted and len(records) == attempts * len(loaded.suite.tasks),
-        workspace=WorkspaceInfo(path=str(ws.source.path), base_commit=ws.base_commit, dirty=ws.dirty),
+        dirty=ws.dirty,
+        agent=agent_name,
+        agent_description=agent.describe(),
+        agent_cmd=options.agent_cmd,
+        model=options.model,
+        base_url=options.base_url,
+        agent_settings=dict(options.agent_settings),
         attempts=attempts,
         k=k,
-        jobs=options.jobs,
+        jobs=jobs,
         verify_always=options.verify_always,
+        retry_errors=options.retry_errors,
+    )
+    store = RunStore.create(ws.state_root, meta)
+    return _execute(loaded, agent, ws, meta, store, options, done=[])
+
+
+def resume_run(run_id: str, options: RunOptions | None = None, loaded: LoadedSuite | None = None) -> RunResult:
+    """Run only the attempts a stored run is missing, then report on the whole run.
+
+    Refuses, listing every difference, when the suite digest, base commit, agent or model would differ.
+    """
+    options = options or RunOptions()
+    store = RunStore.open(state_root_for(options.workspace), run_id)
+    meta = store.meta()
+    if loaded is None:
+        try:
+            loaded = load_suite(meta.suite_path)
+        except SuiteError as exc:
+            raise BadInputError(f"cannot resume {run_id}: {exc}") from None
+    ws = _resolve_workspace(loaded, Path(meta.workspace))
+    differences = []
+    if loaded.sha256 != meta.suite_sha256:
+        differences.append(f"suite digest: stored {meta.suite_sha256[:12]}, now {loaded.sha256[:12]} ({loaded.path})")
+    if ws.base_commit != meta.base_commit:
+        differences.append(f"base commit: stored {meta.base_commit[:12]}, now {ws.base_commit[:12]}")
+    given_agent = choose_agent_name(options) if (options.agent or options.agent_cmd or options.model) else None
+    if given_agent is not None and given_agent != meta.agent:
+        differences.append(f"agent: stored {meta.agent}, now {given_agent}")
+    if options.agent_cmd is not None and options.agent_cmd != meta.agent_cmd:
+        differences.append(f"agent command: stored {meta.agent_cmd!r}, now {options.agent_cmd!r}")
+    if options.model is not None and options.model != meta.model:
+        differences.append(f"model: stored {meta.model}, now {options.model}")
+    if options.attempts is not None and options.attempts != meta.attempts:
+        differences.append(f"attempts: stored {meta.attempts}, now {options.attempts}")
+    if differences:
+        raise BadInputError(f"cannot resume run {run_id}; it differs from the stored run:\n" + "\n".join(differences))
+    if meta.work_root:
+        remove_tree(Path(meta.work_root))  # left behind by a crash
+    stored = RunOptions(
+        agent=meta.agent,
+        agent_cmd=meta.agent_cmd,
+        model=meta.model,
+        base_url=meta.base_url,
+        agent_settings=meta.agent_settings,
+    )
+    agent = build_agent(stored, load_config(ws.state_root))
+    agent.preflight()
+    jobs = options.jobs or meta.jobs
+    meta = meta.model_copy(
+        update={
+            "jobs": jobs,
+            "retry_errors": options.retry_errors or meta.retry_errors,
+            "agent_description": agent.describe(),
+        }
+    )
+    merged = dataclasses.replace(options, verify_always=meta.verify_always, jobs=jobs, retry_errors=meta.retry_errors)
+    return _execute(loaded, agent, ws, meta, store, merged, done=store.records())
+
+
+def _execute(
+    loaded: LoadedSuite,
+    agent: Agent,
+    ws: _Workspace,
+    meta: RunMeta,
+    store: RunStore,
+    options: RunOptions,
+    done: list[AttemptRecord],
+) -> RunResult:
+    done_keys = {(r.task_id, r.attempt) for r in done}
+    tasks = {t.id: t for t in loaded.suite.tasks}
+    plans = [(t, n) for n in range(1, meta.attempts + 1) for t in loaded.suite.tasks if (t.id, n) not in done_keys]
+    records = [r for r in done if r.task_id in tasks]
+    work_root = Path(tempfile.mkdtemp(prefix=f"worktrial-{meta.id}-"))
+    meta = meta.model_copy(update={"work_root": str(work_root)})
+    store.write_meta(meta)
+    settings = AttemptSettings(
+        source=ws.source,
+        base_commit=meta.base_commit,
+        work_root=work_root,
+        trace_dir=ws.state_root / ".worktrial" / "eval" / "traces" / meta.id,
+        workspace=ws.state_root,
+        verify_always=meta.verify_always,
+        keep_worktrees=options.keep_worktrees,
+    )
+
+    def work(plan: tuple[Task, int], slot: Slot | None) -> tuple[AttemptRecord, AgentError | None] | None:
+        task, number = plan
+        reasons: list[str] = []
+        while True:
+            outcome = run_attempt(agent, task, number, settings, slot)
+            if proc.STOPPING.is_set():
+                return None  # ended by the interrupt: not a result, it reruns on resume
+            record = outcome.record
+            if (
+                record.outcome == "error"
+                and record.error_category in INFRA_ERROR_CATEGORIES
+                and len(reasons) < meta.retry_errors
+                and outcome.fatal is None
+            ):
+                reasons.append(record.reason or record.error_category or "error")
+                continue
+            if reasons:
+                record = record.model_copy(update={"retries": len(reasons), "retry_reasons": reasons})
+            return record, outcome.fatal
+
+    def make_slot(index: int) -> Slot | None:
+        if options.keep_worktrees:
+            return None
+        return Slot(ws.source, meta.base_commit, work_root / f"slot-{index}")
+
+    def close_slot(slot: Slot | None) -> None:
+        if slot is not None:
+            slot.close()
+
+    executor: LocalExecutor[tuple[Task, int], tuple[AttemptRecord, AgentError | None], Slot | None]
+    executor = LocalExecutor(meta.jobs, work, make_slot, close_slot)
+    interrupted = False
+    aborted: AgentError | None = None
+    proc.STOPPING.clear()
+    if options.on_begin:
+        options.on_begin(meta.id, len(plans), len(records))
+    try:
+        with _sigterm_as_interrupt():
+            try:
+                for event in executor.events(plans):
+                    task, number = event.item
+                    if event.kind == "start":
+                        if options.on_start:
+                            options.on_start(task.id, number)
+                        continue
+                    assert event.result is not None
+                    record, fatal = event.result
+                    store.append(record)
+                    records.append(record)
+                    if options.on_attempt:
+                        options.on_attempt(record)
+                    if fatal is not None and aborted is None:
+                        aborted = fatal
+                        executor.stop()
+                        proc.stop_all()
+            except KeyboardInterrupt:
+                interrupted = True
+                executor.stop()
+                proc.stop_all()
+            executor.join(JOIN_TIMEOUT_SECS)
+    except KeyboardInterrupt:
+        # A second Ctrl-C while cleaning up: end every process now and leave at once.
+        proc.stop_all()
+        if not options.keep_worktrees:
+            remove_tree(work_root)
+        raise SystemExit(130) from None
+    finally:
+        proc.kill_all_live()
+        if not options.keep_worktrees:
+            remove_tree(work_root)
+        proc.STOPPING.clear()
+    envelope = envelope_from_records(meta, records, complete=not interrupted and aborted is None)
+    store.write_envelope(envelope)
+    if aborted is not None:
+        raise RunAborted(
+            f"stopping the run: {aborted.message} (it would repeat on every attempt); "
+            f"finished attempts are stored in run {meta.id}"
+        )
+    return RunResult(
+        envelope=envelope,
+        interrupted=interrupted,
+        kept_root=work_root if options.keep_worktrees else None,
+        store_dir=store.dir,
+    )
+
+
+def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, complete: bool | None = None) -> Envelope:
+    """The envelope of a stored run from its metadata and attempt records (no suite file needed)."""
+    provider, model = split_route(meta.model)
+    total = meta.attempts * len(meta.tasks)
+    info = RunInfo(
+        id=meta.id,
+        started_at=meta.started_at,
+        finished_at=utc_now(),
+        complete=(len(records) == total) if complete is None else complete and len(records) == total,
+        workspace=WorkspaceInfo(path=meta.source_repo, base_commit=meta.base_commit, dirty=meta.dirty),
+        attempts=meta.attempts,
+        k=meta.k,
+        jobs=meta.jobs,
+        verify_always=meta.verify_always,
         host=host_info(),
     )
-    tasks = [TaskInfo(t.id, t.display_name, t.category) for t in loaded.suite.tasks]
-    envelope = Envelope(
+    tasks = [TaskInfo(t.id, t.name, t.category) for t in meta.tasks]
+    return Envelope(
         harness_version=__version__,
         provider=provider,
         model=model,
-        agent=agent.describe(),
-        suite_path=_display_path(loaded.path),
-        suite_sha256=loaded.sha256,
+        agent=meta.agent_description or {"name": meta.agent},
+        suite_path=meta.suite_display_path,
+        suite_sha256=meta.suite_sha256,
         run=info,
-        report=build_report(loaded.suite.id, loaded.suite.display_name, tasks, records, k),
-    )
-    return RunResult(
-        envelope=envelope, interrupted=interrupted, kept_root=work_root if options.keep_worktrees else None
+        report=build_report(meta.suite_id, meta.suite_name, tasks, records, meta.k),
     )
 
 

@@ -27,7 +27,7 @@ _GIT_TIMEOUT = 600.0
 def git(args: list[str], cwd: Path, *, timeout: float = _GIT_TIMEOUT) -> proc.ProcResult:
     """Run git for the harness: never with hooks, never prompting for credentials."""
     env = proc.clean_env(extra={"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"})
-    return proc.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=cwd, env=env, timeout=timeout)
+    return proc.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=cwd, env=env, timeout=timeout, sweep=False)
 
 
 def _git_out(args: list[str], cwd: Path, what: str) -> str:

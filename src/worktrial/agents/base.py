@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from worktrial import proc
 from worktrial.records import Usage
 from worktrial.suite import Task
 
@@ -45,6 +46,10 @@ class AgentContext:
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+    def cancelled(self) -> bool:
+        """True once the run is being interrupted: an in-process agent loop should stop at once."""
+        return proc.STOPPING.is_set()
 
 
 @dataclass(frozen=True)
