@@ -36,30 +36,49 @@ def test_interrupt_cleans_up(repo: Path, write_suite, tmp_path: Path, sig: signa
     marker = f"wt-int-{uuid.uuid4().hex}"
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    suite = write_suite([task("quick"), task("slow", timeout_secs=120)], attempts=1)
+    suite = write_suite([task("quick"), task("slow", timeout_secs=120), task("slow2", timeout_secs=120)], attempts=1)
     # The marker reaches the sleepers through the environment, so only they carry it in their argv.
     agent = (
-        'if [ "$WORKTRIAL_TASK_ID" = slow ]; then setsid python3 -c "import time; time.sleep(300)" "$MARK" & '
+        'if [ "$WORKTRIAL_TASK_ID" != quick ]; then setsid python3 -c "import time; time.sleep(300)" "$MARK" & '
         'python3 -c "import time; time.sleep(300)" "$MARK"; fi; touch done.txt'
     )
     env = {**os.environ, "TMPDIR": str(tmp), "WORKTRIAL_TRUST": "1", "MARK": marker}
     harness = subprocess.Popen(
-        [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json"],
+        [
+            sys.executable,
+            "-m",
+            "worktrial",
+            "eval",
+            "--suite",
+            str(suite),
+            "--agent-cmd",
+            agent,
+            "--format",
+            "json",
+            "--jobs",
+            "2",
+        ],
         cwd=repo,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    stored = repo / ".worktrial" / "runs"
+
+    def quick_done() -> bool:
+        return any(p.read_text().count("\n") == 1 for p in stored.glob("*/attempts.jsonl"))
+
     deadline = time.monotonic() + 30
-    while len(_alive_with_marker(marker)) < 2 and time.monotonic() < deadline:
+    while (len(_alive_with_marker(marker)) < 4 or not quick_done()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_alive_with_marker(marker)) >= 2, "agent never started"
+    assert len(_alive_with_marker(marker)) >= 4 and quick_done(), "agents never started"
     harness.send_signal(sig)
     out, err = harness.communicate(timeout=30)
     assert harness.returncode == 130, err.decode()
     assert b"interrupted" in err
     envelope = json.loads(out)
     assert envelope["run"]["complete"] is False
-    assert [t["total_runs"] for t in envelope["report"]["tasks"]] == [1, 0], err.decode()
+    assert [t["total_runs"] for t in envelope["report"]["tasks"]] == [1, 0, 0], err.decode()
+    assert b"worktrial resume " in err
     assert _alive_with_marker(marker) == []
     assert list(tmp.iterdir()) == []

@@ -6,31 +6,50 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import git, task
 
 # An agent that fails (claims failure) if it sees anything a previous attempt planted, then plants it all.
 HOSTILE_AGENT = r"""
 set -e
-if [ -e planted.txt ] || [ -e build.log ] || [ -e sub/nested/.git ] \
-   || git rev-parse -q --verify refs/heads/agent-branch >/dev/null \
-   || git rev-parse -q --verify refs/tags/agent-tag >/dev/null \
-   || git rev-parse -q --verify refs/stash >/dev/null \
-   || [ "$(git config --get agent.planted || true)" = yes ] \
-   || [ -e "$(git rev-parse --git-common-dir)/hooks/pre-commit" ] \
-   || [ "$(git log --format=%s -1)" != initial ]; then
-  echo "saw a previous attempt" >&2; exit 1
-fi
+common="$(git rev-parse --git-common-dir)"
+saw() { echo "saw a previous attempt: $1" >&2; exit 1; }
+[ -e planted.txt ] && saw file
+[ -e build.log ] && saw ignored-file
+[ -e sub/nested ] && saw nested-repo
+[ -e ro ] && saw read-only-dir
+[ "$(cat README.md)" = "# sample repo" ] || saw tracked-edit
+git rev-parse -q --verify refs/heads/agent-branch >/dev/null && saw branch
+git rev-parse -q --verify refs/tags/agent-tag >/dev/null && saw tag
+git rev-parse -q --verify refs/stash >/dev/null && saw stash
+git reflog --all | grep -q "agent commit" && saw reflog
+[ "$(git config --get agent.planted || true)" = yes ] && saw config
+[ -e "$common/hooks/pre-commit" ] && saw hook
+grep -qs planted "$common/info/exclude" && saw info-exclude
+git ls-files -v | grep -q '^[a-zS]' && saw index-flags
+[ "$(git log --format=%s -1)" = initial ] || saw commit
+[ -e "$HOSTILE_DIR/prev-commit" ] && git cat-file -e "$(cat "$HOSTILE_DIR/prev-commit")" 2>/dev/null && saw object
+[ -n "$(ls -A "$(dirname "$WORKTRIAL_USAGE_FILE")")" ] && saw scratch
 echo planted > planted.txt
 echo log > build.log
+echo extra > "$WORKTRIAL_USAGE_FILE.extra"
 mkdir -p sub/nested && git -C sub/nested init -q
 echo change >> README.md && git stash -q
 echo committed > committed.txt && git add committed.txt && git commit -qm "agent commit"
+git rev-parse HEAD > "$HOSTILE_DIR/prev-commit"
 git branch agent-branch && git tag agent-tag
 git config agent.planted yes
-hooks="$(git rev-parse --git-common-dir)/hooks"; mkdir -p "$hooks"
-printf '#!/bin/sh\ntouch "%s/hook-ran"\n' "$WORKTRIAL_HOOK_FLAG_DIR" > "$hooks/pre-commit"
-printf '#!/bin/sh\ntouch "%s/hook-ran"\n' "$WORKTRIAL_HOOK_FLAG_DIR" > "$hooks/post-checkout"
+mkdir -p "$common/info" && echo planted >> "$common/info/exclude"
+hooks="$common/hooks"; mkdir -p "$hooks"
+printf '#!/bin/sh\ntouch "%s/hook-ran"\n' "$HOSTILE_DIR" > "$hooks/pre-commit"
+printf '#!/bin/sh\ntouch "%s/hook-ran"\n' "$HOSTILE_DIR" > "$hooks/post-checkout"
 chmod +x "$hooks/pre-commit" "$hooks/post-checkout"
+# Same size, same mtime, flagged unchanged: only a real reset notices.
+cp -p README.md /tmp/.wt-readme-$$ && printf '# SAMPLE REPO\n' > README.md && touch -r /tmp/.wt-readme-$$ README.md
+rm -f /tmp/.wt-readme-$$
+git update-index --assume-unchanged README.md
+mkdir ro && echo x > ro/f && chmod 555 ro
 echo planted > planted.txt
 """
 
@@ -49,24 +68,25 @@ def snapshot(repo: Path) -> dict[str, str]:
     }
 
 
-def test_attempts_are_isolated_and_user_repo_untouched(cli, repo: Path, write_suite, tmp_path: Path) -> None:
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_attempts_are_isolated_and_user_repo_untouched(
+    cli, repo: Path, write_suite, tmp_path: Path, monkeypatch, jobs: str
+) -> None:
+    """With one job every attempt after the first reuses a reset pooled workspace; with two, slots alternate."""
     flag_dir = tmp_path / "flags"
     flag_dir.mkdir()
     agent = tmp_path / "hostile.sh"
     agent.write_text(HOSTILE_AGENT)
-    suite = write_suite([task("hostile", verify_commands=["test -f planted.txt"])], attempts=3)
+    suite = write_suite([task("hostile", verify_commands=["test -f planted.txt"])], attempts=5)
     before = snapshot(repo)
-    os.environ["WORKTRIAL_HOOK_FLAG_DIR"] = str(flag_dir)
-    try:
-        result = cli(
-            ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--trust", "--format", "json"],
-            cwd=repo,
-        )
-    finally:
-        del os.environ["WORKTRIAL_HOOK_FLAG_DIR"]
+    monkeypatch.setenv("HOSTILE_DIR", str(flag_dir))
+    result = cli(
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--trust", "--format", "json", "--jobs", jobs],
+        cwd=repo,
+    )
     assert result.exit_code == 0, result.output
     attempts = json.loads(result.stdout)["report"]["tasks"][0]["attempts"]
-    assert [a["outcome"] for a in attempts] == ["pass", "pass", "pass"], [a["reason"] for a in attempts]
+    assert [a["outcome"] for a in attempts] == ["pass"] * 5, [a["reason"] for a in attempts]
     after = snapshot(repo)
     # The run's own state directory (traces) is the only new thing, and git ignores it.
     assert json.loads(after["files"]) == sorted(

@@ -55,4 +55,4 @@ def stored_envelope(state_root: Path, run_id: str) -> Envelope:
     if envelope is not None:
         return envelope
     meta = store.meta()
-    return envelope_from_records(meta, store.records(), complete=False)
+    return envelope_from_records(meta, store.records())

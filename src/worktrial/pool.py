@@ -127,10 +127,9 @@ class Slot:
         gitfile.write_bytes(snap.files[".worktree-gitfile"])
         # 3. The pristine index (fresh mtime, so git re-checks anything racy), then let git fix the files.
         shutil.copyfile(self._meta / _PRISTINE_INDEX, ws.git_dir / snap.index_rel)
+        # Untracked-file caches and fsmonitor could hide what the agent left; never trust them here.
+        quiet = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false", "-C", str(ws.worktree)]
         for args in (["reset", "--quiet", "--hard", self.base_commit], ["clean", "-ffdxq"]):
-            result = git(["-C", str(ws.worktree), *args], ws.worktree)
+            result = git([*quiet, *args], ws.worktree)
             if not result.ok:
                 raise WorkspaceError(f"reset failed: {result.describe_failure('git ' + args[0])}")
-        leftovers = git(["-C", str(ws.worktree), "status", "--porcelain", "--ignored"], ws.worktree)
-        if not leftovers.ok or leftovers.stdout_tail.strip():
-            raise WorkspaceError("worktree not clean after reset")

@@ -1,0 +1,132 @@
+"""Harness overhead per attempt, side by side with a plain `git worktree add` + `remove` loop.
+
+Builds git repositories of about 1,000 and 10,000 files, runs a suite of 100 tasks x 2 attempts with the
+`nop` agent and a `true` verify command at --jobs 1 and --jobs 2, and prints attempts per second,
+overhead per attempt (wall time / attempts: the agent does nothing, so all of it is the harness), and
+peak RSS of the worktrial process; then the same per-iteration figures for the plain shell loop on the
+same repository. Finally peak RSS at 200 and at 5,000 attempts, to show memory stays flat.
+
+    .venv/bin/python benchmarks/overhead.py            # everything (a few minutes)
+    .venv/bin/python benchmarks/overhead.py --quick    # skip the 5,000-attempt memory run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TASKS = 100
+ATTEMPTS = 2
+LOOP_ITERATIONS = {1_000: 40, 10_000: 15}
+
+
+def make_repo(root: Path, files: int) -> Path:
+    repo = root / f"repo-{files}"
+    repo.mkdir()
+    for i in range(files):
+        d = repo / f"d{i % 100:02d}" / f"s{i % 7}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}.txt").write_text(f"{'x' * 200}{i}\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
+           "GIT_COMMITTER_EMAIL": "b@b"}  # fmt: skip
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "files"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, env=env)
+    return repo
+
+
+def make_suite(root: Path, tasks: int, attempts: int) -> Path:
+    suite = root / f"suite-{tasks}x{attempts}.json"
+    data = {
+        "id": "overhead",
+        "attempts": attempts,
+        "tasks": [{"id": f"t{i}", "prompt": "nothing", "verify_commands": ["true"]} for i in range(tasks)],
+    }
+    suite.write_text(json.dumps(data))
+    return suite
+
+
+def run_worktrial(repo: Path, suite: Path, jobs: int, config_dir: Path) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one `worktrial eval` process."""
+    env = {**os.environ, "WORKTRIAL_TRUST": "1", "WORKTRIAL_CONFIG_DIR": str(config_dir)}
+    argv = [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--agent", "nop",
+            "--jobs", str(jobs), "-q", "--format", "json", "--output", os.devnull]  # fmt: skip
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, cwd=repo, env=env)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"worktrial failed on {repo}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def run_plain_loop(repo: Path, iterations: int) -> tuple[float, float]:
+    """Seconds per `git worktree add` + `git worktree remove`, and the loop's peak RSS (MB)."""
+    script = (
+        f'for i in $(seq {iterations}); do git worktree add -q --detach "$WT/w$i" HEAD && '
+        'git worktree remove --force "$WT/w$i"; done'
+    )
+    with tempfile.TemporaryDirectory() as wt:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        start = time.perf_counter()
+        subprocess.run(["sh", "-c", script], cwd=repo, check=True, env={**os.environ, "WT": wt})
+        wall = time.perf_counter() - start
+        peak = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    return wall / iterations, peak / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="skip the 5,000-attempt memory run")
+    args = parser.parse_args()
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}")
+    with tempfile.TemporaryDirectory(prefix="worktrial-bench-") as tmp:
+        root = Path(tmp)
+        config = root / "config"
+        suite = make_suite(root, TASKS, ATTEMPTS)
+        attempts = TASKS * ATTEMPTS
+        header = f"{'repository':>12} {'runner':>24} {'attempts/s':>11} {'ms/attempt':>11} {'peak RSS MB':>12}"
+        print(header)
+        print("-" * len(header))
+        results: dict[tuple[int, str], float] = {}
+        for files, iterations in LOOP_ITERATIONS.items():
+            repo = make_repo(root, files)
+            for jobs in (1, 2):
+                wall, rss = run_worktrial(repo, suite, jobs, config)
+                per = wall / attempts * 1000
+                results[(files, f"j{jobs}")] = per
+                print(
+                    f"{files:>12,} {f'worktrial --jobs {jobs}':>24} {attempts / wall:>11.1f} {per:>11.1f} {rss:>12.1f}"
+                )
+            per_loop, rss = run_plain_loop(repo, iterations)
+            results[(files, "loop")] = per_loop * 1000
+            print(f"{files:>12,} {'git worktree add+remove':>24} {1 / per_loop:>11.1f} {per_loop * 1000:>11.1f} "
+                  f"{rss:>12.1f}")  # fmt: skip
+        print()
+        for files in LOOP_ITERATIONS:
+            loop = results[(files, "loop")]
+            for jobs in ("j1", "j2"):
+                ratio = results[(files, jobs)] / loop
+                print(f"{files:>6,} files, --jobs {jobs[1]}: {results[(files, jobs)]:.1f} ms/attempt = "
+                      f"{ratio:.2f}x the plain loop")  # fmt: skip
+        print("targets: <= 0.25x the plain loop on 10,000 files; < 60 ms/attempt on 1,000 files")
+        if not args.quick:
+            print()
+            repo = root / "repo-1000"
+            small = make_suite(root, 100, 2)
+            large = make_suite(root, 2500, 2)
+            _, rss_small = run_worktrial(repo, small, 2, config)
+            wall, rss_large = run_worktrial(repo, large, 2, config)
+            print(f"peak RSS at   200 attempts: {rss_small:.1f} MB")
+            print(f"peak RSS at 5,000 attempts: {rss_large:.1f} MB ({5000 / wall:.1f} attempts/s)")
+            print(f"growth: {rss_large - rss_small:.1f} MB (target: under 50 MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""In-process agents for tests, loaded by dotted path (``--agent tests.agents_for_tests:FlakyInfraAgent``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any, ClassVar
+
+from worktrial.agents import AgentContext, AgentOptions, AgentResult
+
+
+class FlakyInfraAgent:
+    """Breaks like infrastructure would (raises) on chosen tasks; counts every call per (task, attempt)."""
+
+    name = "flaky-infra"
+    calls: ClassVar[Counter[tuple[str, int]]] = Counter()
+    _lock = threading.Lock()
+
+    def __init__(self, options: AgentOptions) -> None:
+        self.options = options
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def preflight(self) -> None:
+        return None
+
+    def run(self, ctx: AgentContext) -> AgentResult:
+        key = (ctx.task.id, ctx.attempt)
+        with self._lock:
+            self.calls[key] += 1
+            n = self.calls[key]
+        if ctx.task.id == "infra" and n <= 2:
+            raise ConnectionError("provider went away")
+        if ctx.task.id == "always-infra":
+            raise ConnectionError("provider went away")
+        if ctx.task.id == "fails":
+            return AgentResult(claimed=False, reason="gave up")
+        if ctx.task.id == "slow":
+            time.sleep(ctx.remaining() + 2.5)
+            return AgentResult(claimed=True)
+        (ctx.worktree / "done.txt").write_text("done\n")
+        return AgentResult(claimed=True)
