@@ -39,6 +39,8 @@ class GeminiJsonParser(DocumentParser):
             self._read_stats(as_dict(document.get("stats")), usage)
         except Exception as exc:  # an unexpected shape means unknown usage, not a crash
             usage = Usage(notes=[f"gemini-cli: stats of unexpected shape ({type(exc).__name__}); usage unknown"])
+        if problem:
+            usage.notes.append(problem)
         error = document.get("error")
         if error is not None and not exit_info.timed_out:
             kind = as_str(as_dict(error).get("type")) or "error"

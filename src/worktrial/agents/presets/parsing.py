@@ -281,7 +281,7 @@ class DocumentParser:
                 self._overflow = True
 
     def document(self) -> tuple[dict[str, Any] | None, str | None]:
-        """The parsed object, or None and a short note saying why not."""
+        """The parsed object (or None) and a short note: why there is none, or what was skipped to find it."""
         with self._lock:
             if self._overflow:
                 return None, f"{self.label}: output larger than {MAX_DOCUMENT_BYTES} bytes; usage unknown"
@@ -294,13 +294,14 @@ class DocumentParser:
         while start >= 0 and len(candidates) < 16:
             candidates.append(text[start + 1 :])
             start = text.find("\n{", start + 1)
-        for candidate in candidates:
+        for index, candidate in enumerate(candidates):
             try:
                 value = json.loads(candidate)
             except ValueError:
                 continue
             if isinstance(value, dict):
-                return value, None
+                skipped = text[: len(text) - len(candidate)].count("\n")
+                return value, (f"{self.label}: {skipped} non-JSON line(s) before the result ignored" if index else None)
         return None, f"{self.label}: output is not a JSON document; usage unknown"
 
 
