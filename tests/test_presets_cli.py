@@ -55,7 +55,9 @@ def test_claude_code_as_root_needs_a_declared_sandbox(monkeypatch: pytest.Monkey
     agent = create_agent("claude-code", AgentOptions())
     with pytest.raises(BadInputError, match="IS_SANDBOX"):
         agent.preflight()
-    configured = create_agent("claude-code", AgentOptions(config={"agents": {"claude-code": {"env": {"IS_SANDBOX": "1"}}}}))
+    configured = create_agent(
+        "claude-code", AgentOptions(config={"agents": {"claude-code": {"env": {"IS_SANDBOX": "1"}}}})
+    )
     configured.preflight()
 
 

@@ -24,11 +24,11 @@ from tests.fakes.streams import CONFIG_ENV, EXPECTED, SCENARIOS
 PRESETS = sorted(SCENARIOS)
 
 # How each preset reports a failed run and a crash: (outcome, error_category).
-FAILED = {name: ("fail", None) for name in PRESETS}
-CRASHED = {name: ("error", "agent_failed") for name in PRESETS}
+FAILED = dict.fromkeys(PRESETS, ("fail", None))
+CRASHED = dict.fromkeys(PRESETS, ("error", "agent_failed"))
 CRASHED["aider"] = ("fail", None)  # aider has no output to judge: a non-zero exit is a claimed failure
 # The normal stream with noise mixed in still passes, except where the noise replaces the only report.
-GARBAGE_PASSES = {name: True for name in PRESETS}
+GARBAGE_PASSES = dict.fromkeys(PRESETS, True)
 GARBAGE_PASSES["mini-swe-agent"] = False  # its trajectory file is the report; a corrupt one means no claim
 
 
@@ -90,7 +90,11 @@ def test_preset_end_to_end(preset: str, cli: Callable[..., Result], repo: Path, 
     assert normal["claimed"] is True and normal["verified"] is True
     expected = EXPECTED[preset]
     assert normal["tokens"] == expected["tokens"]
-    assert normal["cost_usd"] == pytest.approx(expected["cost_usd"]) if expected["cost_usd"] else normal["cost_usd"] is None
+    assert (
+        normal["cost_usd"] == pytest.approx(expected["cost_usd"])
+        if expected["cost_usd"]
+        else normal["cost_usd"] is None
+    )
     assert normal["turns"] == expected["turns"]
     normal_trace = trace(repo, normal)
     assert normal_trace["tool_counts"] == expected["tool_counts"]

@@ -75,8 +75,14 @@ def test_wrongly_typed_fields_mean_unknown_not_crash(tmp_path: Path) -> None:
     events = [
         {"type": "assistant", "message": {"content": "not a list"}},
         {"type": "assistant", "message": ["not", "a", "dict"]},
-        {"type": "result", "subtype": "success", "is_error": False, "num_turns": -3, "total_cost_usd": "NaN",
-         "usage": {"input_tokens": True, "output_tokens": 1.5, "cache_read_input_tokens": "12"}},
+        {
+            "type": "result",
+            "subtype": "success",
+            "is_error": False,
+            "num_turns": -3,
+            "total_cost_usd": "NaN",
+            "usage": {"input_tokens": True, "output_tokens": 1.5, "cache_read_input_tokens": "12"},
+        },
     ]
     parser = ClaudeStreamParser()
     parser.feed(stream(events))
@@ -149,7 +155,7 @@ def test_gemini_documented_exit_codes(tmp_path: Path, code: int, meaning: str) -
 
 
 def test_every_preset_parser_survives_random_bytes(tmp_path: Path) -> None:
-    noise = bytes(range(256)) * 50 + b"\n{\"type\": 5}\n[]\n\xff\xfe\n"
+    noise = bytes(range(256)) * 50 + b'\n{"type": 5}\n[]\n\xff\xfe\n'
     for name, spec in PRESETS.items():
         parser = spec.parser()
         parser.feed(noise)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SCRIPT = r'''#!{python}
+SCRIPT = r"""#!{python}
 import json, os, re, sys, time
 
 BINARY = {binary!r}
@@ -59,7 +59,7 @@ if scenario.get("partial"):
 if scenario.get("hang"):
     time.sleep(120)
 sys.exit(scenario.get("exit", 0))
-'''
+"""
 
 
 def install_fake(bin_dir: Path, binary: str, scenarios: dict[str, dict[str, Any]]) -> Path:

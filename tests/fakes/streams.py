@@ -119,7 +119,12 @@ CODEX_NORMAL = [
     },
     {
         "type": "item.completed",
-        "item": {"id": "i2", "type": "file_change", "changes": [{"path": "a.py", "kind": "add"}], "status": "completed"},
+        "item": {
+            "id": "i2",
+            "type": "file_change",
+            "changes": [{"path": "a.py", "kind": "add"}],
+            "status": "completed",
+        },
     },
     {
         "type": "item.completed",
@@ -144,11 +149,27 @@ GEMINI_NORMAL_DOC = {
         "models": {
             "gemini-2.5-pro": {
                 "api": {"totalRequests": 2, "totalErrors": 0, "totalLatencyMs": 5053},
-                "tokens": {"input": 3676, "prompt": 24939, "candidates": 20, "total": 25113, "cached": 21263, "thoughts": 154, "tool": 0},
+                "tokens": {
+                    "input": 3676,
+                    "prompt": 24939,
+                    "candidates": 20,
+                    "total": 25113,
+                    "cached": 21263,
+                    "thoughts": 154,
+                    "tool": 0,
+                },
             },
             "gemini-2.5-flash": {
                 "api": {"totalRequests": 1, "totalErrors": 0, "totalLatencyMs": 900},
-                "tokens": {"input": 100, "prompt": 100, "candidates": 10, "total": 110, "cached": 0, "thoughts": 0, "tool": 0},
+                "tokens": {
+                    "input": 100,
+                    "prompt": 100,
+                    "candidates": 10,
+                    "total": 110,
+                    "cached": 0,
+                    "thoughts": 0,
+                    "tool": 0,
+                },
             },
         },
         "tools": {
@@ -175,10 +196,21 @@ def gemini_scenarios() -> dict[str, dict[str, Any]]:
     pretty = json.dumps(GEMINI_NORMAL_DOC, indent=2).splitlines()
     return {
         "normal": {**base, "stdout": pretty},
-        "failed": {**base, "stdout": json.dumps(GEMINI_FAILED_DOC, indent=2).splitlines(), "exit": 53, "write_done": False},
+        "failed": {
+            **base,
+            "stdout": json.dumps(GEMINI_FAILED_DOC, indent=2).splitlines(),
+            "exit": 53,
+            "write_done": False,
+        },
         "garbage": {**base, "stdout": ["Loaded cached credentials.", *pretty]},
         "crash": {**base, "stdout": [], "exit": 1, "write_done": False},
-        "partial": {**base, "stdout": pretty[: len(pretty) // 2], "partial": "  \"resp", "hang": True, "write_done": False},
+        "partial": {
+            **base,
+            "stdout": pretty[: len(pretty) // 2],
+            "partial": '  "resp',
+            "hang": True,
+            "write_done": False,
+        },
     }
 
 
@@ -218,7 +250,12 @@ OPENCODE_NORMAL = [
 ]
 OPENCODE_FAILED = [
     _oc("step_start", {"id": "prt_1", "type": "step-start"}),
-    {"type": "error", "timestamp": 1, "sessionID": "ses_1", "error": {"name": "ProviderAuthError", "data": {"message": "bad key"}}},
+    {
+        "type": "error",
+        "timestamp": 1,
+        "sessionID": "ses_1",
+        "error": {"name": "ProviderAuthError", "data": {"message": "bad key"}},
+    },
 ]
 
 # --- goose ---------------------------------------------------------------------------------------------
@@ -263,14 +300,56 @@ GOOSE_FAILED = [_goose_message("m1", [{"type": "text", "text": "Hi"}]), {"type":
 # --- cursor --------------------------------------------------------------------------------------------
 
 CURSOR_NORMAL = [
-    {"type": "system", "subtype": "init", "apiKeySource": "env", "cwd": "/w", "session_id": "c1", "model": "gpt-5", "permissionMode": "default"},
+    {
+        "type": "system",
+        "subtype": "init",
+        "apiKeySource": "env",
+        "cwd": "/w",
+        "session_id": "c1",
+        "model": "gpt-5",
+        "permissionMode": "default",
+    },
     {"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": "task"}]}, "session_id": "c1"},
-    {"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": "Reading."}]}, "session_id": "c1"},
-    {"type": "tool_call", "subtype": "started", "call_id": "t1", "tool_call": {"readToolCall": {"args": {"path": "README.md"}}}, "session_id": "c1"},
-    {"type": "tool_call", "subtype": "completed", "call_id": "t1", "tool_call": {"readToolCall": {"args": {"path": "README.md"}, "result": {"success": {}}}}, "session_id": "c1"},
-    {"type": "tool_call", "subtype": "started", "call_id": "t2", "tool_call": {"writeToolCall": {"args": {"path": "done.txt"}}}, "session_id": "c1"},
-    {"type": "tool_call", "subtype": "completed", "call_id": "t2", "tool_call": {"writeToolCall": {"args": {"path": "done.txt"}}}, "session_id": "c1"},
-    {"type": "tool_call", "subtype": "started", "call_id": "t3", "tool_call": {"shellToolCall": {"args": {"command": "ls"}}}, "session_id": "c1"},
+    {
+        "type": "assistant",
+        "message": {"role": "assistant", "content": [{"type": "text", "text": "Reading."}]},
+        "session_id": "c1",
+    },
+    {
+        "type": "tool_call",
+        "subtype": "started",
+        "call_id": "t1",
+        "tool_call": {"readToolCall": {"args": {"path": "README.md"}}},
+        "session_id": "c1",
+    },
+    {
+        "type": "tool_call",
+        "subtype": "completed",
+        "call_id": "t1",
+        "tool_call": {"readToolCall": {"args": {"path": "README.md"}, "result": {"success": {}}}},
+        "session_id": "c1",
+    },
+    {
+        "type": "tool_call",
+        "subtype": "started",
+        "call_id": "t2",
+        "tool_call": {"writeToolCall": {"args": {"path": "done.txt"}}},
+        "session_id": "c1",
+    },
+    {
+        "type": "tool_call",
+        "subtype": "completed",
+        "call_id": "t2",
+        "tool_call": {"writeToolCall": {"args": {"path": "done.txt"}}},
+        "session_id": "c1",
+    },
+    {
+        "type": "tool_call",
+        "subtype": "started",
+        "call_id": "t3",
+        "tool_call": {"shellToolCall": {"args": {"command": "ls"}}},
+        "session_id": "c1",
+    },
     {
         "type": "result",
         "subtype": "success",
@@ -298,9 +377,25 @@ AIDER_LOG = "\n".join(
     [
         _aider_event("launched"),
         _aider_event("cli session", main_model="gpt-4o", edit_format="diff"),
-        _aider_event("message_send", main_model="gpt-4o", prompt_tokens=2000, completion_tokens=150, total_tokens=2150, cost=0.0065, total_cost=0.0065),
+        _aider_event(
+            "message_send",
+            main_model="gpt-4o",
+            prompt_tokens=2000,
+            completion_tokens=150,
+            total_tokens=2150,
+            cost=0.0065,
+            total_cost=0.0065,
+        ),
         "garbage line",
-        _aider_event("message_send", main_model="gpt-4o", prompt_tokens=2500, completion_tokens=50, total_tokens=2550, cost=0.0068, total_cost=0.0133),
+        _aider_event(
+            "message_send",
+            main_model="gpt-4o",
+            prompt_tokens=2500,
+            completion_tokens=50,
+            total_tokens=2550,
+            cost=0.0068,
+            total_cost=0.0133,
+        ),
         _aider_event("exit", reason="Completed --message"),
     ]
 )
@@ -322,16 +417,27 @@ def aider_scenarios() -> dict[str, dict[str, Any]]:
 
 
 def _trajectory(status: str | None, cost: float, calls: int) -> str:
-    info: dict[str, Any] = {"submission": "", "model_stats": {"instance_cost": cost, "api_calls": calls}, "mini_version": "2.2.0"}
+    info: dict[str, Any] = {
+        "submission": "",
+        "model_stats": {"instance_cost": cost, "api_calls": calls},
+        "mini_version": "2.2.0",
+    }
     if status is not None:
         info["exit_status"] = status
     return json.dumps({"info": info, "messages": [], "trajectory_format": "mini-swe-agent-1"})
 
 
 def mini_scenarios() -> dict[str, dict[str, Any]]:
-    base = {"touch_env": ["MSWEA_GLOBAL_CONFIG_DIR"], "record_env": ["MSWEA_GLOBAL_CONFIG_DIR", "MSWEA_CONFIGURED", "HOME"]}
+    base = {
+        "touch_env": ["MSWEA_GLOBAL_CONFIG_DIR"],
+        "record_env": ["MSWEA_GLOBAL_CONFIG_DIR", "MSWEA_CONFIGURED", "HOME"],
+    }
     return {
-        "normal": {**base, "stdout": ["mini-swe-agent 2.2.0"], "flag_files": {"-o": _trajectory("Submitted", 0.0421, 7)}},
+        "normal": {
+            **base,
+            "stdout": ["mini-swe-agent 2.2.0"],
+            "flag_files": {"-o": _trajectory("Submitted", 0.0421, 7)},
+        },
         "failed": {
             **base,
             "stdout": [],
@@ -350,12 +456,33 @@ def mini_scenarios() -> dict[str, dict[str, Any]]:
 VTCODE_NORMAL = [
     {"type": "thread.started", "thread_id": "v1"},
     {"type": "turn.started"},
-    {"type": "item.completed", "item": {"id": "a", "type": "tool_invocation", "tool_name": "write_file", "status": "completed"}},
-    {"type": "item.completed", "item": {"id": "b", "type": "tool_invocation", "tool_name": "run_pty_cmd", "status": "completed"}},
-    {"type": "item.completed", "item": {"id": "c", "type": "command_execution", "command": "ls", "aggregated_output": "", "status": "completed"}},
-    {"type": "turn.completed", "usage": {"input_tokens": 900, "cached_input_tokens": 100, "cache_creation_tokens": 0, "output_tokens": 80}},
+    {
+        "type": "item.completed",
+        "item": {"id": "a", "type": "tool_invocation", "tool_name": "write_file", "status": "completed"},
+    },
+    {
+        "type": "item.completed",
+        "item": {"id": "b", "type": "tool_invocation", "tool_name": "run_pty_cmd", "status": "completed"},
+    },
+    {
+        "type": "item.completed",
+        "item": {
+            "id": "c",
+            "type": "command_execution",
+            "command": "ls",
+            "aggregated_output": "",
+            "status": "completed",
+        },
+    },
+    {
+        "type": "turn.completed",
+        "usage": {"input_tokens": 900, "cached_input_tokens": 100, "cache_creation_tokens": 0, "output_tokens": 80},
+    },
     {"type": "turn.started"},
-    {"type": "turn.completed", "usage": {"input_tokens": 1100, "cached_input_tokens": 700, "cache_creation_tokens": 0, "output_tokens": 40}},
+    {
+        "type": "turn.completed",
+        "usage": {"input_tokens": 1100, "cached_input_tokens": 700, "cache_creation_tokens": 0, "output_tokens": 40},
+    },
     {
         "type": "thread.completed",
         "thread_id": "v1",
@@ -371,7 +498,11 @@ VTCODE_NORMAL = [
 VTCODE_FAILED = [
     {"type": "thread.started", "thread_id": "v2"},
     {"type": "turn.started"},
-    {"type": "turn.failed", "message": "turn limit", "usage": {"input_tokens": 5, "cached_input_tokens": 0, "output_tokens": 1}},
+    {
+        "type": "turn.failed",
+        "message": "turn limit",
+        "usage": {"input_tokens": 5, "cached_input_tokens": 0, "output_tokens": 1},
+    },
     {
         "type": "thread.completed",
         "thread_id": "v2",
@@ -384,7 +515,10 @@ VTCODE_FAILED = [
 ]
 
 SCENARIOS: dict[str, tuple[str, dict[str, dict[str, Any]]]] = {
-    "claude-code": ("claude", _scenarios(CLAUDE_NORMAL, CLAUDE_FAILED, failed_exit=0, touch_env=("CLAUDE_CONFIG_DIR",))),
+    "claude-code": (
+        "claude",
+        _scenarios(CLAUDE_NORMAL, CLAUDE_FAILED, failed_exit=0, touch_env=("CLAUDE_CONFIG_DIR",)),
+    ),
     "codex": ("codex", _scenarios(CODEX_NORMAL, CODEX_FAILED, touch_env=("CODEX_HOME",))),
     "gemini-cli": ("gemini", gemini_scenarios()),
     "opencode": ("opencode", _scenarios(OPENCODE_NORMAL, OPENCODE_FAILED, touch_env=("XDG_DATA_HOME",))),

@@ -50,7 +50,7 @@ def list_agents(config: dict[str, Any] | None = None) -> list[AgentRow]:
             rows.append(AgentRow(name, "custom", False, None, f"invalid: {exc}"))
             continue
         program = custom.program()
-        installed = None if program is None else shutil.which(program) is not None
+        found: bool | None = None if program is None else shutil.which(program) is not None
         summary = str(table.get("description") or f"{custom.command} (parser: {custom.parser_name})")
-        rows.append(AgentRow(name, "custom", installed, None, summary))
+        rows.append(AgentRow(name, "custom", found, None, summary))
     return rows

@@ -22,7 +22,6 @@ from worktrial.agents.presets.parsing import (
     as_int,
     exit_reason,
     iter_json_lines,
-    plus,
 )
 from worktrial.records import Tokens, Usage
 
