@@ -199,3 +199,42 @@ def test_file_parsers_read_from_scratch(tmp_path: Path) -> None:
     verdict = PRESETS["mini-swe-agent"].parser().finish(ExitInfo(returncode=1, timed_out=False, scratch=tmp_path))
     assert verdict.error_category == "agent_failed"
     assert any("was not written" in note for note in verdict.usage.notes)
+
+
+def test_readme_plugin_example_registers_and_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cli: Callable[..., Result], repo: Path, write_suite
+) -> None:
+    """The Python plugin example in the README, loaded as if from the entry-point group, really works."""
+    import importlib
+    import re
+
+    import pluggy
+
+    from worktrial.agents import registry
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("### Python plugins") :]
+    code = re.search(r"```python\n# my_agents/plugin.py\n(.*?)```", section, re.S)
+    assert code is not None
+    package = tmp_path / "plugins" / "my_agents"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "plugin.py").write_text(code.group(1))
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    plugin = importlib.import_module("my_agents.plugin")
+    original = pluggy.PluginManager.load_setuptools_entrypoints
+
+    def load(self: pluggy.PluginManager, group: str, name: str | None = None) -> int:
+        self.register(plugin)
+        return original(self, group, name)
+
+    monkeypatch.setattr(pluggy.PluginManager, "load_setuptools_entrypoints", load)
+    registry.agent_specs.cache_clear()
+    try:
+        suite = write_suite([task("t")])
+        attempt = attempts_by_task(run_eval(cli, repo, suite, "echo"))["t"]
+        assert attempt["outcome"] == "pass"
+        listed = cli(["agents"], cwd=repo).stdout
+        assert "| echo | plugin | — | — | writes the prompt to done.txt |" in listed
+    finally:
+        registry.agent_specs.cache_clear()

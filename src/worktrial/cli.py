@@ -288,7 +288,8 @@ def agents_cmd(workspace: Path | None, fmt: str) -> None:
     for row in rows:
         installed = {True: "yes", False: "no", None: "—"}[row.installed]
         hint = f" — install: {row.install}" if row.installed is False and row.install else ""
-        click.echo(f"| {row.name} | {row.kind} | {installed} | {row.version or '—'} | {row.summary}{hint} |")
+        cells = [row.name, row.kind, installed, row.version or "—", f"{row.summary}{hint}"]
+        click.echo("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
 
 
 @main.command("validate")
