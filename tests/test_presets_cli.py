@@ -238,3 +238,16 @@ def test_readme_plugin_example_registers_and_runs(
         assert "| echo | plugin | — | — | writes the prompt to done.txt |" in listed
     finally:
         registry.agent_specs.cache_clear()
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_extra_args_go_before_the_prompt(preset: str, tmp_path: Path) -> None:
+    from worktrial.agents.presets.base import Invocation
+
+    spec = PRESETS[preset]
+    argv = spec.argv(Invocation("THE PROMPT", "m", tmp_path, tmp_path, extra_args=("--extra", "1")))
+    start = argv.index("--extra")
+    assert argv[start + 1] == "1"
+    if not spec.stdin_prompt:
+        assert start < argv.index("THE PROMPT")
+        assert argv[start - 1] not in ("-t", "--prompt", "--message", "-m", "--model", "-o")

@@ -95,7 +95,7 @@ def _argv(inv: Invocation) -> list[str]:
     ]
     if inv.model:
         args += ["--model", inv.model]
-    return [*args, "--message", inv.prompt]
+    return [*args, *inv.extra_args, "--message", inv.prompt]
 
 
 SPEC = PresetSpec(

@@ -33,6 +33,8 @@ class Invocation:
     model: str | None
     scratch: Path
     worktree: Path
+    extra_args: tuple[str, ...] = ()
+    """``[agents.<preset>].args``: each preset places them before its prompt argument."""
 
 
 ArgvBuilder = Callable[[Invocation], list[str]]
@@ -126,13 +128,19 @@ class PresetAgent:
     # -- protocol ---------------------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
-        example = Invocation(prompt="PROMPT", model=self.options.model, scratch=Path("SCRATCH"), worktree=Path("."))
+        example = Invocation(
+            prompt="PROMPT",
+            model=self.options.model,
+            scratch=Path("SCRATCH"),
+            worktree=Path("."),
+            extra_args=tuple(self.extra_args),
+        )
         described: dict[str, Any] = {
             "name": self.name,
             "preset": True,
             "binary": self.binary,
             "version": self.version,
-            "command": [self.binary, *self._args(example)],
+            "command": [self.binary, *self.spec.argv(example)],
             "reports": list(self.spec.reports),
         }
         if self.options.model:
@@ -166,13 +174,17 @@ class PresetAgent:
 
     def run(self, ctx: AgentContext) -> AgentResult:
         invocation = Invocation(
-            prompt=ctx.task.prompt, model=self.options.model, scratch=ctx.scratch, worktree=ctx.worktree
+            prompt=ctx.task.prompt,
+            model=self.options.model,
+            scratch=ctx.scratch,
+            worktree=ctx.worktree,
+            extra_args=tuple(self.extra_args),
         )
         env = dict(ctx.env)
         env.update(self._env(ctx.scratch))
         parser = self.spec.parser()
         result = proc.run(
-            [self.binary_path or self.binary, *self._args(invocation)],
+            [self.binary_path or self.binary, *self.spec.argv(invocation)],
             cwd=ctx.worktree,
             env=env,
             timeout=ctx.remaining(),
@@ -184,6 +196,8 @@ class PresetAgent:
             return AgentResult(claimed=None, error=AgentError("not_installed", message, fatal=True))
         verdict = parser.finish(ExitInfo(returncode=result.returncode, timed_out=result.timed_out, scratch=ctx.scratch))
         usage = verdict.usage
+        # Agents that report tokens but no cost (codex, gemini-cli, cursor) leave cost_usd None here; the
+        # price table (worktrial.pricing) is the one place that may turn tokens + model into a cost.
         usage.output_bytes = result.output_bytes
         if result.timed_out:
             return AgentResult(claimed=None, usage=usage, timed_out=True)
@@ -193,15 +207,6 @@ class PresetAgent:
         return AgentResult(claimed=verdict.claimed, usage=usage, reason=verdict.reason)
 
     # -- helpers ----------------------------------------------------------------------------------
-
-    def _args(self, invocation: Invocation) -> list[str]:
-        args = self.spec.argv(invocation)
-        if not self.extra_args:
-            return args
-        # Extra arguments go before the prompt so a trailing positional prompt stays last.
-        tail = 2 if len(args) >= 2 and args[-2] == "--" else 1
-        cut = len(args) - tail if not self.spec.stdin_prompt and invocation.prompt in args[-tail:] else len(args)
-        return [*args[:cut], *self.extra_args, *args[cut:]]
 
     def _env(self, scratch: Path) -> dict[str, str]:
         env = self.spec.env(scratch)

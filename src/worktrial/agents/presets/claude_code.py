@@ -86,7 +86,7 @@ def _argv(inv: Invocation) -> list[str]:
     args = ["-p", "--output-format", "stream-json", "--verbose", "--permission-mode", "bypassPermissions"]
     if inv.model:
         args += ["--model", inv.model]
-    return args
+    return [*args, *inv.extra_args]
 
 
 def _check(env: Mapping[str, str]) -> str | None:

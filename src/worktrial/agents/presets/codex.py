@@ -87,7 +87,7 @@ def _argv(inv: Invocation) -> list[str]:
     args = ["exec", "--json", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check"]
     if inv.model:
         args += ["--model", inv.model]
-    return [*args, "--", inv.prompt]
+    return [*args, *inv.extra_args, "--", inv.prompt]
 
 
 SPEC = PresetSpec(

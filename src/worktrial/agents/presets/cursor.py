@@ -89,7 +89,7 @@ def _argv(inv: Invocation) -> list[str]:
     args = ["-p", "--force", "--trust", "--output-format", "stream-json"]
     if inv.model:
         args += ["--model", inv.model]
-    return [*args, inv.prompt]
+    return [*args, *inv.extra_args, inv.prompt]
 
 
 SPEC = PresetSpec(

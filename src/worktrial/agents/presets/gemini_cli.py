@@ -85,7 +85,7 @@ def _argv(inv: Invocation) -> list[str]:
     args = ["--yolo", "--output-format", "json"]
     if inv.model:
         args += ["--model", inv.model]
-    return [*args, "--prompt", inv.prompt]
+    return [*args, *inv.extra_args, "--prompt", inv.prompt]
 
 
 SPEC = PresetSpec(

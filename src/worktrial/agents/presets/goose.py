@@ -93,7 +93,7 @@ def _argv(inv: Invocation) -> list[str]:
         if provider:
             args += ["--provider", provider]
         args += ["--model", model]
-    return [*args, "-t", inv.prompt]
+    return [*args, *inv.extra_args, "-t", inv.prompt]
 
 
 def _env(scratch: Path) -> dict[str, str]:

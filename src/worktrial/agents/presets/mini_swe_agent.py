@@ -69,7 +69,7 @@ def _argv(inv: Invocation) -> list[str]:
     args = ["-y", "--exit-immediately", "-o", str(inv.scratch / TRAJECTORY)]
     if inv.model:
         args += ["-m", inv.model]
-    return [*args, "-t", inv.prompt]
+    return [*args, *inv.extra_args, "-t", inv.prompt]
 
 
 def _env(scratch: Path) -> dict[str, str]:

@@ -87,7 +87,7 @@ def _argv(inv: Invocation) -> list[str]:
     args = ["run", "--format", "json", "--dangerously-skip-permissions"]
     if inv.model:
         args += ["--model", inv.model]
-    return [*args, "--", inv.prompt]
+    return [*args, *inv.extra_args, "--", inv.prompt]
 
 
 def _env(scratch: Path) -> dict[str, str]:

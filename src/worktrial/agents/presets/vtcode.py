@@ -81,7 +81,7 @@ def _argv(inv: Invocation) -> list[str]:
     args: list[str] = []
     if inv.model:
         args += ["--model", inv.model]
-    return [*args, "exec", "--json", inv.prompt]
+    return [*args, "exec", "--json", *inv.extra_args, inv.prompt]
 
 
 def _env(scratch: Path) -> dict[str, str]:
