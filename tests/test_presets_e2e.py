@@ -129,8 +129,8 @@ def test_preset_end_to_end(preset: str, cli: Callable[..., Result], repo: Path, 
         assert config_dir.is_relative_to(attempt_root / "scratch"), (config_dir, attempt_root)
         assert not config_dir.is_relative_to(fake_env.home.resolve())
         assert "model-x" in " ".join(run["argv"])
-    # Two attempts never shared a config directory, and nothing was written to the user's home.
-    assert len({run["env"][CONFIG_ENV[preset]] for run in runs}) == len(runs)
+    # No attempt saw session state left by an earlier one, and nothing was written to the user's home.
+    assert [run["inherited_state"] for run in runs] == [[] for _ in runs]
     assert list(fake_env.home.iterdir()) == []
 
 

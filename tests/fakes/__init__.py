@@ -5,7 +5,8 @@ it picks a scenario from the ``[scenario:NAME]`` marker found in its arguments o
 exercise several scenarios, one per task), records how it was invoked into ``$FAKE_LOG_DIR``, optionally
 writes ``done.txt`` into its working directory (the worktree) so verification passes, drops a file into
 each config directory named by ``touch_env`` (to prove where state goes), writes files named by
-``flag_files`` (``{"-o": content}`` writes content to the path after ``-o``), prints the scenario's stdout
+``flag_files`` (``{"-o": content}`` writes content to the path after ``-o``), records whether such a file
+was already there (state leaking from an earlier attempt), prints the scenario's stdout
 lines, and exits, or hangs to be cut off by the task timeout.
 """
 
@@ -29,6 +30,10 @@ stdin = sys.stdin.read() if not sys.stdin.isatty() else ""
 found = re.search(r"\[scenario:([\w-]+)\]", " ".join(sys.argv[1:]) + " " + stdin)
 scenario = SCENARIOS[found.group(1) if found else "normal"]
 log_dir = os.environ.get("FAKE_LOG_DIR")
+inherited = [
+    var for var in scenario.get("touch_env", [])
+    if os.path.exists(os.path.join(os.environ.get(var, "/nonexistent"), "session-state"))
+]
 if log_dir:
     record = {{
         "binary": BINARY,
@@ -36,6 +41,7 @@ if log_dir:
         "cwd": os.getcwd(),
         "stdin": stdin,
         "env": {{k: v for k, v in os.environ.items() if k in scenario.get("record_env", [])}},
+        "inherited_state": inherited,
     }}
     with open(os.path.join(log_dir, "%s-%d.json" % (BINARY, os.getpid())), "w") as fh:
         json.dump(record, fh)
