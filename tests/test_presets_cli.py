@@ -13,7 +13,8 @@ from click.testing import Result
 
 from tests.conftest import task
 from tests.fakes import install_fake, invocations
-from tests.fakes.streams import CODEX_NORMAL, SCENARIOS
+from tests.fakes.events import CODEX_NORMAL
+from tests.fakes.streams import SCENARIOS
 from tests.test_presets_e2e import FakeEnv, attempts_by_task, fake_env, run_eval, trace
 from worktrial.agents import AgentOptions, AgentSpec, create_agent
 from worktrial.agents.presets import PRESETS, PresetAgent

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.streams import CLAUDE_FAILED, CLAUDE_NORMAL, CODEX_NORMAL, GEMINI_NORMAL_DOC, SCENARIOS
+from tests.fakes.events import CLAUDE_FAILED, CLAUDE_NORMAL, CODEX_NORMAL
+from tests.fakes.streams import GEMINI_NORMAL_DOC, SCENARIOS
 from worktrial.agents.presets import PRESETS
 from worktrial.agents.presets.claude_code import ClaudeStreamParser
 from worktrial.agents.presets.codex import ThreadEventsParser
