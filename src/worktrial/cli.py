@@ -263,6 +263,35 @@ def schema_cmd(which: str) -> None:
     click.echo(json.dumps(schema, indent=2))
 
 
+@main.command("agents")
+@click.option(
+    "--workspace",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Read custom [agents.NAME] from this repository's worktrial.toml (default: the current one).",
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def agents_cmd(workspace: Path | None, fmt: str) -> None:
+    """List every agent --agent accepts, whether its program is installed, and its version."""
+    from worktrial.agents.listing import list_agents
+    from worktrial.config import load_config
+
+    try:
+        root: Path | None = find_workspace(workspace)
+    except WorktrialError:
+        root = None
+    rows = list_agents(load_config(root))
+    if fmt == "json":
+        click.echo(json.dumps([row.__dict__ for row in rows], indent=2))
+        return
+    click.echo("| agent | kind | installed | version | what |")
+    click.echo("|---|---|---|---|---|")
+    for row in rows:
+        installed = {True: "yes", False: "no", None: "—"}[row.installed]
+        hint = f" — install: {row.install}" if row.installed is False and row.install else ""
+        cells = [row.name, row.kind, installed, row.version or "—", f"{row.summary}{hint}"]
+        click.echo("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+
+
 @main.command("validate")
 @click.argument("suite_path", type=click.Path(path_type=Path))
 def validate_cmd(suite_path: Path) -> None:

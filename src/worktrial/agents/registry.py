@@ -35,28 +35,35 @@ class _Specs:
 @cache
 def agent_specs() -> dict[str, AgentSpec]:
     """Every known agent by name: bundled ones first, then plugins'."""
-    from worktrial.agents import simple
+    from worktrial.agents import presets, simple
 
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(_Specs)
     pm.register(simple)
+    pm.register(presets)
     pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
     specs: dict[str, AgentSpec] = {}
 
     def register(spec: AgentSpec) -> None:
         specs.setdefault(spec.name, spec)
 
-    # pluggy calls the most recently registered plugin first; bundled agents must win name clashes.
-    for impl in reversed(pm.hook.register_agents.get_hookimpls()):
+    # get_hookimpls() lists plugins in registration order (bundled first); with setdefault the first wins,
+    # so bundled agents win name clashes. (pluggy *calls* them in reverse, hence no pm.hook call here.)
+    for impl in pm.hook.register_agents.get_hookimpls():
         impl.function(register=register)
     return specs
 
 
 def create_agent(name: str, options: AgentOptions) -> Agent:
-    """Build an agent by short name, or by dotted path ``package.module:ClassName``."""
+    """Build an agent by short name, a custom ``[agents.NAME]`` from config, or dotted path ``module:Factory``."""
+    from worktrial.agents.custom import create_custom_agent, custom_tables
+
     specs = agent_specs()
     if name in specs:
         return specs[name].factory(options)
+    custom = create_custom_agent(name, options)
+    if custom is not None:
+        return custom
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:
@@ -67,5 +74,5 @@ def create_agent(name: str, options: AgentOptions) -> Agent:
         if not isinstance(agent, Agent):
             raise BadInputError(f"{name!r} did not build an agent (needs name, describe, preflight, run)")
         return agent
-    known = ", ".join(sorted(specs))
+    known = ", ".join(sorted({*specs, *custom_tables(options.config)}))
     raise BadInputError(f"unknown agent {name!r}; known agents: {known} (or a dotted path module:Factory)")
