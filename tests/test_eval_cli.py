@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -271,3 +274,18 @@ def test_output_file_and_schema_commands(cli, repo: Path, write_suite, tmp_path:
     for which, title in (("suite", "worktrial eval suite"), ("envelope", "worktrial result envelope")):
         schema = cli(["schema", which])
         assert schema.exit_code == 0 and title in json.loads(schema.stdout)["title"]
+
+
+def test_output_to_a_device_writes_through_it(cli, repo: Path, write_suite, tmp_path: Path) -> None:
+    """--output /dev/null (or a FIFO) must be written to, never renamed over."""
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    suite = write_suite([task()])
+    result = cli(["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "--output", str(fifo)], cwd=repo)
+    reader.join(10)
+    assert result.exit_code == 0, result.output
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert received and received[0].startswith("# worktrial: ")

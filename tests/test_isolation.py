@@ -14,7 +14,7 @@ from tests.conftest import git, task
 HOSTILE_AGENT = r"""
 set -e
 common="$(git rev-parse --git-common-dir)"
-saw() { echo "saw a previous attempt: $1" >&2; exit 1; }
+saw() { echo "$1" >> "$HOSTILE_DIR/saw"; exit 1; }
 [ -e planted.txt ] && saw file
 [ -e build.log ] && saw ignored-file
 [ -e sub/nested ] && saw nested-repo
@@ -86,7 +86,8 @@ def test_attempts_are_isolated_and_user_repo_untouched(
     )
     assert result.exit_code == 0, result.output
     attempts = json.loads(result.stdout)["report"]["tasks"][0]["attempts"]
-    assert [a["outcome"] for a in attempts] == ["pass"] * 5, [a["reason"] for a in attempts]
+    saw = (flag_dir / "saw").read_text() if (flag_dir / "saw").exists() else ""
+    assert [a["outcome"] for a in attempts] == ["pass"] * 5, f"an attempt saw a previous one's {saw!r}"
     after = snapshot(repo)
     # The run's own state directory (traces) is the only new thing, and git ignores it.
     assert json.loads(after["files"]) == sorted(

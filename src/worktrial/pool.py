@@ -11,10 +11,14 @@ files and nested repositories). Anything unexpected makes the slot be rebuilt fr
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from worktrial import proc
 from worktrial.errors import WorkspaceError, WorktrialError
 from worktrial.workspace import (
     AttemptWorkspace,
@@ -25,6 +29,7 @@ from worktrial.workspace import (
 )
 
 _PRISTINE_INDEX = "pristine-index"
+_FIND_OUTPUT_LIMIT = 4 * 1024 * 1024
 
 
 @dataclass
@@ -61,6 +66,7 @@ class Slot:
         self._ws: AttemptWorkspace | None = None
         self._snap: _Snapshot | None = None
         self._dirty = False
+        self._mark_ns = 0
         self.rebuilds = 0
 
     @property
@@ -96,6 +102,7 @@ class Slot:
             raise
         self._ws = ws
         self._dirty = False
+        self._mark_ns = self._fs_now_ns()
 
     def _discard(self) -> None:
         if self._ws is not None:
@@ -125,7 +132,12 @@ class Slot:
         if not ws.worktree.is_dir():
             raise WorkspaceError("worktree directory is gone")
         gitfile.write_bytes(snap.files[".worktree-gitfile"])
-        # 3. The pristine index (fresh mtime, so git re-checks anything racy), then let git fix the files.
+        # 3. git trusts stat data at one-second ctime granularity, so an edit that keeps size and restores the
+        #    mtime (cp -p, touch -r) within the same second would survive. The filesystem's own ctime, in
+        #    nanoseconds, cannot be forged: every file changed since the last reset is removed, and git
+        #    restores it below. Files git itself rewrote in the same clock tick only cost a rewrite.
+        _remove_changed_since(ws.worktree, self._meta / "mark", self._mark_ns)
+        # 4. The pristine index, then let git restore tracked files and remove everything else.
         shutil.copyfile(self._meta / _PRISTINE_INDEX, ws.git_dir / snap.index_rel)
         # Untracked-file caches and fsmonitor could hide what the agent left; never trust them here.
         quiet = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false", "-C", str(ws.worktree)]
@@ -133,3 +145,43 @@ class Slot:
             result = git([*quiet, *args], ws.worktree)
             if not result.ok:
                 raise WorkspaceError(f"reset failed: {result.describe_failure('git ' + args[0])}")
+        self._mark_ns = self._fs_now_ns()
+
+    def _fs_now_ns(self) -> int:
+        """The filesystem clock (coarser than time.time_ns), read from a file just touched."""
+        marker = self._meta / "mark"
+        marker.write_bytes(b"")
+        return marker.stat().st_ctime_ns
+
+
+def _remove_changed_since(root: Path, mark_file: Path, mark_ns: int) -> None:
+    """Unlink every non-directory under ``root`` (but its ``.git`` link) whose ctime is at or after ``mark_ns``.
+
+    find(1) walks the tree in C; the marker's mtime is set one nanosecond before the mark so that its strict
+    "newer than" comparison means "at or after". If find is missing or lists more than fits the buffer, the
+    walk is done in Python instead.
+    """
+    os.utime(mark_file, ns=(mark_ns - 1, mark_ns - 1))
+    argv = ["find", ".", "-path", "./.git", "-prune", "-o", "!", "-type", "d", "-newercm", str(mark_file), "-print0"]
+    result = proc.run(argv, cwd=root, timeout=600, sweep=False, tail_bytes=_FIND_OUTPUT_LIMIT)
+    if result.ok and result.stdout_bytes < _FIND_OUTPUT_LIMIT:
+        paths = [root / p.decode("utf-8", "surrogateescape") for p in result.stdout_tail.split(b"\0") if p]
+    else:
+        paths = list(_walk_changed(root, mark_ns))
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _walk_changed(root: Path, mark_ns: int) -> Iterator[Path]:
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if directory == root and entry.name == ".git":
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                elif entry.stat(follow_symlinks=False).st_ctime_ns >= mark_ns:
+                    yield Path(entry.path)

@@ -9,7 +9,15 @@ from pathlib import Path
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write a file so that readers see the old content or the new, never a torn one."""
+    """Write a file so that readers see the old content or the new, never a torn one.
+
+    Only regular files are replaced that way: ``/dev/null``, a FIFO or a terminal is written in place,
+    since renaming over it would replace the device itself.
+    """
+    if path.exists() and not path.is_file():
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
