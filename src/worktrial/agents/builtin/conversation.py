@@ -169,6 +169,12 @@ class ContextBudget:
         return elide_old_outputs(conversation, int(excess_tokens / self.tokens_per_char), self.keep_recent) > 0
 
     def shrink_after_overflow(self, conversation: Conversation) -> bool:
-        """The provider said the prompt is too long: assume our estimate was low and elide all but the last round."""
+        """The provider said the prompt is too long: assume our estimate was low and elide all but the last round.
+
+        If only the last round is left to elide, elide it too: the model learns its output was too big to keep.
+        """
         self.tokens_per_char *= 1.5
-        return elide_old_outputs(conversation, conversation.chars(), keep_recent=1) > 0
+        for keep_recent in (1, 0):
+            if elide_old_outputs(conversation, conversation.chars(), keep_recent=keep_recent) > 0:
+                return True
+        return False
