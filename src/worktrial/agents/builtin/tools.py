@@ -132,10 +132,12 @@ class Toolbox:
         )
         if result.start_error or result.not_found:
             raise ToolFailure(f"cannot run the shell: {result.start_error or result.not_found}")
-        if result.stdout_bytes <= self.output_limit:
+        # Room for the status line and the omission marker, so the result is never truncated twice.
+        budget = self.output_limit - 200
+        if result.stdout_bytes <= budget:
             output = result.stdout_tail.decode("utf-8", "replace")
         else:
-            half = self.output_limit // 2
+            half = budget // 2
             omitted = result.stdout_bytes - 2 * half
             output = (
                 head.data[:half].decode("utf-8", "replace")
