@@ -68,8 +68,10 @@ def solver(request: Request) -> Reply:
     return openai_reply(*script[turn_index(request)], usage=openai_usage(*USAGE_PER_TURN))
 
 
-def run_eval(cli: Any, repo: Path, suite: Path, *args: str) -> Any:
-    return cli(["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", "--attempts", "1", *args], cwd=repo)
+def run_eval(cli: Any, repo: Path, suite: Path, *args: str, jobs: int = 1) -> Any:
+    """One attempt per task; one job unless asked, so scripted steps are served in task order."""
+    common = ["--trust", "--format", "json", "-q", "--attempts", "1", "--jobs", str(jobs)]
+    return cli(["eval", "--suite", str(suite), *common, *args], cwd=repo)
 
 
 def traces(repo: Path) -> list[dict[str, Any]]:
@@ -91,8 +93,9 @@ def one_task_suite(write_suite: Any, task_id: str = "exact-file-content", **chan
 
 def test_bundled_suite_passes_against_any_openai_compatible_server(cli: Any, repo: Path) -> None:
     with ScriptedProvider(solver) as server:
+        # Two jobs: attempts run side by side, each with its own SDK client and conversation.
         result = run_eval(
-            cli, repo, BUNDLED, "--model", "openai-compatible/scripted-coder", "--base-url", server.openai_url
+            cli, repo, BUNDLED, "--model", "openai-compatible/scripted-coder", "--base-url", server.openai_url, jobs=2
         )
     assert result.exit_code == 0, result.output
     envelope = json.loads(result.stdout)
