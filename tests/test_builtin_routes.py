@@ -163,15 +163,17 @@ def test_cost_is_unknown_rather_than_zero() -> None:
 
 def test_http_status_categories_and_messages() -> None:
     route = resolve_route("openai/gpt-5.1", env={"OPENAI_API_KEY": KEY})
-    assert [status_category(s) for s in (401, 403, 404, 429, 500, 529, 400)] == [
+    assert [status_category(s) for s in (401, 403, 404, 429, 500, 529, 408, 400)] == [
         "provider_auth",
         "provider_auth",
         "model_not_found",
         "provider_rate_limit",
         "provider_server",
         "provider_server",
+        "provider_server",
         None,
     ]
+    assert error_from_status(route, 408, "", "", 2).category == "provider_server"
     auth = error_from_status(route, 401, f"Incorrect API key provided: {KEY}", "invalid_api_key", 2)
     assert auth.fatal and auth.category == "provider_auth" and KEY not in str(auth) and "OPENAI_API_KEY" in str(auth)
     missing = error_from_status(route, 404, f"The model does not exist (key {KEY})", "model_not_found", 2)

@@ -21,6 +21,8 @@ from worktrial.records import Tokens
 
 StatusHook = Callable[[int], None]
 DETAIL_CHARS = 300
+# Request timeout and conflict: the SDKs retry these like server errors, and so they count as such.
+TRANSIENT_STATUSES = (408, 409)
 _CONTEXT_MARKERS = (
     "context_length_exceeded",
     "maximum context length",
@@ -81,7 +83,7 @@ def status_category(status: int) -> str | None:
         return "model_not_found"
     if status == 429:
         return "provider_rate_limit"
-    if status >= 500:
+    if status >= 500 or status in TRANSIENT_STATUSES:
         return "provider_server"
     return None
 
@@ -135,7 +137,7 @@ def error_from_status(route: Route, status: int, message: str, code: str, retrie
         return ProviderError(
             "provider_rate_limit", f"{where}: rate limited (HTTP 429) after {retries} retries{suffix}", counted=True
         )
-    if status >= 500:
+    if status >= 500 or status in TRANSIENT_STATUSES:
         return ProviderError(
             "provider_server", f"{where}: server error (HTTP {status}) after {retries} retries{suffix}", counted=True
         )
