@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.builtin_support import BUNDLED, one_task_suite, run_eval, traces, write_user_config
 from tests.scripted_provider import (
     Reply,
     Request,
     ScriptedProvider,
+    anthropic_error,
     anthropic_reply,
     anthropic_usage,
     openai_error,
@@ -22,8 +23,6 @@ from tests.scripted_provider import (
 )
 from worktrial.pricing import price_table
 
-ROOT = Path(__file__).resolve().parent.parent
-BUNDLED = ROOT / "suites/smoke-workspace-basics.json"
 SECRET = "sk-test-SECRET-do-not-leak-0123456789"
 
 # A stateless scripted model: for each bundled task (found by a phrase of its prompt), the tool calls of each turn.
@@ -66,29 +65,6 @@ def solver(request: Request) -> Reply:
     prompt = task_prompt(request)
     script = next(steps for phrase, steps in SOLUTIONS.items() if phrase in prompt)
     return openai_reply(*script[turn_index(request)], usage=openai_usage(*USAGE_PER_TURN))
-
-
-def run_eval(cli: Any, repo: Path, suite: Path, *args: str, jobs: int = 1) -> Any:
-    """One attempt per task; one job unless asked, so scripted steps are served in task order."""
-    common = ["--trust", "--format", "json", "-q", "--attempts", "1", "--jobs", str(jobs)]
-    return cli(["eval", "--suite", str(suite), *common, *args], cwd=repo)
-
-
-def traces(repo: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((repo / ".worktrial/eval/traces").rglob("*.json"))]
-
-
-def write_user_config(text: str) -> None:
-    path = Path(os.environ["WORKTRIAL_CONFIG_DIR"]) / "config.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
-def one_task_suite(write_suite: Any, task_id: str = "exact-file-content", **changes: Any) -> Path:
-    """A suite holding one task of the bundled suite, unchanged unless ``changes`` says otherwise."""
-    bundled = json.loads(BUNDLED.read_text())
-    task = next(t for t in bundled["tasks"] if t["id"] == task_id)
-    return write_suite([{**task, **changes}])
 
 
 def test_bundled_suite_passes_against_any_openai_compatible_server(cli: Any, repo: Path) -> None:
@@ -276,8 +252,6 @@ def test_rejected_key_stops_the_run_with_one_message(cli: Any, repo: Path, monke
 
 def test_unknown_model_stops_the_run(cli: Any, repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
-    from tests.scripted_provider import anthropic_error
-
     steps: list[Any] = [anthropic_error(404, "not_found_error", "model: claude-nope")] * 5
     with ScriptedProvider(steps) as server:
         result = run_eval(cli, repo, BUNDLED, "--model", "anthropic/claude-nope", "--base-url", server.anthropic_url)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.builtin_support import one_task_suite, run_eval, traces, write_user_config
 from tests.scripted_provider import (
     Reply,
     Request,
@@ -19,7 +20,6 @@ from tests.scripted_provider import (
     openai_usage,
     turn_index,
 )
-from tests.test_builtin_eval import one_task_suite, run_eval, traces, write_user_config
 from worktrial.run import RunOptions, run_suite
 from worktrial.trace import FORBIDDEN_KEYS
 
