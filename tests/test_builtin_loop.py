@@ -268,3 +268,25 @@ def test_python_api_runs_the_builtin_agent(repo: Path, write_suite: Any) -> None
         )
     assert result.envelope.report.overall.passed_runs == 1
     assert result.envelope.agent["max_turns"] == 4
+
+
+def test_an_interrupted_run_stops_the_loop_before_the_next_call(tmp_path: Path) -> None:
+    from worktrial import proc
+    from worktrial.agents.base import AgentContext, AgentOptions
+    from worktrial.agents.builtin import BuiltinAgent
+    from worktrial.suite import Task
+
+    worktree = tmp_path / "wt"
+    worktree.mkdir()
+    task = Task.model_validate({"id": "t", "prompt": "do it", "verify_commands": ["true"]})
+    steps = [openai_reply(("list_files", {}), usage=openai_usage(10, 5)) for _ in range(5)]
+    with ScriptedProvider(steps) as server:
+        agent = BuiltinAgent(AgentOptions(model="openai-compatible/m", base_url=server.openai_url))
+        ctx = AgentContext(task, 1, worktree, time.monotonic() + 60, {}, tmp_path)
+        proc.STOPPING.set()
+        try:
+            result = agent.run(ctx)
+        finally:
+            proc.STOPPING.clear()
+    assert result.claimed is None and result.reason == "run interrupted"
+    assert server.requests == []

@@ -121,10 +121,14 @@ class AgentLoop:
                 finished = self._handle_call(call, results)
                 if finished is not None:
                     return finished
+                if self.ctx.cancelled():
+                    return self._end(None, reason="run interrupted")
             conversation.messages.append(ToolResults(results))
 
     def _budget_stop(self) -> AgentResult | None:
         usage = self.tally.usage
+        if self.ctx.cancelled():
+            return self._end(None, reason="run interrupted")
         if self.ctx.remaining() <= 0:
             return self._end(None, timed_out=True)
         if (usage.turns or 0) >= self.settings.max_turns:
