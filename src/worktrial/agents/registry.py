@@ -40,8 +40,8 @@ def agent_specs() -> dict[str, AgentSpec]:
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(_Specs)
     pm.register(simple)
-    pm.register(presets)
     pm.register(builtin)
+    pm.register(presets)
     pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
     specs: dict[str, AgentSpec] = {}
 
