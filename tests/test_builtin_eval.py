@@ -24,6 +24,7 @@ from tests.scripted_provider import (
 from worktrial.pricing import price_table
 
 SECRET = "sk-test-SECRET-do-not-leak-0123456789"
+WRITE_HELLO_CALL = ("write_file", {"path": "worktrial-hello.txt", "content": "Hello, worktrial!\n"})
 
 # A stateless scripted model: for each bundled task (found by a phrase of its prompt), the tool calls of each turn.
 SOLUTIONS: dict[str, list[list[tuple[str, dict[str, Any]]]]] = {
@@ -265,3 +266,23 @@ def test_missing_key_is_caught_before_any_attempt(cli: Any, repo: Path, monkeypa
     result = run_eval(cli, repo, BUNDLED, "--model", "openai/gpt-5.1")
     assert result.exit_code == 2
     assert "needs an API key: set OPENAI_API_KEY" in result.stderr
+
+
+def test_anthropic_overload_and_rate_limit_are_retried_and_counted(
+    cli: Any, repo: Path, write_suite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    suite = one_task_suite(write_suite)
+    steps: list[Any] = [
+        anthropic_error(529, "overloaded_error", "Overloaded"),
+        anthropic_error(429, "rate_limit_error", "slow down"),
+        anthropic_reply(WRITE_HELLO_CALL, usage=anthropic_usage(50, 10)),
+        anthropic_reply(("finish", {"status": "success", "summary": "ok"}), usage=anthropic_usage(60, 10)),
+    ]
+    with ScriptedProvider(steps) as server:
+        result = run_eval(cli, repo, suite, "--model", "anthropic/claude-haiku-4-5", "--base-url", server.anthropic_url)
+    assert result.exit_code == 0, result.output
+    attempt = json.loads(result.stdout)["report"]["tasks"][0]["attempts"][0]
+    assert attempt["outcome"] == "pass" and attempt["tokens"]["input"] == 110
+    assert traces(repo)[0]["error_counts"] == {"provider_server": 1, "provider_rate_limit": 1}
+    assert len(server.requests) == 4

@@ -123,7 +123,7 @@ class OpenAIChatTransport:
             raw = function.arguments or ""
             # Some local servers leave ids empty; providers need them to pair results with calls.
             call_id = call.id or f"call_{len(conversation.messages)}_{i}"
-            calls.append(ToolCall(call_id, function.name, raw, parse_arguments(raw)))
+            calls.append(ToolCall(call_id, function.name or "", raw, parse_arguments(raw)))
         usage = completion.usage
         return ModelReply(
             message=AssistantMessage(text=reply.content or "", tool_calls=calls),
