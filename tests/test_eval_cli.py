@@ -63,7 +63,7 @@ def test_repository_without_commits_is_exit_2(cli, tmp_path: Path, write_suite) 
     ("args", "needle"),
     [
         ([], "choose an agent"),
-        (["--agent", "wizard"], "unknown agent 'wizard'; known agents: aider, claude-code, codex, command, cursor"),
+        (["--agent", "wizard"], "unknown agent 'wizard'; known agents: aider, builtin, claude-code, codex, command"),
         (["--agent", "oracle", "--agent-cmd", "x"], "--agent-cmd only works with --agent command"),
         (["--agent", "command"], "--agent command needs --agent-cmd"),
         (["--agent", "nop", "--attempts", "2", "--k", "3"], "--k must be between 1 and the number of attempts (2)"),

@@ -64,6 +64,9 @@ def eval_options(func: F) -> F:
         click.option("--agent-cmd", help="Command line of your agent (implies --agent command)."),
         click.option("--model", help="Model route provider/model (recorded in the envelope)."),
         click.option("--base-url", help="Base URL for the model provider (agents that use one)."),
+        click.option("--max-turns", type=click.IntRange(min=1), help="Builtin agent: model calls per attempt (50)."),
+        click.option("--max-tokens", type=click.IntRange(min=1), help="Builtin agent: total tokens per attempt."),
+        click.option("--temperature", type=click.FloatRange(0.0, 2.0), help="Builtin agent: sampling temperature."),
         click.option("--attempts", type=click.IntRange(min=1), help="Attempts per task (overrides the suite)."),
         click.option("--k", "k", type=click.IntRange(min=1), help="Headline k (default: attempts)."),
         click.option(
@@ -104,6 +107,9 @@ def eval_cmd(
     agent_cmd: str | None,
     model: str | None,
     base_url: str | None,
+    max_turns: int | None,
+    max_tokens: int | None,
+    temperature: float | None,
     attempts: int | None,
     k: int | None,
     workspace: Path | None,
@@ -136,6 +142,11 @@ def eval_cmd(
         jobs=jobs,
         retry_errors=retry_errors,
         resume=resume_id,
+        agent_settings={
+            key: value
+            for key, value in {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}.items()
+            if value is not None
+        },
     )
     _run_and_report(lambda opts: run_suite(loaded, opts), options, fmt, output, quiet, verbose)
 

@@ -32,4 +32,9 @@ class HarnessError(WorktrialError):
 
 
 class RunAborted(WorktrialError):
-    """The run stopped early because continuing would repeat the same error on every attempt."""
+    """The run stopped early because continuing would repeat the same error on every attempt.
+
+    Exit code 2: such an error (a rejected key, an unknown model) is the user's setup, like any other bad input.
+    """
+
+    exit_code = 2

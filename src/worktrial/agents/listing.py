@@ -11,7 +11,7 @@ from worktrial.agents.custom import CustomAgent, custom_tables
 from worktrial.agents.presets import PRESETS, PresetAgent
 from worktrial.agents.registry import agent_specs
 
-BUNDLED = ("oracle", "nop", "command")
+BUNDLED = ("oracle", "nop", "command", "builtin")
 
 
 @dataclass(frozen=True)

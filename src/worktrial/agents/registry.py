@@ -35,11 +35,12 @@ class _Specs:
 @cache
 def agent_specs() -> dict[str, AgentSpec]:
     """Every known agent by name: bundled ones first, then plugins'."""
-    from worktrial.agents import presets, simple
+    from worktrial.agents import builtin, presets, simple
 
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(_Specs)
     pm.register(simple)
+    pm.register(builtin)
     pm.register(presets)
     pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
     specs: dict[str, AgentSpec] = {}
