@@ -35,6 +35,15 @@ class AuditReport(BaseModel):
     ok: bool
 
 
+# Report fields added after schema_version 1 shipped: an older envelope without them is not wrong.
+ADDED_AFTER_V1 = frozenset({"report.honesty"})
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _same(published: Any, recomputed: Any) -> bool:
     if isinstance(published, bool) or isinstance(recomputed, bool):
         return published is recomputed
@@ -66,6 +75,11 @@ class _Differ:
                     self.unknown.append(f"{path}.{key}")
                     continue
                 self.walk(value, recomputed[key], f"{path}.{key}")
+            for key in recomputed.keys() - published.keys():
+                if f"{path}.{key}" not in ADDED_AFTER_V1:
+                    self.mismatches.append(
+                        f"{path}.{key}: missing from the envelope, recomputed {_brief(recomputed[key])}"
+                    )
             return
         if isinstance(published, list) and isinstance(recomputed, list):
             if len(published) != len(recomputed):
@@ -90,10 +104,11 @@ def _outcome_problems(record: AttemptRecord) -> list[str]:
 
 
 def _forbidden(value: Any, path: str = "$") -> list[str]:
+    """Transcript-named keys holding content; a count under such a name (``tokens.output``) is a number."""
     found: list[str] = []
     if isinstance(value, dict):
         for key, item in value.items():
-            if key in FORBIDDEN_KEYS:
+            if key in FORBIDDEN_KEYS and not (item is None or isinstance(item, int | float)):
                 found.append(f"{path}.{key}")
             found += _forbidden(item, f"{path}.{key}")
     elif isinstance(value, list):

@@ -133,6 +133,10 @@ def plan(
     )
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def render_plan(p: PowerPlan) -> str:
     """Plain-language lines for the terminal."""
     v = p.variance
@@ -146,15 +150,17 @@ def render_plan(p: PowerPlan) -> str:
             f"{p.minimum_detectable_difference:.3f} ({p.minimum_detectable_difference * 100:.1f} points)"
         )
     if p.tasks_needed is not None and p.delta is not None:
-        lines.append(f"to detect {p.delta:g} with {p.attempts} attempts per task: {p.tasks_needed} tasks")
+        lines.append(f"to detect {p.delta:g} with {_n(p.attempts, 'attempt')} per task: {_n(p.tasks_needed, 'task')}")
     if p.delta is not None and p.tasks is not None:
         if p.attempts_needed is None:
             lines.append(
-                f"to detect {p.delta:g} with {p.tasks} tasks: not possible with any number of attempts "
+                f"to detect {p.delta:g} with {_n(p.tasks, 'task')}: not possible with any number of attempts "
                 "(the across-task variance needs more tasks)"
             )
         else:
-            lines.append(f"to detect {p.delta:g} with {p.tasks} tasks: {p.attempts_needed} attempts per task")
+            lines.append(
+                f"to detect {p.delta:g} with {_n(p.tasks, 'task')}: {_n(p.attempts_needed, 'attempt')} per task"
+            )
     if p.minimum_detectable_difference is None and p.delta is None:
         lines.append("give --tasks (for the detectable difference) and/or --delta (for the tasks needed)")
     return "\n".join(lines) + "\n"
