@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worktrial.compare import Comparison, Difference, GroupComparison, PairComparison
+from worktrial.compare import Comparison, Difference, Efficiency, GroupComparison, PairComparison
 
 
 def _cell(text: str) -> str:
@@ -45,6 +45,13 @@ def _money(value: float | None, signed: bool = False) -> str:
     if value is None:
         return "unknown"
     return f"{'+' if signed and value >= 0 else '-' if value < 0 else ''}${abs(value):.4f}"
+
+
+def _per_solve(e: Efficiency) -> str:
+    """Fully priced but never solved is not the same as unknown cost."""
+    if e.cost_per_solve is None and e.unpriced_runs == 0 and e.cost_usd is not None:
+        return "no solves"
+    return _money(e.cost_per_solve)
 
 
 def _plain(value: float | None, signed: bool = False, digits: int = 1) -> str:
@@ -99,8 +106,7 @@ def _pair_section(pair: PairComparison) -> list[str]:
         "| figure | A | B | B − A |",
         "|---|---:|---:|---:|",
         f"| cost | {_money(ea.cost_usd)} | {_money(eb.cost_usd)} | {_money(d['cost_usd'], signed=True)} |",
-        f"| cost per solve | {_money(ea.cost_per_solve)} | {_money(eb.cost_per_solve)} "
-        f"| {_money(d['cost_per_solve'], signed=True)} |",
+        f"| cost per solve | {_per_solve(ea)} | {_per_solve(eb)} | {_money(d['cost_per_solve'], signed=True)} |",
         f"| mean cost per attempt | {_money(ea.mean_cost_per_attempt)} | {_money(eb.mean_cost_per_attempt)} "
         f"| {_money(d['mean_cost_per_attempt'], signed=True)} |",
         f"| tokens per attempt | {_plain(ea.mean_tokens_per_attempt, digits=0)} "
