@@ -189,3 +189,19 @@ def test_power_cli_reproduces_miller_example(cli, tmp_path: Path) -> None:
     default = cli(["power", "--tasks", "100", "--attempts", "3"], cwd=tmp_path)
     assert default.exit_code == 0
     assert "assumed defaults" in default.stdout and "minimum detectable difference" in default.stdout
+
+
+def test_power_from_one_envelope_and_refusal_of_mixed_suites(cli, tmp_path: Path) -> None:
+    a = write(tmp_path / "a.json", make_envelope(A_PASSES))
+    result = cli(["power", "--from", str(a), "--format", "json"], cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    v = json.loads(result.stdout)["variance"]
+    counts = list(A_PASSES.values())
+    within = stats.mean([c * (ATTEMPTS - c) / (ATTEMPTS * (ATTEMPTS - 1)) for c in counts])
+    between = (stats.sample_variance([c / ATTEMPTS for c in counts]) or 0.0) - within / ATTEMPTS
+    assert v["sigma2_a"] == pytest.approx(within) and v["omega2"] == pytest.approx(2 * between)
+    assert "uncorrelated" in v["source"]
+    other = write(tmp_path / "b.json", make_envelope(B_PASSES, sha="b" * 64))
+    mixed = cli(["power", "--from", str(a), "--from", str(other)], cwd=tmp_path)
+    assert mixed.exit_code == 2
+    assert "different suite files" in mixed.stderr

@@ -18,15 +18,7 @@ from worktrial.audit import audit_envelope, render_audit
 from worktrial.check import DEFAULT_REPEATS, CheckOptions, check_suite
 from worktrial.compare import compare_runs, resolve_envelope
 from worktrial.errors import BadInputError
-from worktrial.power import (
-    DEFAULT_OMEGA2,
-    DEFAULT_SIGMA2,
-    VarianceModel,
-    estimate_from_one,
-    estimate_from_pair,
-    plan,
-    render_plan,
-)
+from worktrial.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
 from worktrial.report.check_markdown import render_check_markdown
 from worktrial.report.compare_markdown import render_comparison_markdown
 from worktrial.suite import LoadedSuite, load_suite
@@ -141,27 +133,10 @@ def power_cmd(
     if len(sources) > 2:
         raise BadInputError("--from takes one envelope, or two runs of the same suite")
     loaded = [resolve_envelope(ref, lambda: find_workspace(workspace)) for ref in sources]
+    model = variance_model([(item.label, item.envelope) for item in loaded], omega2=omega2, sigma2=sigma2)
     if loaded:
-        reports = [item.envelope.report for item in loaded]
-        label = " and ".join(item.label for item in loaded)
-        model = (
-            estimate_from_pair(reports[0], reports[1], label)
-            if len(reports) == 2
-            else estimate_from_one(reports[0], label)
-        )
-        tasks = tasks or len(reports[0].tasks)
+        tasks = tasks or len(loaded[0].envelope.report.tasks)
         attempts = attempts or loaded[0].envelope.run.attempts
-    else:
-        model = VarianceModel(
-            omega2=DEFAULT_OMEGA2, sigma2_a=DEFAULT_SIGMA2, sigma2_b=DEFAULT_SIGMA2, source="assumed defaults"
-        )
-    if omega2 is not None or sigma2 is not None:
-        model = VarianceModel(
-            omega2=model.omega2 if omega2 is None else omega2,
-            sigma2_a=model.sigma2_a if sigma2 is None else sigma2,
-            sigma2_b=model.sigma2_b if sigma2 is None else sigma2,
-            source=f"{model.source}, overridden on the command line",
-        )
     result = plan(model, tasks=tasks, attempts=attempts or 1, delta=delta, alpha=alpha, power=power_)
     click.echo(_as_json(result) if fmt == "json" else render_plan(result), nl=False)
 

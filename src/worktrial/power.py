@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from worktrial import stats
-from worktrial.envelope import Report, TaskReport
+from worktrial.envelope import Envelope, Report, TaskReport
 from worktrial.errors import BadInputError
 
 # Defaults when nothing is known: Miller's illustrative across-question variance, and the worst case for
@@ -92,6 +92,33 @@ def estimate_from_pair(a: Report, b: Report, source: str) -> VarianceModel:
     observed = stats.sample_variance(diffs) or 0.0
     noise = sigma2_a / _mean_attempts(counts_a) + sigma2_b / _mean_attempts(counts_b)
     return VarianceModel(omega2=max(0.0, observed - noise), sigma2_a=sigma2_a, sigma2_b=sigma2_b, source=source)
+
+
+def variance_model(
+    runs: Sequence[tuple[str, Envelope]], *, omega2: float | None = None, sigma2: float | None = None
+) -> VarianceModel:
+    """Estimated from zero, one or two labelled runs (defaults when none), then any explicit override."""
+    if len(runs) > 2:
+        raise BadInputError("variances come from one envelope, or from two runs of the same suite")
+    if len(runs) == 2 and runs[0][1].suite_sha256 != runs[1][1].suite_sha256:
+        raise BadInputError(f"{runs[0][0]} and {runs[1][0]} used different suite files; their variances do not pair")
+    label = " and ".join(name for name, _ in runs)
+    if len(runs) == 2:
+        model = estimate_from_pair(runs[0][1].report, runs[1][1].report, label)
+    elif runs:
+        model = estimate_from_one(runs[0][1].report, label)
+    else:
+        model = VarianceModel(
+            omega2=DEFAULT_OMEGA2, sigma2_a=DEFAULT_SIGMA2, sigma2_b=DEFAULT_SIGMA2, source="assumed defaults"
+        )
+    if omega2 is None and sigma2 is None:
+        return model
+    return VarianceModel(
+        omega2=model.omega2 if omega2 is None else omega2,
+        sigma2_a=model.sigma2_a if sigma2 is None else sigma2,
+        sigma2_b=model.sigma2_b if sigma2 is None else sigma2,
+        source=f"{model.source}, overridden on the command line",
+    )
 
 
 def plan(
