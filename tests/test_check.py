@@ -28,6 +28,7 @@ def test_check_finds_planted_problems(cli, repo: Path, write_suite, tmp_path: Pa
             sound("good"),
             sound("always-passes", verify_commands=["test -f README.md"]),
             sound("unsolvable", solution=[{"sh": "echo nope > other.txt"}]),
+            sound("broken-solution", solution=[{"sh": "exit 3"}]),
             sound("flaky", verify_commands=["test -f done.txt", flaky_verify]),
             {k: v for k, v in sound("no-solution").items() if k != "solution"},
         ]
@@ -46,7 +47,9 @@ def test_check_finds_planted_problems(cli, repo: Path, write_suite, tmp_path: Pa
     assert any("flaky verifier: passed 2 of 4 runs" in p for p in by_id["flaky"]["problems"]), by_id["flaky"]
     assert by_id["no-solution"]["oracle"] is None and by_id["no-solution"]["problems"] == []
     assert report["without_solution"] == ["no-solution"]
-    assert report["ok"] is False and report["problems"] == 3
+    broken = by_id["broken-solution"]["problems"]
+    assert len(broken) == 1 and "oracle does not pass (fail: agent claimed failure" in broken[0], broken
+    assert report["ok"] is False and report["problems"] == 4
     assert report["lints"] == []
 
 

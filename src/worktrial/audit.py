@@ -177,7 +177,7 @@ def audit_envelope(
         strays = [a.attempt for a in t.attempts if a.task_id != t.task_id]
         if strays:
             mismatches.append(f"report.tasks[{t.task_id}]: attempts {strays} belong to another task id")
-    expected = sum(1 for _ in loaded.suite.tasks) * envelope.run.attempts
+    expected = len(loaded.suite.tasks) * envelope.run.attempts
     if envelope.run.complete and len(records) != expected:
         mismatches.append(f"run.complete: true, but it holds {len(records)} attempts, not {expected}")
     tasks = [TaskInfo(t.id, t.display_name, t.category) for t in loaded.suite.tasks]

@@ -112,7 +112,8 @@ def _task_check(task: Task, oracle: TaskReport, nop: TaskReport, repeats: _Repea
         problems.append(f"nop attempt errored: {n_reason or 'no reason'}")
     verdicts: list[bool] = []
     if repeats is not None:
-        if repeats.error:
+        if repeats.error and o_outcome == "pass":
+            # The oracle's own attempt succeeded, so a failing rebuild means the solution is not repeatable.
             problems.append(repeats.error)
         verdicts = ([o_verified] if o_verified is not None else []) + repeats.verdicts
         if len(set(verdicts)) > 1:
