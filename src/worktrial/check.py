@@ -14,12 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from worktrial import proc
+from worktrial.check_report import CheckReport, TaskCheck
 from worktrial.commands import display, run_command
 from worktrial.envelope import Envelope, TaskReport
-from worktrial.lint import Lint, lint_suite
+from worktrial.lint import lint_suite
 from worktrial.records import Outcome
 from worktrial.run import RunOptions, run_suite
 from worktrial.suite import LoadedSuite, Task
@@ -36,34 +35,6 @@ class CheckOptions:
     repeats: int = DEFAULT_REPEATS
     on_progress: Callable[[str], None] | None = None
     on_warning: Callable[[str], None] | None = None
-
-
-class TaskCheck(BaseModel):
-    """What the three runs found for one task; ``problems`` empty means the task is sound."""
-
-    task_id: str
-    has_solution: bool
-    oracle: Outcome | None
-    oracle_reason: str | None
-    nop: Outcome
-    nop_reason: str | None
-    verify_runs: int
-    verify_passes: int | None
-    problems: list[str]
-    lints: int
-
-
-class CheckReport(BaseModel):
-    suite_path: str
-    suite_sha256: str
-    suite_id: str
-    repeats: int
-    base_commit: str
-    tasks: list[TaskCheck]
-    lints: list[Lint]
-    without_solution: list[str]
-    problems: int
-    ok: bool
 
 
 @dataclass(frozen=True)

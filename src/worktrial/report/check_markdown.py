@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worktrial.check import CheckReport, TaskCheck
+from worktrial.check_report import CheckReport, TaskCheck
 
 
 def _cell(text: str) -> str:
