@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import task
 from worktrial import stats
 from worktrial.envelope import Envelope, RunInfo, WorkspaceInfo
 from worktrial.metrics import TaskInfo, build_report
@@ -205,3 +206,19 @@ def test_power_from_one_envelope_and_refusal_of_mixed_suites(cli, tmp_path: Path
     mixed = cli(["power", "--from", str(a), "--from", str(other)], cwd=tmp_path)
     assert mixed.exit_code == 2
     assert "different suite files" in mixed.stderr
+
+
+def test_compare_two_real_runs(cli, repo: Path, write_suite, tmp_path: Path) -> None:
+    suite = write_suite([task("a"), task("b"), task("c", verify_commands=["test -f README.md"])], attempts=2)
+    outputs = []
+    for agent in ("oracle", "nop"):
+        out = tmp_path / f"{agent}.json"
+        args = ["eval", "--suite", str(suite), "--agent", agent, "--trust", "--format", "json", "--output", str(out)]
+        assert cli([*args, "-q"], cwd=repo).exit_code == 0
+        outputs.append(str(out))
+    result = cli(["compare", *outputs, "--format", "json"], cwd=repo)
+    assert result.exit_code == 0, result.output
+    pair = json.loads(result.stdout)["pairs"][0]
+    # nop fails a and b, and passes c (its verifier checks a file that is always there)
+    assert pair["overall"]["pass_at_1"]["difference"] == pytest.approx(-2 / 3)
+    assert {f["task_id"] for f in pair["flips"]} == {"a", "b"}
