@@ -216,9 +216,15 @@ def test_compare_two_real_runs(cli, repo: Path, write_suite, tmp_path: Path) -> 
         args = ["eval", "--suite", str(suite), "--agent", agent, "--trust", "--format", "json", "--output", str(out)]
         assert cli([*args, "-q"], cwd=repo).exit_code == 0
         outputs.append(str(out))
-    result = cli(["compare", *outputs, "--format", "json"], cwd=repo)
-    assert result.exit_code == 0, result.output
-    pair = json.loads(result.stdout)["pairs"][0]
-    # nop fails a and b, and passes c (its verifier checks a file that is always there)
-    assert pair["overall"]["pass_at_1"]["difference"] == pytest.approx(-2 / 3)
-    assert {f["task_id"] for f in pair["flips"]} == {"a", "b"}
+    by_agent = {
+        json.loads((p / "envelope.json").read_text())["agent"]["name"]: p.name
+        for p in (repo / ".worktrial" / "runs").iterdir()
+    }
+    stored = [by_agent["oracle"], by_agent["nop"]]
+    for refs in (outputs, stored):  # envelope files, and the same runs by their stored ids
+        result = cli(["compare", *refs, "--format", "json"], cwd=repo)
+        assert result.exit_code == 0, result.output
+        pair = json.loads(result.stdout)["pairs"][0]
+        # nop fails a and b, and passes c (its verifier checks a file that is always there)
+        assert pair["overall"]["pass_at_1"]["difference"] == pytest.approx(-2 / 3)
+        assert {f["task_id"] for f in pair["flips"]} == {"a", "b"}

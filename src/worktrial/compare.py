@@ -20,9 +20,8 @@ from worktrial import stats
 from worktrial.envelope import Envelope, TaskReport
 from worktrial.errors import BadInputError
 from worktrial.metrics import efficiency_figures, pass_at_k, pass_power_k
+from worktrial.store import ENVELOPE_FILE, runs_dir
 from worktrial.suite import CATEGORIES
-
-RUNS_DIR = Path(".worktrial") / "runs"
 
 
 @dataclass(frozen=True)
@@ -43,9 +42,12 @@ def resolve_envelope(ref: str, workspace: Callable[[], Path]) -> LoadedEnvelope:
     if not path.is_file():
         if "/" in ref or ref.endswith(".json"):
             raise BadInputError(f"{ref}: envelope file not found")
-        path = workspace() / RUNS_DIR / ref / "envelope.json"
+        path = runs_dir(workspace()) / ref / ENVELOPE_FILE
         if not path.is_file():
-            raise BadInputError(f"{ref}: not an envelope file, and no stored run with that id ({path} is missing)")
+            raise BadInputError(
+                f"{ref}: not an envelope file, and no stored run with that id ({path} is missing; "
+                "`worktrial runs` lists stored runs)"
+            )
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
