@@ -23,6 +23,9 @@ def test_check_finds_planted_problems(cli, repo: Path, write_suite, tmp_path: Pa
     # Passes on even calls only (oracle: call 0, nop never reaches it, re-runs: calls 1-3); the counter lives
     # outside every worktree, so the verdict changes while the files it checks do not.
     flaky_verify = {"sh": f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}; [ $((n % 2)) -eq 0 ]"}
+    # Passes only the first time it ever runs: consistent within the re-runs, but not with the oracle's attempt.
+    sentinel = tmp_path / "ran-once"
+    once_only = {"sh": f"test ! -e {sentinel} && touch {sentinel}"}
     suite = write_suite(
         [
             sound("good"),
@@ -30,6 +33,7 @@ def test_check_finds_planted_problems(cli, repo: Path, write_suite, tmp_path: Pa
             sound("unsolvable", solution=[{"sh": "echo nope > other.txt"}]),
             sound("broken-solution", solution=[{"sh": "exit 3"}]),
             sound("flaky", verify_commands=["test -f done.txt", flaky_verify]),
+            sound("once-only", verify_commands=["test -f done.txt", once_only]),
             {k: v for k, v in sound("no-solution").items() if k != "solution"},
         ]
     )
@@ -44,12 +48,20 @@ def test_check_finds_planted_problems(cli, repo: Path, write_suite, tmp_path: Pa
     assert by_id["always-passes"]["nop"] == "pass"
     assert by_id["unsolvable"]["oracle"] == "fail"
     assert any("oracle does not pass" in p for p in by_id["unsolvable"]["problems"])
-    assert any("flaky verifier: passed 2 of 4 runs" in p for p in by_id["flaky"]["problems"]), by_id["flaky"]
+    flaky = by_id["flaky"]
+    assert flaky["problems"] == [
+        f"flaky verifier: verify_commands[1] (sh -c '{flaky_verify['sh']}') passed 1 of 3 re-runs "
+        "on the oracle's unchanged result"
+    ], flaky
+    assert (flaky["verify_passes"], flaky["verify_runs"]) == (2, 4)
     assert by_id["no-solution"]["oracle"] is None and by_id["no-solution"]["problems"] == []
     assert report["without_solution"] == ["no-solution"]
     broken = by_id["broken-solution"]["problems"]
     assert len(broken) == 1 and "oracle does not pass (fail: agent claimed failure" in broken[0], broken
-    assert report["ok"] is False and report["problems"] == 4
+    assert by_id["once-only"]["problems"] == [
+        "flaky verifier: passed on the oracle's attempt but failed all 3 re-runs of its result"
+    ]
+    assert report["ok"] is False and report["problems"] == 5
     assert report["lints"] == []
 
 

@@ -23,7 +23,6 @@ from worktrial.records import Outcome
 from worktrial.run import RunOptions, run_suite
 from worktrial.suite import LoadedSuite, Task
 from worktrial.trace import trace_filename
-from worktrial.verify import run_verify
 from worktrial.workspace import SourceRepo, create_attempt_workspace, open_source, remove_tree
 
 DEFAULT_REPEATS = 3
@@ -39,12 +38,18 @@ class CheckOptions:
 
 @dataclass(frozen=True)
 class _Repeats:
-    verdicts: list[bool]
+    """``rounds[r][i]``: whether verify command i passed in re-run r; ``error`` when the rebuild failed."""
+
+    rounds: list[list[bool]]
     error: str | None = None
 
 
 def _repeat_verify(task: Task, source: SourceRepo, base_commit: str, repeats: int, work_root: Path) -> _Repeats:
-    """Rebuild the oracle's result in a fresh worktree, then run the verifier ``repeats`` times on it."""
+    """Rebuild the oracle's result in a fresh worktree, then run every verify command ``repeats`` times on it.
+
+    Each re-run is one full verification in order, but it does not stop at a failing command, so a flaky
+    command is found even when it is not the first one.
+    """
     root = work_root / f"{trace_filename(task.id, 0)[:-5]}-{uuid.uuid4().hex[:8]}"
     workspace = create_attempt_workspace(source, base_commit, root)
     env = proc.clean_env()
@@ -58,9 +63,37 @@ def _repeat_verify(task: Task, source: SourceRepo, base_commit: str, repeats: in
                     [],
                     f"{label} failed when rebuilding the oracle's result: {result.describe_failure(display(command))}",
                 )
-        return _Repeats([run_verify(task, workspace.worktree, env).passed for _ in range(repeats)])
+        rounds = [
+            [
+                run_command(c, cwd=workspace.worktree, env=env, timeout=task.verify_timeout_secs).ok
+                for c in task.verify_commands
+            ]
+            for _ in range(repeats)
+        ]
+        return _Repeats(rounds)
     finally:
         remove_tree(root)
+
+
+def _flaky(task: Task, repeats: _Repeats, oracle_verified: bool | None) -> list[str]:
+    """Every verify command whose verdict changed while the files it looked at did not."""
+    problems: list[str] = []
+    n = len(repeats.rounds)
+    for i, command in enumerate(task.verify_commands):
+        passes = sum(r[i] for r in repeats.rounds)
+        if 0 < passes < n:
+            problems.append(
+                f"flaky verifier: verify_commands[{i}] ({display(command)}) passed {passes} of {n} re-runs "
+                "on the oracle's unchanged result"
+            )
+    if problems or oracle_verified is None or not repeats.rounds:
+        return problems
+    passed = [all(r) for r in repeats.rounds]
+    if oracle_verified and not any(passed):
+        problems.append(f"flaky verifier: passed on the oracle's attempt but failed all {n} re-runs of its result")
+    elif not oracle_verified and all(passed):
+        problems.append(f"flaky verifier: failed on the oracle's attempt but passed all {n} re-runs of its result")
+    return problems
 
 
 def _first_attempt(report: TaskReport) -> tuple[Outcome, str | None, bool | None]:
@@ -86,11 +119,8 @@ def _task_check(task: Task, oracle: TaskReport, nop: TaskReport, repeats: _Repea
         if repeats.error and o_outcome == "pass":
             # The oracle's own attempt succeeded, so a failing rebuild means the solution is not repeatable.
             problems.append(repeats.error)
-        verdicts = ([o_verified] if o_verified is not None else []) + repeats.verdicts
-        if len(set(verdicts)) > 1:
-            problems.append(
-                f"flaky verifier: passed {sum(verdicts)} of {len(verdicts)} runs on the oracle's unchanged result"
-            )
+        verdicts = ([o_verified] if o_verified is not None else []) + [all(r) for r in repeats.rounds]
+        problems += _flaky(task, repeats, o_verified)
     return TaskCheck(
         task_id=task.id,
         has_solution=has_solution,
