@@ -228,3 +228,19 @@ def test_compare_two_real_runs(cli, repo: Path, write_suite, tmp_path: Path) -> 
         # nop fails a and b, and passes c (its verifier checks a file that is always there)
         assert pair["overall"]["pass_at_1"]["difference"] == pytest.approx(-2 / 3)
         assert {f["task_id"] for f in pair["flips"]} == {"a", "b"}
+
+
+def test_power_from_single_attempt_runs_needs_sigma2(cli, tmp_path: Path) -> None:
+    env = make_envelope(A_PASSES)
+    for t in env.report.tasks:  # keep only each task's first attempt
+        t.attempts = t.attempts[:1]
+        t.total_runs, t.passed_runs = 1, int(t.attempts[0].outcome == "pass")
+    single = write(tmp_path / "single.json", env)
+    refused = cli(["power", "--from", str(single)], cwd=tmp_path)
+    assert refused.exit_code == 2 and "--sigma2" in refused.stderr
+    result = cli(["power", "--from", str(single), "--sigma2", "0.2", "--format", "json"], cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    rates = [t.passed_runs for t in env.report.tasks]
+    assert data["variance"]["sigma2_a"] == 0.2
+    assert data["variance"]["omega2"] == pytest.approx(2 * max(0.0, (stats.sample_variance(rates) or 0) - 0.2))

@@ -55,12 +55,13 @@ def _mean_attempts(counts: Sequence[tuple[int, int]]) -> float:
     return stats.mean([float(n) for _, n in counts])
 
 
-def estimate_from_one(report: Report, source: str) -> VarianceModel:
+def estimate_from_one(report: Report, source: str, sigma2: float | None = None) -> VarianceModel:
     """Attempt noise from the run itself; across-task variance of a difference as if rates were uncorrelated."""
     counts = _counts(report.tasks)
     if len(counts) < 2:
         raise BadInputError(f"{source}: need at least two tasks with attempts to estimate variances")
     within = stats.mean_within_variance(counts)
+    within = within if within is not None else sigma2
     if within is None:
         raise BadInputError(
             f"{source}: every task has one attempt, so attempt noise cannot be estimated; pass --sigma2"
@@ -75,7 +76,7 @@ def estimate_from_one(report: Report, source: str) -> VarianceModel:
     )
 
 
-def estimate_from_pair(a: Report, b: Report, source: str) -> VarianceModel:
+def estimate_from_pair(a: Report, b: Report, source: str, sigma2: float | None = None) -> VarianceModel:
     """Every term from two runs of the same tasks: attempt noise of each, and what remains of the difference."""
     tasks_b = {t.task_id: t for t in b.tasks}
     pairs = [(t, tasks_b[t.task_id]) for t in a.tasks if t.task_id in tasks_b]
@@ -86,8 +87,12 @@ def estimate_from_pair(a: Report, b: Report, source: str) -> VarianceModel:
     counts_b = [(y.passed_runs, y.total_runs) for _, y in pairs]
     sigma2_a = stats.mean_within_variance(counts_a)
     sigma2_b = stats.mean_within_variance(counts_b)
+    sigma2_a = sigma2_a if sigma2_a is not None else sigma2
+    sigma2_b = sigma2_b if sigma2_b is not None else sigma2
     if sigma2_a is None or sigma2_b is None:
-        raise BadInputError(f"{source}: a run has one attempt per task, so attempt noise cannot be estimated")
+        raise BadInputError(
+            f"{source}: a run has one attempt per task, so attempt noise cannot be estimated; pass --sigma2"
+        )
     diffs = [y.passed_runs / y.total_runs - x.passed_runs / x.total_runs for x, y in pairs]
     observed = stats.sample_variance(diffs) or 0.0
     noise = sigma2_a / _mean_attempts(counts_a) + sigma2_b / _mean_attempts(counts_b)
@@ -104,9 +109,9 @@ def variance_model(
         raise BadInputError(f"{runs[0][0]} and {runs[1][0]} used different suite files; their variances do not pair")
     label = " and ".join(name for name, _ in runs)
     if len(runs) == 2:
-        model = estimate_from_pair(runs[0][1].report, runs[1][1].report, label)
+        model = estimate_from_pair(runs[0][1].report, runs[1][1].report, label, sigma2)
     elif runs:
-        model = estimate_from_one(runs[0][1].report, label)
+        model = estimate_from_one(runs[0][1].report, label, sigma2)
     else:
         model = VarianceModel(
             omega2=DEFAULT_OMEGA2, sigma2_a=DEFAULT_SIGMA2, sigma2_b=DEFAULT_SIGMA2, source="assumed defaults"
