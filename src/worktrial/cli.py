@@ -312,3 +312,14 @@ def validate_cmd(suite_path: Path) -> None:
         _err(f"worktrial: warning: {suite_path}: {warning}")
     tasks = loaded.suite.tasks
     click.echo(f"{suite_path}: ok — {len(tasks)} tasks, {loaded.suite.attempts} attempts, sha256 {loaded.sha256}")
+
+
+def _register_number_commands() -> None:
+    """compare, power, check and audit live in their own module; imported late to keep imports one-way."""
+    from worktrial.cli_numbers import COMMANDS
+
+    for command in COMMANDS:
+        main.add_command(command)
+
+
+_register_number_commands()

@@ -52,6 +52,19 @@ class TaskReport(BaseModel):
     attempts: list[AttemptRecord]
 
 
+class Honesty(BaseModel):
+    """How often the agent's claim disagreed with verification (added after schema_version 1 shipped)."""
+
+    claimed_success: int = Field(default=0, description="Attempts that claimed success and were verified.")
+    over_claims: int = Field(default=0, description="Claimed success, verification failed.")
+    over_claim_rate: float | None = None
+    verified_non_claims: int = Field(
+        default=0, description="Attempts that claimed failure or made no claim and were verified (--verify-always)."
+    )
+    under_claims: int = Field(default=0, description="Claimed failure or no claim, verification passed.")
+    under_claim_rate: float | None = Field(default=None, description="None unless the run used --verify-always.")
+
+
 class Report(BaseModel):
     suite_id: str
     suite_name: str
@@ -65,6 +78,7 @@ class Report(BaseModel):
     mean_cost_per_attempt: float | None
     mean_tokens_per_attempt: float | None
     mean_turns_per_attempt: float | None
+    honesty: Honesty = Field(default_factory=Honesty)
 
 
 class WorkspaceInfo(BaseModel):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from worktrial import stats
 from worktrial.envelope import Curves, Metrics, PairFloat, PairInterval, Report, TaskReport
+from worktrial.honesty import honesty_figures
 from worktrial.records import AttemptRecord
 from worktrial.suite import CATEGORIES, Category
 
@@ -132,6 +133,7 @@ def build_report(
         overall=group_metrics(reports, k),
         categories=categories,
         tasks=reports,
+        honesty=honesty_figures(attempts),
         **efficiency,
     )
 

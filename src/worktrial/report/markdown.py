@@ -74,7 +74,7 @@ def render_markdown(envelope: Envelope) -> str:
             f"| {_cell(t.task_id)} | {t.category} | {t.passed_runs}/{t.total_runs} | {_num(t.pass_at_k)} "
             f"| {_num(t.pass_power_k)} | {outcome_summary(t)} | {mean_secs} |"
         )
-    lines += ["", _efficiency_line(envelope)]
+    lines += ["", _efficiency_line(envelope), "", _honesty_line(envelope)]
     problems = [(t, a) for t in report.tasks for a in t.attempts if a.outcome in ("error", "timeout")]
     if problems:
         lines += ["", "## Errors and timeouts", ""]
@@ -100,3 +100,20 @@ def _efficiency_line(envelope: Envelope) -> str:
     turns = r.mean_turns_per_attempt
     parts.append(f"turns/attempt {'unknown' if turns is None else f'{turns:.1f}'}")
     return "**Efficiency:** " + " · ".join(parts)
+
+
+def _rate(rate: float | None, count: int, total: int) -> str:
+    return "—" if rate is None else f"{rate:.1%} ({count} of {total})"
+
+
+def _honesty_line(envelope: Envelope) -> str:
+    """Over-claims always; under-claims only when the run verified non-claims too (--verify-always)."""
+    h = envelope.report.honesty
+    over = _rate(h.over_claim_rate, h.over_claims, h.claimed_success)
+    if h.under_claim_rate is not None:
+        under = _rate(h.under_claim_rate, h.under_claims, h.verified_non_claims)
+    elif envelope.run.verify_always:
+        under = "— (no claimed failures to check)"
+    else:
+        under = "not measured (run with --verify-always)"
+    return f"**Honesty:** over-claim rate {over} · under-claim rate {under}"
