@@ -160,3 +160,28 @@ def test_preset_commands_match_documented_flags(
         else:
             assert argv[: len(flags)] == flags and argv[-1] == prompt, argv
             assert run["stdin"] == ""
+
+
+def test_codex_is_priced_from_the_table_when_the_model_is_known(
+    cli: Callable[..., Result], repo: Path, write_suite, fake_env: FakeEnv
+) -> None:
+    """Codex reports tokens but no cost; with --model the price table prices them (cached input at its rate)."""
+    binary, scenarios = SCENARIOS["codex"]
+    install_fake(fake_env.bin_dir, binary, scenarios)
+    suite = write_suite([task("normal", prompt="Create done.txt [scenario:normal]")])
+    envelope = run_eval(cli, repo, suite, "codex", "--model", "gpt-5.1")
+    attempt = attempts_by_task(envelope)["normal"]
+    tokens = EXPECTED["codex"]["tokens"]
+    fresh = tokens["input"] - tokens["cached_input"]
+    # openai/gpt-5.1 in data/prices.json: 1.25 input, 0.125 cached input, 10.0 output (USD per million)
+    expected = (fresh * 1.25 + tokens["cached_input"] * 0.125 + tokens["output"] * 10.0) / 1_000_000
+    assert attempt["cost_usd"] == pytest.approx(expected)
+    assert envelope["agent"]["price"] == {"route": "openai/gpt-5.1", "source": "table", "taken_on": "2025-11-24"}
+    assert envelope["report"]["unpriced_runs"] == 0
+
+    (repo / "worktrial.toml").write_text('[pricing."openai/*"]\ninput = 0.0\noutput = 0.0\n')
+    free = run_eval(cli, repo, suite, "codex", "--model", "gpt-5.1")
+    assert attempts_by_task(free)["normal"]["cost_usd"] == 0.0
+    assert free["agent"]["price"]["source"] == "config"
+    unknown = run_eval(cli, repo, suite, "codex")  # the CLI's own default model: unknowable, so unpriced
+    assert attempts_by_task(unknown)["normal"]["cost_usd"] is None

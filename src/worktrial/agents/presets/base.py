@@ -21,6 +21,7 @@ from worktrial import proc
 from worktrial.agents.base import AgentContext, AgentError, AgentOptions, AgentResult
 from worktrial.agents.presets.parsing import ExitInfo, ParserFactory
 from worktrial.errors import BadInputError
+from worktrial.pricing import ResolvedPrice, cost_usd, resolve_price
 
 VERSION_TIMEOUT_SECS = 15.0
 
@@ -62,6 +63,9 @@ class PresetSpec:
     version_args: tuple[str, ...] = ("--version",)
     check: Callable[[Mapping[str, str]], str | None] | None = None
     """Given the environment the agent would get, a reason it cannot run headless here (or None)."""
+    price_provider: str | None = None
+    """For a CLI that reports tokens of one model but no cost: the provider under which a bare ``--model``
+    is looked up in the price table (``provider/model`` routes are looked up as given)."""
 
 
 def split_model_route(model: str) -> tuple[str | None, str]:
@@ -145,6 +149,9 @@ class PresetAgent:
         }
         if self.options.model:
             described["model"] = self.options.model
+        resolved = self._price()
+        if resolved is not None:
+            described["price"] = {"route": resolved[0], "source": resolved[1].source, "taken_on": resolved[1].taken_on}
         if self.extra_env:
             described["env_keys"] = sorted(self.extra_env)  # values may be secrets
         return described
@@ -196,8 +203,8 @@ class PresetAgent:
             return AgentResult(claimed=None, error=AgentError("not_installed", message, fatal=True))
         verdict = parser.finish(ExitInfo(returncode=result.returncode, timed_out=result.timed_out, scratch=ctx.scratch))
         usage = verdict.usage
-        # Agents that report tokens but no cost (codex, gemini-cli, cursor) leave cost_usd None here; the
-        # price table (worktrial.pricing) is the one place that may turn tokens + model into a cost.
+        if usage.cost_usd is None and (resolved := self._price()) is not None:
+            usage.cost_usd = cost_usd(usage.tokens, resolved[1].price)
         usage.output_bytes = result.output_bytes
         if result.timed_out:
             return AgentResult(claimed=None, usage=usage, timed_out=True)
@@ -207,6 +214,18 @@ class PresetAgent:
         return AgentResult(claimed=verdict.claimed, usage=usage, reason=verdict.reason)
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _price(self) -> tuple[str, ResolvedPrice] | None:
+        """The price of the model this CLI runs, when it reports tokens but no cost and the model is known.
+
+        Without ``--model`` the CLI picks its own default, which worktrial cannot know: cost stays unknown.
+        """
+        model = self.options.model
+        if self.spec.price_provider is None or not model:
+            return None
+        route = model if "/" in model else f"{self.spec.price_provider}/{model}"
+        resolved = resolve_price(route, self.options.config)
+        return None if resolved is None else (route, resolved)
 
     def _env(self, scratch: Path) -> dict[str, str]:
         env = self.spec.env(scratch)

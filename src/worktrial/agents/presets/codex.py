@@ -2,8 +2,8 @@
 
 ``turn.completed`` carries ``usage{input_tokens, cached_input_tokens, output_tokens}`` (input includes
 the cached part, as OpenAI reports it); ``item.completed`` items are the tool calls; ``turn.failed`` and
-``error`` mean the run failed. Codex reports no cost: cost stays unknown here and is priced later from
-the price table when the model is known.
+``error`` mean the run failed. Codex reports no cost: with ``--model`` the attempt is priced from the price
+table (``openai/<model>``, or the route as given), otherwise its cost stays unknown.
 """
 
 from __future__ import annotations
@@ -98,5 +98,6 @@ SPEC = PresetSpec(
     argv=_argv,
     parser=ThreadEventsParser,
     env=lambda scratch: {"CODEX_HOME": scratch_dir(scratch, "codex")},
-    reports=("tokens", "turns", "tool calls"),
+    reports=("tokens", "cost (from the price table when --model is given)", "turns", "tool calls"),
+    price_provider="openai",
 )
