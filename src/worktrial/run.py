@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import platform
 import secrets
 import signal
 import tempfile
@@ -17,15 +16,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from worktrial import __version__, proc
+from worktrial import proc
 from worktrial.agents import AgentOptions, create_agent
 from worktrial.agents.base import Agent, AgentError
 from worktrial.attempt import AttemptSettings, run_attempt
 from worktrial.config import cache_dir, load_config
-from worktrial.envelope import Envelope, RunInfo, WorkspaceInfo, split_route
+from worktrial.envelope import Envelope
 from worktrial.errors import BadInputError, RunAborted, SuiteError
 from worktrial.executors import LocalExecutor
-from worktrial.metrics import TaskInfo, build_report
+from worktrial.history import envelope_from_records
 from worktrial.pool import Slot
 from worktrial.records import AttemptRecord
 from worktrial.store import RunMeta, RunStore, TaskMeta
@@ -142,16 +141,6 @@ def state_root_for(workspace: Path | None) -> Path:
 
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
-
-
-def host_info() -> dict[str, object]:
-    return {
-        "os": platform.system(),
-        "release": platform.release(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-    }
 
 
 @contextlib.contextmanager
@@ -397,35 +386,6 @@ def _execute(
         interrupted=interrupted,
         kept_root=work_root if options.keep_worktrees else None,
         store_dir=store.dir,
-    )
-
-
-def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, complete: bool | None = None) -> Envelope:
-    """The envelope of a stored run from its metadata and attempt records (no suite file needed)."""
-    provider, model = split_route(meta.model)
-    total = meta.attempts * len(meta.tasks)
-    info = RunInfo(
-        id=meta.id,
-        started_at=meta.started_at,
-        finished_at=utc_now(),
-        complete=(len(records) == total) if complete is None else complete and len(records) == total,
-        workspace=WorkspaceInfo(path=meta.source_repo, base_commit=meta.base_commit, dirty=meta.dirty),
-        attempts=meta.attempts,
-        k=meta.k,
-        jobs=meta.jobs,
-        verify_always=meta.verify_always,
-        host=host_info(),
-    )
-    tasks = [TaskInfo(t.id, t.name, t.category) for t in meta.tasks]
-    return Envelope(
-        harness_version=__version__,
-        provider=provider,
-        model=model,
-        agent=meta.agent_description or {"name": meta.agent},
-        suite_path=meta.suite_display_path,
-        suite_sha256=meta.suite_sha256,
-        run=info,
-        report=build_report(meta.suite_id, meta.suite_name, tasks, records, meta.k),
     )
 
 
