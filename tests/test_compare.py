@@ -244,3 +244,14 @@ def test_power_from_single_attempt_runs_needs_sigma2(cli, tmp_path: Path) -> Non
     rates = [t.passed_runs for t in env.report.tasks]
     assert data["variance"]["sigma2_a"] == 0.2
     assert data["variance"]["omega2"] == pytest.approx(2 * max(0.0, (stats.sample_variance(rates) or 0) - 0.2))
+
+
+def test_identical_differences_do_not_claim_perfect_power() -> None:
+    """Every task differing by exactly 1 gives variance 0: the detectable difference is unknown, not 0."""
+    from worktrial.compare import difference
+
+    result = difference([1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0])
+    assert result.difference == -1.0
+    assert result.minimum_detectable is None
+    varied = difference([1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0])
+    assert varied.minimum_detectable is not None and varied.minimum_detectable > 0

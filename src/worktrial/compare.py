@@ -158,6 +158,11 @@ def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
     """Means, paired difference and the minimum difference detectable at 80% power with these tasks."""
     paired = stats.paired_difference(a, b)
     diffs = [y - x for x, y in zip(a, b, strict=True)]
+    variance = stats.sample_variance(diffs)
+    # Identical differences on every task give variance 0, which would claim any difference is detectable:
+    # the variance is not estimable from such data, so neither is the minimum detectable difference.
+    if variance is not None and variance <= 0:
+        variance = None
     return Difference(
         tasks=len(a),
         a=stats.mean(a) if a else None,
@@ -166,7 +171,7 @@ def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
         stderr=paired.stderr,
         ci95=paired.ci95,
         p_value=paired.p_value,
-        minimum_detectable=stats.minimum_detectable_difference(stats.sample_variance(diffs), len(diffs)),
+        minimum_detectable=stats.minimum_detectable_difference(variance, len(diffs)),
     )
 
 

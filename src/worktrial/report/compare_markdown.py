@@ -80,7 +80,12 @@ def _pair_section(pair: PairComparison) -> list[str]:
         "",
         f"**Power:** with {o.tasks} tasks, the smallest difference detectable at 80% power (α = 0.05) is "
         f"{_num(mde1)} in pass@1 and {_num(mdek)} in pass@{k}"
-        + ("" if mde1 is not None else " (needs at least two tasks)")
+        + (
+            ""
+            if mde1 is not None
+            else " (needs at least two tasks"
+            + (", and differences that vary between tasks to estimate their variance)" if o.tasks > 1 else ")")
+        )
         + ". A difference below that is not evidence either way; see `worktrial power` to plan a bigger run.",
         "",
     ]
