@@ -49,7 +49,7 @@ class ProgressReporter:
         self.total = to_run + already_done
         self._bar.update(self._bar_task, total=self.total, completed=already_done, description=f"run {run_id}")
         if self.live_mode:
-            self._live = Live(self._render(), console=self._console, refresh_per_second=4, transient=True)
+            self._live = Live(self._render(), console=self._console, refresh_per_second=4, transient=False)
             self._live.__enter__()
         elif not self.quiet:
             resumed = f" ({already_done} already done)" if already_done else ""

@@ -6,7 +6,6 @@ attempts that were running. A torn last line (the crash hit mid-write) is ignore
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError
 from worktrial.envelope import Envelope
 from worktrial.errors import BadInputError
 from worktrial.records import AttemptRecord
+from worktrial.report.json import render_json
 from worktrial.suite import Category
 from worktrial.util import atomic_write_text
 
@@ -135,7 +135,7 @@ class RunStore:
 
     def write_envelope(self, envelope: Envelope) -> Path:
         path = self.dir / ENVELOPE_FILE
-        atomic_write_text(path, json.dumps(envelope.model_dump(mode="json"), indent=2) + "\n")
+        atomic_write_text(path, render_json(envelope))
         return path
 
     def envelope(self) -> Envelope | None:

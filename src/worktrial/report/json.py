@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from worktrial.envelope import Envelope
 
 
 def render_json(envelope: Envelope) -> str:
-    return json.dumps(envelope.model_dump(mode="json"), indent=2) + "\n"
+    """Serialised by pydantic directly: no intermediate dict per attempt, so memory stays small for big runs."""
+    return envelope.model_dump_json(indent=2) + "\n"
