@@ -274,6 +274,7 @@ def test_agent_matrix_ranks_marks_ties_and_reports_cost_and_honesty(
     assert math.isclose(modest["under_claim_rate"], 4 / 6)
     # One stored run and one envelope per configuration, in the order they ran.
     envelopes = document["envelopes"]
+    assert document["notes"] == []  # same suite, base commit, attempts and k throughout
     assert [e["agent"]["name"] for e in envelopes] == ["nop", "modest", "pricey", "good"]
     assert sorted(p.parent.name for p in stored_runs(repo)) == sorted(r["run_id"] for r in rows)
     assert len({e["run"]["workspace"]["base_commit"] for e in envelopes}) == 1
