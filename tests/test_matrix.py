@@ -219,7 +219,7 @@ case "$1:$WORKTRIAL_TASK_ID" in
   modest:t1|modest:t2|modest:t3) touch done.txt; exit 0 ;;
   modest:t6) exit 1 ;;
   modest:*) touch done.txt; exit 1 ;;
-  sleep:*) exec sleep 300 ;;
+  sleep:*) touch "$MATRIX_SLEEPING"; exec sleep 300 ;;
 esac
 """
 
@@ -375,15 +375,16 @@ def test_model_matrix_on_the_builtin_agent_keeps_going_past_a_fatal_error(
 def test_interrupt_stops_the_matrix_and_prints_what_finished(repo: Path, tmp_path: Path, write_suite: Any) -> None:
     custom_agents(repo, tmp_path, quick=("solve", 0), slow=("sleep", 0), never=("solve", 0))
     suite = write_suite([task("t1")])
-    env = {**os.environ, "WORKTRIAL_TRUST": "1"}
+    sleeping = tmp_path / "sleeping"
+    env = {**os.environ, "WORKTRIAL_TRUST": "1", "MATRIX_SLEEPING": str(sleeping)}
     command = [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--format", "json"]
     agents = ["--agent", "quick", "--agent", "slow", "--agent", "never"]
     harness = subprocess.Popen([*command, *agents], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     runs = repo / ".worktrial" / "runs"
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(list(runs.glob("*/run.json"))) < 2:
+    while time.monotonic() < deadline and not sleeping.exists():  # the second configuration's agent is running
         time.sleep(0.05)
-    time.sleep(0.5)  # let the slow agent start sleeping
+    assert sleeping.exists(), "the slow agent never started"
     harness.send_signal(signal.SIGINT)
     out, err = harness.communicate(timeout=30)
     assert harness.returncode == 130, err.decode()
