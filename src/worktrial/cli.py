@@ -14,9 +14,11 @@ from rich.console import Console
 from rich.table import Table
 
 from worktrial import __version__
+from worktrial.cli_matrix import run_matrix_and_report
 from worktrial.envelope import Envelope, envelope_json_schema
 from worktrial.errors import WorktrialError
 from worktrial.history import list_runs, stored_envelope
+from worktrial.matrix import is_matrix
 from worktrial.progress import ProgressReporter
 from worktrial.report import render_json, render_markdown
 from worktrial.run import RunOptions, RunResult, default_jobs, resume_run, run_suite, state_root_for
@@ -60,9 +62,13 @@ def main(ctx: click.Context, debug: bool) -> None:
 def eval_options(func: F) -> F:
     options = [
         click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path), help="Suite JSON file."),
-        click.option("--agent", help="Agent name: oracle, nop, command, ... (see README)."),
+        click.option(
+            "--agent", multiple=True, help="Agent name: oracle, nop, command, ... (see README); repeat for a matrix."
+        ),
         click.option("--agent-cmd", help="Command line of your agent (implies --agent command)."),
-        click.option("--model", help="Model route provider/model (recorded in the envelope)."),
+        click.option(
+            "--model", multiple=True, help="Model route provider/model (recorded in the envelope); repeat for a matrix."
+        ),
         click.option("--base-url", help="Base URL for the model provider (agents that use one)."),
         click.option("--max-turns", type=click.IntRange(min=1), help="Builtin agent: model calls per attempt (50)."),
         click.option("--max-tokens", type=click.IntRange(min=1), help="Builtin agent: total tokens per attempt."),
@@ -103,9 +109,9 @@ def eval_options(func: F) -> F:
 @eval_options
 def eval_cmd(
     suite_path: Path,
-    agent: str | None,
+    agent: tuple[str, ...],
     agent_cmd: str | None,
-    model: str | None,
+    model: tuple[str, ...],
     base_url: str | None,
     max_turns: int | None,
     max_tokens: int | None,
@@ -124,15 +130,15 @@ def eval_cmd(
     quiet: bool,
     verbose: bool,
 ) -> None:
-    """Run a suite and print its report."""
+    """Run a suite and print its report; several --agent / --model values run a matrix and print a leaderboard."""
     loaded = load_suite(suite_path)
     for warning in loaded.warnings:
         _err(f"worktrial: warning: {suite_path}: {warning}")
     _ensure_trust(loaded, workspace, trust)
     options = RunOptions(
-        agent=agent,
+        agent=agent[0] if agent else None,
         agent_cmd=agent_cmd,
-        model=model,
+        model=model[0] if model else None,
         base_url=base_url,
         attempts=attempts,
         k=k,
@@ -148,6 +154,9 @@ def eval_cmd(
             if value is not None
         },
     )
+    if is_matrix(agent, model):
+        run_matrix_and_report(loaded, agent, model, options, fmt, output, quiet, verbose)
+        return
     _run_and_report(lambda opts: run_suite(loaded, opts), options, fmt, output, quiet, verbose)
 
 
