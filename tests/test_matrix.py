@@ -220,6 +220,7 @@ case "$1:$WORKTRIAL_TASK_ID" in
   modest:t6) exit 1 ;;
   modest:*) touch done.txt; exit 1 ;;
   sleep:*) touch "$MATRIX_SLEEPING"; exec sleep 300 ;;
+  move:*) git -C "$MATRIX_USER_REPO" commit -q --allow-empty -m "moved by an agent"; touch done.txt ;;
 esac
 """
 
@@ -286,6 +287,24 @@ def test_agent_matrix_ranks_marks_ties_and_reports_cost_and_honesty(
     lines = [line for line in board.splitlines() if line.startswith(("| 1 ", "| 2 "))]
     assert "`modest`" in lines[0] and "66.7% (4 of 6)" in lines[0] and "no solves" in lines[1]
     assert "100.0% (12 of 12)" in lines[1] and "worktrial compare " in board
+
+
+def test_every_configuration_starts_from_the_first_ones_base_commit(
+    cli: Any, repo: Path, tmp_path: Path, write_suite: Any, monkeypatch: Any
+) -> None:
+    """HEAD moving during a matrix (here an agent commits in the user's repo) must not change later bases."""
+    custom_agents(repo, tmp_path, mover=("move", 0.01), good=("solve", 0.01))
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True)
+    monkeypatch.setenv("MATRIX_USER_REPO", str(repo))
+    suite = write_suite([task("t1")], attempts=1)
+    args = ["eval", "--suite", str(suite), "--trust", "-q", "--agent", "mover", "--agent", "good", "--format", "json"]
+    result = cli(args, cwd=repo)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert [e["run"]["workspace"]["base_commit"] for e in document["envelopes"]] == [base.stdout.strip()] * 2
+    assert document["notes"] == []
+    moved = subprocess.run(["git", "log", "-1", "--format=%s"], cwd=repo, check=True, capture_output=True, text=True)
+    assert moved.stdout.strip() == "moved by an agent"
 
 
 def test_single_configuration_output_is_unchanged(cli: Any, repo: Path, write_suite: Any) -> None:

@@ -246,6 +246,9 @@ def run_matrix(
                     if close is not None:
                         close()
                 outcomes.append(outcome)
+                if base.base_commit is None and outcome.envelope is not None:
+                    # Every later configuration starts from the commit the first one used, even if HEAD moves.
+                    base = dataclasses.replace(base, base_commit=outcome.envelope.run.workspace.base_commit)
                 if finished is not None:
                     finished(outcome)
                 if outcome.status == "interrupted":

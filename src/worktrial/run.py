@@ -66,6 +66,8 @@ class RunOptions:
     jobs: int | None = None
     retry_errors: int = 0
     resume: str | None = None
+    base_commit: str | None = None
+    """Start every attempt from this commit instead of the workspace's HEAD (matrices pin their first run's)."""
     agent_settings: dict[str, Any] = field(default_factory=dict)
     on_begin: Callable[[str, int, int], None] | None = None
     """Called with (run id, attempts to run now, attempts already done) before the first attempt starts."""
@@ -116,7 +118,7 @@ class _Workspace:
     dirty: bool
 
 
-def _resolve_workspace(loaded: LoadedSuite, workspace: Path | None) -> _Workspace:
+def _resolve_workspace(loaded: LoadedSuite, workspace: Path | None, base_commit: str | None = None) -> _Workspace:
     pin = loaded.suite.workspace
     if pin is not None and pin.repo:
         repo = fetch_pinned(pin.repo, pin.ref, loaded.path.resolve().parent, cache_dir())
@@ -129,7 +131,7 @@ def _resolve_workspace(loaded: LoadedSuite, workspace: Path | None) -> _Workspac
         repo = find_workspace(workspace)
         state_root = repo
         user_repo = True
-    base = resolve_commit(repo, pin.ref if pin is not None and pin.ref else "HEAD")
+    base = resolve_commit(repo, base_commit or (pin.ref if pin is not None and pin.ref else "HEAD"))
     dirty = is_dirty(repo) if user_repo and not (pin and pin.ref) else False
     return _Workspace(state_root=state_root, source=open_source(repo), base_commit=base, dirty=dirty)
 
@@ -186,7 +188,7 @@ def run_suite(suite: LoadedSuite | str | Path, options: RunOptions | None = None
         return resume_run(options.resume, options, loaded)
     attempts, k, jobs = _validate_counts(loaded, options)
     agent_name = choose_agent_name(options)
-    ws = _resolve_workspace(loaded, options.workspace)
+    ws = _resolve_workspace(loaded, options.workspace, options.base_commit)
     agent = build_agent(options, load_config(ws.state_root))
     if ws.dirty and options.on_warning:
         options.on_warning(
