@@ -229,6 +229,7 @@ exec_group.add_command(eval_cmd)
 @click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the run.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Attempts to run at once (default: as stored).")
 @click.option("--retry-errors", type=click.IntRange(min=0), default=0, help="Retry infrastructure errors N times.")
+@click.option("--base-url", help="The provider base URL again, when it held credentials (they are never stored).")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
@@ -238,13 +239,14 @@ def resume_cmd(
     workspace: Path | None,
     jobs: int | None,
     retry_errors: int,
+    base_url: str | None,
     fmt: str,
     output: Path | None,
     quiet: bool,
     verbose: bool,
 ) -> None:
     """Run only the attempts a stored run is missing, then report on the whole run."""
-    options = RunOptions(workspace=workspace, jobs=jobs, retry_errors=retry_errors)
+    options = RunOptions(workspace=workspace, jobs=jobs, retry_errors=retry_errors, base_url=base_url)
     _run_and_report(lambda opts: resume_run(run_id, opts), options, fmt, output, quiet, verbose)
 
 

@@ -29,7 +29,7 @@ from worktrial.pool import Slot
 from worktrial.records import AttemptRecord
 from worktrial.store import RunMeta, RunStore, TaskMeta
 from worktrial.suite import LoadedSuite, Task, load_suite
-from worktrial.util import utc_now
+from worktrial.util import public_url, utc_now
 from worktrial.workspace import (
     SourceRepo,
     ensure_state_dir,
@@ -214,7 +214,8 @@ def run_suite(suite: LoadedSuite | str | Path, options: RunOptions | None = None
         agent_description=agent.describe(),
         agent_cmd=options.agent_cmd,
         model=options.model,
-        base_url=options.base_url,
+        base_url=public_url(options.base_url) if options.base_url else None,
+        base_url_redacted=bool(options.base_url) and public_url(options.base_url or "") != options.base_url,
         agent_settings=dict(options.agent_settings),
         attempts=attempts,
         k=k,
@@ -252,17 +253,24 @@ def resume_run(run_id: str, options: RunOptions | None = None, loaded: LoadedSui
         differences.append(f"agent command: stored {meta.agent_cmd!r}, now {options.agent_cmd!r}")
     if options.model is not None and options.model != meta.model:
         differences.append(f"model: stored {meta.model}, now {options.model}")
+    if options.base_url is not None and public_url(options.base_url) != meta.base_url:
+        differences.append(f"base URL: stored {meta.base_url}, now {public_url(options.base_url)}")
     if options.attempts is not None and options.attempts != meta.attempts:
         differences.append(f"attempts: stored {meta.attempts}, now {options.attempts}")
     if differences:
         raise BadInputError(f"cannot resume run {run_id}; it differs from the stored run:\n" + "\n".join(differences))
+    if meta.base_url_redacted and options.base_url is None:
+        raise BadInputError(
+            f"run {run_id} used a base URL with credentials in it, which were not stored; "
+            f"pass --base-url {meta.base_url} with them again to resume"
+        )
     if meta.work_root:
         remove_tree(Path(meta.work_root))  # left behind by a crash
     stored = RunOptions(
         agent=meta.agent,
         agent_cmd=meta.agent_cmd,
         model=meta.model,
-        base_url=meta.base_url,
+        base_url=options.base_url or meta.base_url,
         agent_settings=meta.agent_settings,
     )
     agent = build_agent(stored, load_config(ws.state_root))

@@ -54,6 +54,8 @@ class RunMeta(BaseModel):
     agent_cmd: str | None = None
     model: str | None = None
     base_url: str | None = None
+    """Without user info, query or fragment; ``base_url_redacted`` says whether anything was removed."""
+    base_url_redacted: bool = False
     agent_settings: dict[str, Any] = Field(default_factory=dict)
     attempts: int
     k: int

@@ -6,6 +6,7 @@ import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -34,3 +35,12 @@ def atomic_write_text(path: Path, text: str) -> None:
 def utc_now() -> str:
     """RFC 3339 timestamp in UTC with second precision."""
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def public_url(url: str) -> str:
+    """The URL without user info, query or fragment: those may hold credentials and must not be stored."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))

@@ -12,9 +12,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from worktrial.errors import BadInputError
+from worktrial.util import public_url
 
 Api = Literal["openai", "anthropic"]
 APIS: tuple[Api, ...] = ("openai", "anthropic")
@@ -80,11 +81,7 @@ class Route:
 
     def public_base_url(self) -> str:
         """The base URL without user info, query or fragment (those may hold credentials)."""
-        parts = urlsplit(self.base_url)
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+        return public_url(self.base_url)
 
 
 def _provider_config(config: Mapping[str, Any], provider: str) -> dict[str, Any]:
