@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
 from typing import Any, ClassVar
 
+from worktrial import proc
 from worktrial.agents import AgentContext, AgentOptions, AgentResult
 
 
@@ -41,4 +43,31 @@ class FlakyInfraAgent:
             time.sleep(ctx.remaining() + 2.5)
             return AgentResult(claimed=True)
         (ctx.worktree / "done.txt").write_text("done\n")
+        return AgentResult(claimed=True)
+
+
+class StubbornAgent:
+    """Starts a child process, then ignores cancellation for a long time (a badly behaved in-process agent)."""
+
+    name = "stubborn"
+
+    def __init__(self, options: AgentOptions) -> None:
+        self.options = options
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def preflight(self) -> None:
+        return None
+
+    def run(self, ctx: AgentContext) -> AgentResult:
+        marker = os.environ.get("MARK", "stubborn")
+        child = threading.Thread(
+            target=proc.run,
+            args=(["python3", "-c", "import time; time.sleep(300)", marker],),
+            kwargs={"cwd": ctx.worktree, "timeout": 600},
+            daemon=True,
+        )
+        child.start()
+        time.sleep(120)
         return AgentResult(claimed=True)

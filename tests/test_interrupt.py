@@ -82,3 +82,33 @@ def test_interrupt_cleans_up(repo: Path, write_suite, tmp_path: Path, sig: signa
     assert b"worktrial resume " in err
     assert _alive_with_marker(marker) == []
     assert list(tmp.iterdir()) == []
+
+
+def test_second_interrupt_ends_at_once_and_leaves_nothing(repo: Path, write_suite, tmp_path: Path) -> None:
+    """An agent that ignores the first Ctrl-C would hold the cleanup; a second one ends the run at once."""
+    marker = f"wt-stubborn-{uuid.uuid4().hex}"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    suite = write_suite([task("t", timeout_secs=300)], attempts=1)
+    project = str(Path(__file__).resolve().parent.parent)  # so the subprocess can import tests.agents_for_tests
+    env = {**os.environ, "TMPDIR": str(tmp), "WORKTRIAL_TRUST": "1", "MARK": marker, "PYTHONPATH": project}
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--agent",
+         "tests.agents_for_tests:StubbornAgent"],
+        cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not _alive_with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _alive_with_marker(marker), "agent never started its child"
+    harness.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert harness.poll() is None, "the stubborn agent should still be holding the first cleanup"
+    assert _alive_with_marker(marker) == []  # the first Ctrl-C already ended every process
+    start = time.monotonic()
+    harness.send_signal(signal.SIGINT)
+    harness.communicate(timeout=20)
+    assert harness.returncode == 130
+    assert time.monotonic() - start < 5
+    assert _alive_with_marker(marker) == []
+    assert list(tmp.iterdir()) == []
