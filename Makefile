@@ -31,3 +31,6 @@ test: lint typecheck unit
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/overhead.py
