@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from worktrial import __version__
+from worktrial.cli_common import ensure_trust, err
 from worktrial.cli_matrix import run_matrix_and_report
 from worktrial.envelope import Envelope, envelope_json_schema
 from worktrial.errors import WorktrialError
@@ -22,17 +23,12 @@ from worktrial.matrix import is_matrix
 from worktrial.progress import ProgressReporter
 from worktrial.report import render_json, render_markdown
 from worktrial.run import RunOptions, RunResult, default_jobs, resume_run, run_suite, state_root_for
-from worktrial.suite import LoadedSuite, load_suite, suite_json_schema
-from worktrial.trust import ensure_trusted
+from worktrial.suite import load_suite, suite_json_schema
 from worktrial.util import atomic_write_text
 from worktrial.workspace import find_workspace
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_INTERRUPTED = 130
-
-
-def _err(message: str) -> None:
-    click.echo(message, err=True)
 
 
 class _Group(click.Group):
@@ -45,7 +41,7 @@ class _Group(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()
             for i, line in enumerate(str(exc).splitlines()):
-                _err(f"worktrial: error: {line}" if i == 0 else f"  {line}")
+                err(f"worktrial: error: {line}" if i == 0 else f"  {line}")
             ctx.exit(exc.exit_code)
 
 
@@ -133,8 +129,8 @@ def eval_cmd(
     """Run a suite and print its report; several --agent / --model values run a matrix and print a leaderboard."""
     loaded = load_suite(suite_path)
     for warning in loaded.warnings:
-        _err(f"worktrial: warning: {suite_path}: {warning}")
-    _ensure_trust(loaded, workspace, trust)
+        err(f"worktrial: warning: {suite_path}: {warning}")
+    ensure_trust(loaded, workspace, trust)
     options = RunOptions(
         agent=agent[0] if agent else None,
         agent_cmd=agent_cmd,
@@ -160,19 +156,6 @@ def eval_cmd(
     _run_and_report(lambda opts: run_suite(loaded, opts), options, fmt, output, quiet, verbose)
 
 
-def _ensure_trust(loaded: LoadedSuite, workspace: Path | None, trust: bool) -> None:
-    trust_root = workspace.resolve() if workspace else None
-    if loaded.suite.workspace is None or not loaded.suite.workspace.repo:
-        trust_root = find_workspace(workspace)
-    ensure_trusted(
-        loaded,
-        trust_root or Path.cwd().resolve(),
-        assume_yes=trust,
-        interactive=sys.stdin.isatty() and sys.stderr.isatty(),
-        confirm=lambda question: click.confirm(question, default=False, err=True),
-    )
-
-
 def _run_and_report(
     runner: Callable[[RunOptions], RunResult],
     options: RunOptions,
@@ -185,18 +168,18 @@ def _run_and_report(
     options.on_begin = progress.begin
     options.on_start = progress.start
     options.on_attempt = progress.attempt
-    options.on_warning = lambda message: _err(f"worktrial: warning: {message}")
+    options.on_warning = lambda message: err(f"worktrial: warning: {message}")
     try:
         result = runner(options)
     finally:
         progress.close()
     _emit(result.envelope, fmt, output, quiet)
     if result.kept_root is not None:
-        _err(f"worktrial: worktrees kept under {result.kept_root}")
+        err(f"worktrial: worktrees kept under {result.kept_root}")
     if not quiet:
-        _err(f"worktrial: run stored in {result.store_dir}")
+        err(f"worktrial: run stored in {result.store_dir}")
     if result.interrupted:
-        _err(
+        err(
             f"worktrial: interrupted; the report covers the attempts that finished. "
             f"Continue with: worktrial resume {result.envelope.run.id}"
         )
@@ -208,7 +191,7 @@ def _emit(envelope: Envelope, fmt: str, output: Path | None, quiet: bool) -> Non
     if output:
         atomic_write_text(output, text)
         if not quiet:
-            _err(f"worktrial: report written to {output}")
+            err(f"worktrial: report written to {output}")
     else:
         click.echo(text, nl=False)
 
@@ -320,7 +303,7 @@ def validate_cmd(suite_path: Path) -> None:
     """Check that a suite file loads and validates (no commands are run)."""
     loaded = load_suite(suite_path)
     for warning in loaded.warnings:
-        _err(f"worktrial: warning: {suite_path}: {warning}")
+        err(f"worktrial: warning: {suite_path}: {warning}")
     tasks = loaded.suite.tasks
     click.echo(f"{suite_path}: ok — {len(tasks)} tasks, {loaded.suite.attempts} attempts, sha256 {loaded.sha256}")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from worktrial.cli_common import err
 from worktrial.errors import BadInputError
 from worktrial.leaderboard import build_leaderboard
 from worktrial.matrix import (
@@ -28,10 +29,6 @@ from worktrial.report.leaderboard_markdown import render_leaderboard_markdown
 from worktrial.run import RunOptions
 from worktrial.suite import LoadedSuite
 from worktrial.util import atomic_write_text
-
-
-def _err(message: str) -> None:
-    click.echo(message, err=True)
 
 
 def _first_line(error: Exception) -> str:
@@ -58,11 +55,11 @@ def run_matrix_and_report(
     def warn(message: str) -> None:
         if message not in seen_warnings:  # e.g. a dirty workspace: say it once, not once per configuration
             seen_warnings.add(message)
-            _err(f"worktrial: warning: {message}")
+            err(f"worktrial: warning: {message}")
 
     def prepare(index: int, configuration: Configuration, options: RunOptions) -> Callable[[], None]:
         if not quiet:
-            _err(f"worktrial: configuration {index}/{len(configurations)}: {configuration.label}")
+            err(f"worktrial: configuration {index}/{len(configurations)}: {configuration.label}")
         progress = ProgressReporter(quiet=quiet, verbose=verbose)
         options.on_begin = progress.begin
         options.on_start = progress.start
@@ -74,11 +71,11 @@ def run_matrix_and_report(
         label = outcome.configuration.label
         if outcome.error is not None:
             stored = f" (finished attempts are in run {outcome.run_id})" if outcome.run_id else ""
-            _err(f"worktrial: error: {label}: {_first_line(outcome.error)}{stored}; continuing with the others")
+            err(f"worktrial: error: {label}: {_first_line(outcome.error)}{stored}; continuing with the others")
         if outcome.kept_root is not None:
-            _err(f"worktrial: {label}: worktrees kept under {outcome.kept_root}")
+            err(f"worktrial: {label}: worktrees kept under {outcome.kept_root}")
         if not quiet and outcome.store_dir is not None:
-            _err(f"worktrial: {label}: run {outcome.run_id} stored in {outcome.store_dir}")
+            err(f"worktrial: {label}: run {outcome.run_id} stored in {outcome.store_dir}")
 
     result = run_matrix(loaded, configurations, base, prepare=prepare, finished=finished)
     board = build_leaderboard([o.contender() for o in result.outcomes])
@@ -94,15 +91,15 @@ def run_matrix_and_report(
     if output:
         atomic_write_text(output, text)
         if not quiet:
-            _err(f"worktrial: leaderboard written to {output}")
+            err(f"worktrial: leaderboard written to {output}")
     else:
         click.echo(text, nl=False)
     if result.interrupted:
         resume = [o.run_id for o in result.outcomes if o.status == "interrupted" and o.run_id]
         hint = f" Continue the interrupted run with: worktrial resume {resume[0]}" if resume else ""
-        _err(f"worktrial: interrupted; the leaderboard covers the configurations that ran.{hint}")
+        err(f"worktrial: interrupted; the leaderboard covers the configurations that ran.{hint}")
     failed = [o for o in result.outcomes if o.status == "failed"]
     if failed and not result.interrupted:
-        _err(f"worktrial: {len(failed)} of {len(configurations)} configurations failed; see the leaderboard")
+        err(f"worktrial: {len(failed)} of {len(configurations)} configurations failed; see the leaderboard")
     if result.exit_code:
         sys.exit(result.exit_code)

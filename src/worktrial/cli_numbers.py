@@ -16,13 +16,13 @@ from pydantic import BaseModel
 from worktrial import stats
 from worktrial.audit import audit_envelope, render_audit
 from worktrial.check import DEFAULT_REPEATS, CheckOptions, check_suite
+from worktrial.cli_common import ensure_trust, err
 from worktrial.compare import compare_runs, resolve_envelope
 from worktrial.errors import BadInputError
 from worktrial.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
 from worktrial.report.check_markdown import render_check_markdown
 from worktrial.report.compare_markdown import render_comparison_markdown
 from worktrial.suite import LoadedSuite, load_suite
-from worktrial.trust import ensure_trusted
 from worktrial.util import atomic_write_text
 from worktrial.workspace import find_workspace
 
@@ -39,10 +39,6 @@ _WORKSPACE = click.option(
 )
 
 
-def _err(message: str) -> None:
-    click.echo(message, err=True)
-
-
 def _as_json(model: BaseModel) -> str:
     return json.dumps(model.model_dump(mode="json"), indent=2) + "\n"
 
@@ -50,7 +46,7 @@ def _as_json(model: BaseModel) -> str:
 def _emit(text: str, output: Path | None) -> None:
     if output:
         atomic_write_text(output, text)
-        _err(f"worktrial: report written to {output}")
+        err(f"worktrial: report written to {output}")
     else:
         click.echo(text, nl=False)
 
@@ -58,22 +54,8 @@ def _emit(text: str, output: Path | None) -> None:
 def _load_with_warnings(suite_path: Path) -> LoadedSuite:
     loaded = load_suite(suite_path)
     for warning in loaded.warnings:
-        _err(f"worktrial: warning: {suite_path}: {warning}")
+        err(f"worktrial: warning: {suite_path}: {warning}")
     return loaded
-
-
-def _ensure_trust(loaded: LoadedSuite, workspace: Path | None, trust: bool) -> None:
-    """The same trust rule as ``eval``: per workspace and suite digest, asked once."""
-    trust_root = workspace.resolve() if workspace else None
-    if loaded.suite.workspace is None or not loaded.suite.workspace.repo:
-        trust_root = find_workspace(workspace)
-    ensure_trusted(
-        loaded,
-        trust_root or Path.cwd().resolve(),
-        assume_yes=trust,
-        interactive=sys.stdin.isatty() and sys.stderr.isatty(),
-        confirm=lambda question: click.confirm(question, default=False, err=True),
-    )
 
 
 @click.command("compare")
@@ -160,12 +142,12 @@ def check_cmd(
 ) -> None:
     """Validate a suite by running it: oracle must pass, nop must fail, verifiers must be stable; plus lints."""
     loaded = _load_with_warnings(suite_path)
-    _ensure_trust(loaded, workspace, trust)
+    ensure_trust(loaded, workspace, trust)
     options = CheckOptions(
         workspace=workspace,
         repeats=repeats,
-        on_progress=None if quiet else lambda message: _err(f"worktrial: {message}"),
-        on_warning=lambda message: _err(f"worktrial: warning: {message}"),
+        on_progress=None if quiet else lambda message: err(f"worktrial: {message}"),
+        on_warning=lambda message: err(f"worktrial: warning: {message}"),
     )
     report = check_suite(loaded, options)
     _emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output)

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import signal
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from worktrial.agents import agent_specs
@@ -31,7 +28,7 @@ from worktrial.envelope import Envelope
 from worktrial.errors import BadInputError, WorktrialError
 from worktrial.history import stored_envelope
 from worktrial.leaderboard import Contender, Status
-from worktrial.run import RunOptions, build_agent, choose_agent_name, run_suite
+from worktrial.run import RunOptions, build_agent, choose_agent_name, run_suite, sigterm_as_interrupt
 from worktrial.suite import LoadedSuite
 from worktrial.workspace import find_workspace
 
@@ -165,23 +162,6 @@ class MatrixResult:
         return failed[0].exit_code if failed else 0
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM between two configurations stops the matrix like Ctrl-C (a run installs its own while it runs)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _stored(base: RunOptions, run_id: str | None) -> Envelope | None:
     """What a run that stopped early left in its store (None when it never started or the store is unreadable)."""
     if run_id is None:
@@ -235,7 +215,7 @@ def run_matrix(
     so a caller can print its run id while the next configuration runs.
     """
     outcomes: list[ConfigurationOutcome] = []
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         try:
             for index, configuration in enumerate(configurations, start=1):
                 options = options_for(base, configuration)

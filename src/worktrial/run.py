@@ -146,8 +146,8 @@ def new_run_id() -> str:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM ends a run the same way Ctrl-C does (only possible from the main thread)."""
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends a run (or a matrix) the same way Ctrl-C does (only possible from the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -350,7 +350,7 @@ def _execute(
     if options.on_begin:
         options.on_begin(meta.id, len(plans), len(records))
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             try:
                 for event in executor.events(plans):
                     task, number = event.item

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from worktrial.check_report import CheckReport, TaskCheck
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+from worktrial.report.format import cell
 
 
 def _verify_cell(task: TaskCheck) -> str:
@@ -33,25 +30,25 @@ def render_check_markdown(report: CheckReport) -> str:
     ]
     for t in report.tasks:
         lines.append(
-            f"| {_cell(t.task_id)} | {'yes' if t.has_solution else 'none'} | {t.oracle or '—'} | {t.nop} "
+            f"| {cell(t.task_id)} | {'yes' if t.has_solution else 'none'} | {t.oracle or '—'} | {t.nop} "
             f"| {_verify_cell(t)} | {_status(t)} |"
         )
     found = [(t.task_id, p) for t in report.tasks for p in t.problems]
     if found:
         lines += ["", "## Problems", ""]
-        lines += [f"- `{_cell(task_id)}`: {_cell(problem)}" for task_id, problem in found]
+        lines += [f"- `{cell(task_id)}`: {cell(problem)}" for task_id, problem in found]
     if report.lints:
         lines += ["", "## Lints", ""]
         for lint in report.lints:
-            line = f"- `{lint.where}`: {_cell(lint.message)}"
+            line = f"- `{lint.where}`: {cell(lint.message)}"
             if lint.suggestion:
-                line += f" — write it as `{_cell(lint.suggestion)}`"
+                line += f" — write it as `{cell(lint.suggestion)}`"
             lines.append(line)
     if report.without_solution:
         lines += [
             "",
             "Tasks without a `solution` (the oracle cannot check them; add one to prove they are solvable): "
-            + ", ".join(f"`{_cell(t)}`" for t in report.without_solution),
+            + ", ".join(f"`{cell(t)}`" for t in report.without_solution),
         ]
     lines += ["", "**No problems found.**" if report.ok else f"**{report.problems} problem(s) found.**"]
     return "\n".join(lines) + "\n"

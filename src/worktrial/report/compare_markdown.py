@@ -3,32 +3,21 @@
 from __future__ import annotations
 
 from worktrial.compare import Comparison, Difference, Efficiency, GroupComparison, PairComparison
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _num(value: float | None, signed: bool = False) -> str:
-    if value is None:
-        return "—"
-    return f"{value:+.3f}" if signed else f"{value:.3f}"
+from worktrial.report.format import cell, ci, num, p_value, plain
 
 
 def _ci(interval: tuple[float, float] | None) -> str:
-    return "—" if interval is None else f"[{interval[0]:+.3f}, {interval[1]:+.3f}]"
+    return ci(interval, signed=True)
 
 
-def _p(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return "<0.001" if value < 0.001 else f"{value:.3f}"
+def _plain(value: float | None, signed: bool = False, digits: int = 1) -> str:
+    return plain(value, digits, signed)
 
 
 def _row(label: str, metric: str, d: Difference) -> str:
     return (
-        f"| {label} | {metric} | {d.tasks} | {_num(d.a)} | {_num(d.b)} | {_num(d.difference, signed=True)} "
-        f"| {_num(d.stderr)} | {_ci(d.ci95)} | {_p(d.p_value)} |"
+        f"| {label} | {metric} | {d.tasks} | {num(d.a)} | {num(d.b)} | {num(d.difference, signed=True)} "
+        f"| {num(d.stderr)} | {_ci(d.ci95)} | {p_value(d.p_value)} |"
     )
 
 
@@ -54,16 +43,10 @@ def _per_solve(e: Efficiency) -> str:
     return _money(e.cost_per_solve)
 
 
-def _plain(value: float | None, signed: bool = False, digits: int = 1) -> str:
-    if value is None:
-        return "unknown"
-    return f"{value:+,.{digits}f}" if signed else f"{value:,.{digits}f}"
-
-
 def _pair_section(pair: PairComparison) -> list[str]:
     k = pair.k
-    lines = [f"## B = `{_cell(pair.b)}` vs A = `{_cell(pair.a)}`", ""]
-    lines += [f"- note: {_cell(n)}" for n in pair.notes]
+    lines = [f"## B = `{cell(pair.b)}` vs A = `{cell(pair.a)}`", ""]
+    lines += [f"- note: {cell(n)}" for n in pair.notes]
     if pair.notes:
         lines.append("")
     lines += [
@@ -79,7 +62,7 @@ def _pair_section(pair: PairComparison) -> list[str]:
     lines += [
         "",
         f"**Power:** with {o.tasks} tasks, the smallest difference detectable at 80% power (α = 0.05) is "
-        f"{_num(mde1)} in pass@1 and {_num(mdek)} in pass@{k}"
+        f"{num(mde1)} in pass@1 and {num(mdek)} in pass@{k}"
         + (
             ""
             if mde1 is not None
@@ -97,7 +80,7 @@ def _pair_section(pair: PairComparison) -> list[str]:
             "|---|---|---|---:|---:|",
         ]
         lines += [
-            f"| {_cell(f.task_id)} | {f.category} | {f.solved_by.upper()} only | {f.a_passed}/{f.a_total} "
+            f"| {cell(f.task_id)} | {f.category} | {f.solved_by.upper()} only | {f.a_passed}/{f.a_total} "
             f"| {f.b_passed}/{f.b_total} |"
             for f in pair.flips
         ]
@@ -131,8 +114,8 @@ def render_comparison_markdown(comparison: Comparison) -> str:
     lines.append("|---|---|---|---|---|---:|---:|---:|")
     for r in comparison.runs:
         lines.append(
-            f"| `{_cell(r.label)}` | {_cell(r.agent)} | {_cell(r.model or '—')} | `{_cell(r.run_id)}` "
-            f"| `{_cell(r.suite_id)}` `{r.suite_sha256[:12]}` | {r.tasks} | {r.attempts} | {r.k} |"
+            f"| `{cell(r.label)}` | {cell(r.agent)} | {cell(r.model or '—')} | `{cell(r.run_id)}` "
+            f"| `{cell(r.suite_id)}` `{r.suite_sha256[:12]}` | {r.tasks} | {r.attempts} | {r.k} |"
         )
     lines += [
         "",

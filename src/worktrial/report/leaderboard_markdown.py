@@ -3,50 +3,19 @@
 from __future__ import annotations
 
 from worktrial.leaderboard import Leaderboard, LeaderboardRow
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _num(value: float | None, signed: bool = False) -> str:
-    if value is None:
-        return "—"
-    return f"{value:+.3f}" if signed else f"{value:.3f}"
-
-
-def _ci(interval: tuple[float, float] | None) -> str:
-    return "—" if interval is None else f"[{interval[0]:.3f}, {interval[1]:.3f}]"
-
-
-def _p(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return "<0.001" if value < 0.001 else f"{value:.3f}"
-
-
-def _usd(value: float | None) -> str:
-    return "unknown" if value is None else (f"${value:.4f}" if value < 1 else f"${value:.2f}")
+from worktrial.report.format import cell, ci, num, p_value, plain, rate, usd
 
 
 def _per_solve(row: LeaderboardRow) -> str:
     """Fully priced but never solved is a fact ("no solves"), not an unknown cost."""
     if row.cost_per_solve is None and row.unpriced_runs == 0 and row.cost_usd is not None:
         return "no solves"
-    return _usd(row.cost_per_solve)
-
-
-def _plain(value: float | None, digits: int) -> str:
-    return "unknown" if value is None else f"{value:,.{digits}f}"
-
-
-def _rate(rate: float | None, count: int | None, total: int | None) -> str:
-    return "—" if rate is None else f"{rate:.1%} ({count} of {total})"
+    return usd(row.cost_per_solve)
 
 
 def _under(row: LeaderboardRow) -> str:
     if row.under_claim_rate is not None:
-        return _rate(row.under_claim_rate, row.under_claims, row.verified_non_claims)
+        return rate(row.under_claim_rate, row.under_claims, row.verified_non_claims)
     return "—" if row.verify_always else "not measured"
 
 
@@ -55,7 +24,7 @@ def _versus(row: LeaderboardRow) -> tuple[str, str]:
         return "(best)", "—"
     if row.vs_best is None:
         return "—", "—"
-    return _num(row.vs_best.difference, signed=True), _p(row.vs_best.p_value)
+    return num(row.vs_best.difference, signed=True), p_value(row.vs_best.p_value)
 
 
 def _ranked_line(row: LeaderboardRow) -> str:
@@ -64,19 +33,19 @@ def _ranked_line(row: LeaderboardRow) -> str:
     cells = [
         str(row.rank),
         tie,
-        f"`{_cell(row.agent)}`",
-        f"`{_cell(row.model)}`" if row.model else "—",
+        f"`{cell(row.agent)}`",
+        f"`{cell(row.model)}`" if row.model else "—",
         f"{row.passed_runs}/{row.total_runs}",
-        _num(row.pass_at_k),
-        _ci(row.pass_at_k_ci95),
-        _num(row.pass_power_k),
-        _ci(row.pass_power_k_ci95),
+        num(row.pass_at_k),
+        ci(row.pass_at_k_ci95),
+        num(row.pass_power_k),
+        ci(row.pass_power_k_ci95),
         diff,
         p,
         _per_solve(row),
-        _plain(row.mean_tokens_per_attempt, 0),
-        _plain(row.mean_turns_per_attempt, 1),
-        _rate(row.over_claim_rate, row.over_claims, row.claimed_success),
+        plain(row.mean_tokens_per_attempt, 0),
+        plain(row.mean_turns_per_attempt, 1),
+        rate(row.over_claim_rate, row.over_claims, row.claimed_success),
         _under(row),
         f"`{row.run_id}`",
     ]
@@ -86,18 +55,18 @@ def _ranked_line(row: LeaderboardRow) -> str:
 def _unranked_line(row: LeaderboardRow) -> str:
     what = f"**{row.status}**"
     if row.error:
-        what += f" — {_cell(row.error)}"
+        what += f" — {cell(row.error)}"
     if row.run_id and row.status == "interrupted":
         what += f" (continue with `worktrial resume {row.run_id}`)"
     elif row.run_id:
         what += f" (partial run `{row.run_id}`)"
-    return f"- `{_cell(row.label)}`: {what}"
+    return f"- `{cell(row.label)}`: {what}"
 
 
 def render_leaderboard_markdown(board: Leaderboard) -> str:
     """The leaderboard as markdown; pure, so the same text can be printed, written to a file or tested."""
     k = board.k if board.k is not None else "k"
-    title = f"{_cell(board.suite_name or '')} (`{board.suite_id}`)" if board.suite_id else "no finished runs"
+    title = f"{cell(board.suite_name or '')} (`{board.suite_id}`)" if board.suite_id else "no finished runs"
     lines = [f"# worktrial leaderboard: {title}", ""]
     facts = [f"configurations: {len(board.rows)}"]
     if board.attempts is not None:
@@ -107,7 +76,7 @@ def render_leaderboard_markdown(board: Leaderboard) -> str:
     if board.suite_sha256:
         facts.append(f"suite sha256 `{board.suite_sha256[:16]}…`")
     lines.append("- " + " · ".join(facts))
-    lines += [f"- note: {_cell(note)}" for note in board.notes]
+    lines += [f"- note: {cell(note)}" for note in board.notes]
     ranked = [r for r in board.rows if r.rank is not None]
     if ranked:
         lines += [

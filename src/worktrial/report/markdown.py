@@ -6,24 +6,7 @@ from collections import Counter
 
 from worktrial.envelope import Envelope, Metrics, TaskReport
 from worktrial.records import OUTCOMES
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _num(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
-
-
-def _ci(interval: tuple[float, float] | None) -> str:
-    return "—" if interval is None else f"[{interval[0]:.3f}, {interval[1]:.3f}]"
-
-
-def _usd(value: float | None) -> str:
-    if value is None:
-        return "unknown"
-    return f"${value:.4f}" if value < 1 else f"${value:.2f}"
+from worktrial.report.format import cell, ci, num, rate, usd
 
 
 def outcome_summary(task: TaskReport) -> str:
@@ -33,8 +16,8 @@ def outcome_summary(task: TaskReport) -> str:
 
 def _group_row(label: str, m: Metrics) -> str:
     return (
-        f"| {label} | {m.tasks} | {m.passed_runs}/{m.total_runs} | {_num(m.pass_at_k)} | {_ci(m.ci95.pass_at_k)} "
-        f"| {_num(m.pass_power_k)} | {_ci(m.ci95.pass_power_k)} |"
+        f"| {label} | {m.tasks} | {m.passed_runs}/{m.total_runs} | {num(m.pass_at_k)} | {ci(m.ci95.pass_at_k)} "
+        f"| {num(m.pass_power_k)} | {ci(m.ci95.pass_power_k)} |"
     )
 
 
@@ -44,7 +27,7 @@ def render_markdown(envelope: Envelope) -> str:
     model = f"{envelope.provider}/{envelope.model}" if envelope.provider else (envelope.model or "—")
     dirty = " (workspace had uncommitted changes, not part of the base)" if run.workspace.dirty else ""
     lines = [
-        f"# worktrial: {_cell(report.suite_name)} (`{report.suite_id}`)",
+        f"# worktrial: {cell(report.suite_name)} (`{report.suite_id}`)",
         "",
         f"- agent: `{envelope.agent.get('name', '?')}` · model: `{model}`",
         f"- base commit: `{run.workspace.base_commit[:12]}`{dirty}",
@@ -71,15 +54,15 @@ def render_markdown(envelope: Envelope) -> str:
         durations = [a.duration_secs for a in t.attempts]
         mean_secs = f"{sum(durations) / len(durations):.1f}s" if durations else "—"
         lines.append(
-            f"| {_cell(t.task_id)} | {t.category} | {t.passed_runs}/{t.total_runs} | {_num(t.pass_at_k)} "
-            f"| {_num(t.pass_power_k)} | {outcome_summary(t)} | {mean_secs} |"
+            f"| {cell(t.task_id)} | {t.category} | {t.passed_runs}/{t.total_runs} | {num(t.pass_at_k)} "
+            f"| {num(t.pass_power_k)} | {outcome_summary(t)} | {mean_secs} |"
         )
     lines += ["", _efficiency_line(envelope), "", _honesty_line(envelope)]
     problems = [(t, a) for t in report.tasks for a in t.attempts if a.outcome in ("error", "timeout")]
     if problems:
         lines += ["", "## Errors and timeouts", ""]
         lines += [
-            f"- `{t.task_id}` #{a.attempt}: **{a.outcome}** — {_cell(a.reason or 'no reason')}" for t, a in problems
+            f"- `{t.task_id}` #{a.attempt}: **{a.outcome}** — {cell(a.reason or 'no reason')}" for t, a in problems
         ]
     kept = [a.worktree for t in report.tasks for a in t.attempts if a.worktree]
     if kept:
@@ -90,11 +73,11 @@ def render_markdown(envelope: Envelope) -> str:
 def _efficiency_line(envelope: Envelope) -> str:
     r = envelope.report
     total = sum(t.total_runs for t in r.tasks)
-    parts = [f"cost {_usd(r.cost_usd)}"]
+    parts = [f"cost {usd(r.cost_usd)}"]
     if r.unpriced_runs:
         parts[0] += f" (unpriced: {r.unpriced_runs} of {total} attempts, so per-attempt figures are unknown)"
-    parts.append(f"cost per solve {_usd(r.cost_per_solve)}")
-    parts.append(f"mean cost/attempt {_usd(r.mean_cost_per_attempt)}")
+    parts.append(f"cost per solve {usd(r.cost_per_solve)}")
+    parts.append(f"mean cost/attempt {usd(r.mean_cost_per_attempt)}")
     tokens = r.mean_tokens_per_attempt
     parts.append(f"tokens/attempt {'unknown' if tokens is None else f'{tokens:,.0f}'}")
     turns = r.mean_turns_per_attempt
@@ -102,16 +85,12 @@ def _efficiency_line(envelope: Envelope) -> str:
     return "**Efficiency:** " + " · ".join(parts)
 
 
-def _rate(rate: float | None, count: int, total: int) -> str:
-    return "—" if rate is None else f"{rate:.1%} ({count} of {total})"
-
-
 def _honesty_line(envelope: Envelope) -> str:
     """Over-claims always; under-claims only when the run verified non-claims too (--verify-always)."""
     h = envelope.report.honesty
-    over = _rate(h.over_claim_rate, h.over_claims, h.claimed_success)
+    over = rate(h.over_claim_rate, h.over_claims, h.claimed_success)
     if h.under_claim_rate is not None:
-        under = _rate(h.under_claim_rate, h.under_claims, h.verified_non_claims)
+        under = rate(h.under_claim_rate, h.under_claims, h.verified_non_claims)
     elif envelope.run.verify_always:
         under = "— (no claimed failures to check)"
     else:

@@ -1,0 +1,48 @@
+"""Cell formatting shared by every markdown renderer, so a number reads the same in every report."""
+
+from __future__ import annotations
+
+MISSING = "—"
+
+
+def cell(text: str) -> str:
+    """Text safe inside a markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def num(value: float | None, signed: bool = False) -> str:
+    """A rate or mean with three decimals (``+`` shown for differences)."""
+    if value is None:
+        return MISSING
+    return f"{value:+.3f}" if signed else f"{value:.3f}"
+
+
+def ci(interval: tuple[float, float] | None, signed: bool = False) -> str:
+    if interval is None:
+        return MISSING
+    return f"[{num(interval[0], signed)}, {num(interval[1], signed)}]"
+
+
+def p_value(value: float | None) -> str:
+    if value is None:
+        return MISSING
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def usd(value: float | None) -> str:
+    """Dollars; unknown cost is spelled out, never shown as zero."""
+    if value is None:
+        return "unknown"
+    return f"${value:.4f}" if value < 1 else f"${value:.2f}"
+
+
+def plain(value: float | None, digits: int = 1, signed: bool = False) -> str:
+    """A count-like figure (tokens, turns) with thousands separators."""
+    if value is None:
+        return "unknown"
+    return f"{value:+,.{digits}f}" if signed else f"{value:,.{digits}f}"
+
+
+def rate(value: float | None, count: int | None, total: int | None) -> str:
+    """A rate with what it counts: ``12.5% (1 of 8)``."""
+    return MISSING if value is None else f"{value:.1%} ({count} of {total})"
