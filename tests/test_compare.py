@@ -228,6 +228,11 @@ def test_compare_two_real_runs(cli, repo: Path, write_suite, tmp_path: Path) -> 
         # nop fails a and b, and passes c (its verifier checks a file that is always there)
         assert pair["overall"]["pass_at_1"]["difference"] == pytest.approx(-2 / 3)
         assert {f["task_id"] for f in pair["flips"]} == {"a", "b"}
+    # A stored run that crashed before writing its envelope is rebuilt from its attempt records.
+    (repo / ".worktrial" / "runs" / by_agent["nop"] / "envelope.json").unlink()
+    rebuilt = cli(["compare", *stored, "--format", "json"], cwd=repo)
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert json.loads(rebuilt.stdout)["pairs"][0]["overall"]["pass_at_1"]["difference"] == pytest.approx(-2 / 3)
 
 
 def test_power_from_single_attempt_runs_needs_sigma2(cli, tmp_path: Path) -> None:

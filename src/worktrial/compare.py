@@ -19,8 +19,9 @@ from pydantic import BaseModel, ValidationError
 from worktrial import stats
 from worktrial.envelope import Envelope, TaskReport
 from worktrial.errors import BadInputError
+from worktrial.history import stored_envelope
 from worktrial.metrics import efficiency_figures, pass_at_k, pass_power_k
-from worktrial.store import ENVELOPE_FILE, runs_dir
+from worktrial.store import ENVELOPE_FILE, RUN_FILE, runs_dir
 from worktrial.suite import CATEGORIES
 
 
@@ -36,14 +37,18 @@ class LoadedEnvelope:
 def resolve_envelope(ref: str, workspace: Callable[[], Path]) -> LoadedEnvelope:
     """A file path if one exists, else a stored run id: ``<workspace>/.worktrial/runs/<id>/envelope.json``.
 
+    A stored run that never wrote its envelope (it crashed) is rebuilt from its attempt records.
     ``workspace`` is only called for run ids, so comparing files works outside any repository.
     """
     path = Path(ref)
     if not path.is_file():
         if "/" in ref or ref.endswith(".json"):
             raise BadInputError(f"{ref}: envelope file not found")
-        path = runs_dir(workspace()) / ref / ENVELOPE_FILE
+        root = workspace()
+        path = runs_dir(root) / ref / ENVELOPE_FILE
         if not path.is_file():
+            if (path.parent / RUN_FILE).is_file():
+                return LoadedEnvelope(label=ref, source=str(path.parent), envelope=stored_envelope(root, ref))
             raise BadInputError(
                 f"{ref}: not an envelope file, and no stored run with that id ({path} is missing; "
                 "`worktrial runs` lists stored runs)"
