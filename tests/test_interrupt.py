@@ -13,22 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import task
-
-
-def _alive_with_marker(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
+from tests.conftest import alive_with_marker, task
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -69,9 +54,9 @@ def test_interrupt_cleans_up(repo: Path, write_suite, tmp_path: Path, sig: signa
         return any(p.read_text().count("\n") == 1 for p in stored.glob("*/attempts.jsonl"))
 
     deadline = time.monotonic() + 30
-    while (len(_alive_with_marker(marker)) < 4 or not quick_done()) and time.monotonic() < deadline:
+    while (len(alive_with_marker(marker)) < 4 or not quick_done()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_alive_with_marker(marker)) >= 4 and quick_done(), "agents never started"
+    assert len(alive_with_marker(marker)) >= 4 and quick_done(), "agents never started"
     harness.send_signal(sig)
     out, err = harness.communicate(timeout=30)
     assert harness.returncode == 130, err.decode()
@@ -80,7 +65,7 @@ def test_interrupt_cleans_up(repo: Path, write_suite, tmp_path: Path, sig: signa
     assert envelope["run"]["complete"] is False
     assert [t["total_runs"] for t in envelope["report"]["tasks"]] == [1, 0, 0], err.decode()
     assert b"worktrial resume " in err
-    assert _alive_with_marker(marker) == []
+    assert alive_with_marker(marker) == []
     assert list(tmp.iterdir()) == []
 
 
@@ -98,17 +83,17 @@ def test_second_interrupt_ends_at_once_and_leaves_nothing(repo: Path, write_suit
         cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     deadline = time.monotonic() + 30
-    while not _alive_with_marker(marker) and time.monotonic() < deadline:
+    while not alive_with_marker(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _alive_with_marker(marker), "agent never started its child"
+    assert alive_with_marker(marker), "agent never started its child"
     harness.send_signal(signal.SIGINT)
     time.sleep(1.0)
     assert harness.poll() is None, "the stubborn agent should still be holding the first cleanup"
-    assert _alive_with_marker(marker) == []  # the first Ctrl-C already ended every process
+    assert alive_with_marker(marker) == []  # the first Ctrl-C already ended every process
     start = time.monotonic()
     harness.send_signal(signal.SIGINT)
     harness.communicate(timeout=20)
     assert harness.returncode == 130
     assert time.monotonic() - start < 5
-    assert _alive_with_marker(marker) == []
+    assert alive_with_marker(marker) == []
     assert list(tmp.iterdir()) == []

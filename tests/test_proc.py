@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 import uuid
 from pathlib import Path
 
+from tests.conftest import alive_with_marker
 from worktrial import proc
 from worktrial.commands import run_command, to_argv
-
-
-def _alive_with_marker(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
 
 
 def test_timeout_kills_grandchildren_even_in_new_sessions(tmp_path: Path) -> None:
@@ -39,7 +24,7 @@ def test_timeout_kills_grandchildren_even_in_new_sessions(tmp_path: Path) -> Non
     result = proc.run(["/bin/sh", "-c", script], cwd=tmp_path, timeout=1.5)
     assert result.timed_out and result.returncode is None
     assert time.monotonic() - start < 10
-    assert _alive_with_marker(marker) == []
+    assert alive_with_marker(marker) == []
 
 
 def test_background_leftovers_are_killed_after_normal_exit(tmp_path: Path) -> None:
@@ -50,7 +35,7 @@ def test_background_leftovers_are_killed_after_normal_exit(tmp_path: Path) -> No
         timeout=30,
     )
     assert result.ok and result.stdout_tail == b"hi\n"
-    assert _alive_with_marker(marker) == []
+    assert alive_with_marker(marker) == []
 
 
 def test_daemon_holding_the_pipe_does_not_hang(tmp_path: Path) -> None:

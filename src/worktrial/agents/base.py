@@ -61,6 +61,16 @@ class AgentError:
     fatal: bool = False
 
 
+def launch_error(result: proc.ProcResult, label: str) -> AgentError | None:
+    """Why an agent's program never ran (not found, also as reported by ``/bin/sh``, or not executable)."""
+    missing = result.missing_command()
+    if missing:
+        return AgentError("not_installed", f"command not found: {missing}")
+    if result.start_error:
+        return AgentError("not_installed", f"{label}: {result.start_error}")
+    return None
+
+
 @dataclass
 class AgentResult:
     claimed: bool | None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from worktrial import proc
-from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentResult
+from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentResult, launch_error
 from worktrial.agents.presets import PARSERS
 from worktrial.agents.presets.parsing import ExitInfo, OutputParser, Verdict, exit_reason
 from worktrial.agents.simple import read_usage_file
@@ -159,10 +159,8 @@ class CustomAgent:
         usage.output_bytes = result.output_bytes
         if result.timed_out:
             return AgentResult(claimed=None, usage=usage, timed_out=True)
-        missing = result.missing_command()
-        if missing or result.start_error:
-            message = f"command not found: {missing}" if missing else f"{self.name}: {result.start_error}"
-            return AgentResult(claimed=None, usage=usage, error=AgentError("not_installed", message))
+        if (error := launch_error(result, self.name)) is not None:
+            return AgentResult(claimed=None, usage=usage, error=error)
         if verdict.error_category:
             error = AgentError(verdict.error_category, verdict.reason or f"{self.name} failed")
             return AgentResult(claimed=None, usage=usage, error=error)

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from worktrial import proc
-from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentResult, AgentSpec
+from worktrial.agents.base import (
+    Agent,
+    AgentContext,
+    AgentError,
+    AgentOptions,
+    AgentResult,
+    AgentSpec,
+    launch_error,
+)
 from worktrial.agents.registry import hookimpl
 from worktrial.commands import SHELL, display, run_command
 from worktrial.errors import BadInputError
@@ -166,10 +174,8 @@ class CommandAgent:
         usage.output_bytes = result.output_bytes
         if result.timed_out:
             return AgentResult(claimed=None, usage=usage, timed_out=True)
-        missing = result.missing_command()
-        if missing or result.start_error:
-            message = f"command not found: {missing}" if missing else f"agent: {result.start_error}"
-            return AgentResult(claimed=None, usage=usage, error=AgentError("not_installed", message))
+        if (error := launch_error(result, "agent")) is not None:
+            return AgentResult(claimed=None, usage=usage, error=error)
         if result.ok:
             return AgentResult(claimed=True, usage=usage)
         return AgentResult(claimed=False, usage=usage, reason=result.describe_failure("agent"))
