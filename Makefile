@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench clean fmt
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "worktrial needs Python 3.11 or newer")'
@@ -20,6 +20,11 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests $(wildcard benchmarks)
 	$(BIN)/ruff format --check src tests $(wildcard benchmarks)
+	$(BIN)/lint-imports
+
+fmt: $(STAMP)
+	$(BIN)/ruff format src tests $(wildcard benchmarks)
+	$(BIN)/ruff check --fix src tests $(wildcard benchmarks)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

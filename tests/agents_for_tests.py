@@ -8,8 +8,8 @@ import time
 from collections import Counter
 from typing import Any, ClassVar
 
-from worktrial import proc
 from worktrial.agents import AgentContext, AgentOptions, AgentResult
+from worktrial.isolation import proc
 
 
 class FlakyInfraAgent:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from worktrial.cli import main
+from worktrial.cli.main import main
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +32,7 @@ def isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 
 def git(repo: Path, *args: str) -> str:
-    """Run real git in ``repo`` and return its stdout (tests only; the product uses worktrial.proc)."""
+    """Run real git in ``repo`` and return its stdout (tests only; the product uses worktrial.isolation.proc)."""
     out = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
     return out.stdout.strip()
 

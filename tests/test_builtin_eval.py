@@ -21,7 +21,7 @@ from tests.scripted_provider import (
     openai_usage,
     turn_index,
 )
-from worktrial.pricing import price_table
+from worktrial.agents.pricing import price_table
 
 SECRET = "sk-test-SECRET-do-not-leak-0123456789"
 WRITE_HELLO_CALL = ("write_file", {"path": "worktrial-hello.txt", "content": "Hello, worktrial!\n"})

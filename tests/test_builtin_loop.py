@@ -20,8 +20,8 @@ from tests.scripted_provider import (
     openai_usage,
     turn_index,
 )
-from worktrial.run import RunOptions, run_suite
-from worktrial.trace import FORBIDDEN_KEYS
+from worktrial.engine.run import RunOptions, run_suite
+from worktrial.model.trace import FORBIDDEN_KEYS
 
 WRITE_HELLO = ("write_file", {"path": "worktrial-hello.txt", "content": "Hello, worktrial!\n"})
 FINISH_OK = ("finish", {"status": "success", "summary": "done"})
@@ -271,10 +271,10 @@ def test_python_api_runs_the_builtin_agent(repo: Path, write_suite: Any) -> None
 
 
 def test_an_interrupted_run_stops_the_loop_before_the_next_call(tmp_path: Path) -> None:
-    from worktrial import proc
     from worktrial.agents.base import AgentContext, AgentOptions
     from worktrial.agents.builtin import BuiltinAgent
-    from worktrial.suite import Task
+    from worktrial.isolation import proc
+    from worktrial.model.suite import Task
 
     worktree = tmp_path / "wt"
     worktree.mkdir()

@@ -14,9 +14,9 @@ from worktrial.agents.builtin import BuiltinAgent
 from worktrial.agents.builtin.routes import PLACEHOLDER_KEY, PRESETS, resolve_route
 from worktrial.agents.builtin.settings import load_settings
 from worktrial.agents.builtin.transport import error_from_status, status_category
+from worktrial.agents.pricing import Price, cost_usd, price_table, resolve_price
 from worktrial.errors import BadInputError
-from worktrial.pricing import Price, cost_usd, price_table, resolve_price
-from worktrial.records import Tokens
+from worktrial.model.records import Tokens
 
 KEY = "sk-unit-SECRET-42"
 
@@ -187,7 +187,7 @@ def test_http_status_categories_and_messages() -> None:
 
 def test_startup_does_not_import_the_sdks() -> None:
     code = (
-        "import sys, worktrial.cli\n"
+        "import sys, worktrial.cli.main\n"
         "from worktrial.agents.registry import agent_specs\n"
         "assert 'builtin' in agent_specs()\n"
         "assert not {'openai', 'anthropic'} & set(sys.modules), 'SDK imported at startup'\n"

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from tests.conftest import task
-from worktrial.lint import lint_suite, shell_syntax
-from worktrial.suite import parse_suite
+from worktrial.analysis.lint import lint_suite, shell_syntax
+from worktrial.model.suite import parse_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import task
-from worktrial import stats
-from worktrial.envelope import Envelope, RunInfo, WorkspaceInfo
-from worktrial.metrics import TaskInfo, build_report
-from worktrial.records import AttemptRecord, Tokens
+from worktrial.analysis import stats
+from worktrial.analysis.metrics import TaskInfo, build_report
+from worktrial.model.envelope import Envelope, RunInfo, WorkspaceInfo
+from worktrial.model.records import AttemptRecord, Tokens
 
 ATTEMPTS = 4
 
@@ -253,7 +253,7 @@ def test_power_from_single_attempt_runs_needs_sigma2(cli, tmp_path: Path) -> Non
 
 def test_identical_differences_do_not_claim_perfect_power() -> None:
     """Every task differing by exactly 1 gives variance 0: the detectable difference is unknown, not 0."""
-    from worktrial.compare import difference
+    from worktrial.analysis.compare import difference
 
     result = difference([1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0])
     assert result.difference == -1.0

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import task
-from worktrial.honesty import honesty_figures
-from worktrial.records import AttemptRecord, Outcome
+from worktrial.analysis.honesty import honesty_figures
+from worktrial.model.records import AttemptRecord, Outcome
 
 
 def record(outcome: Outcome, claimed: bool | None, verified: bool | None, n: int) -> AttemptRecord:

@@ -29,14 +29,14 @@ from tests.scripted_provider import (
     openai_usage,
     turn_index,
 )
-from worktrial import stats
-from worktrial.envelope import Envelope, RunInfo, WorkspaceInfo
+from worktrial.analysis import stats
+from worktrial.analysis.leaderboard import Contender, build_leaderboard, intervals_overlap
+from worktrial.analysis.metrics import TaskInfo, build_report
+from worktrial.engine.matrix import Configuration, plan_configurations
 from worktrial.errors import BadInputError
-from worktrial.leaderboard import Contender, build_leaderboard, intervals_overlap
-from worktrial.matrix import Configuration, plan_configurations
-from worktrial.metrics import TaskInfo, build_report
-from worktrial.records import AttemptRecord, Tokens
-from worktrial.report.leaderboard_markdown import render_leaderboard_markdown
+from worktrial.model.envelope import Envelope, RunInfo, WorkspaceInfo
+from worktrial.model.records import AttemptRecord, Tokens
+from worktrial.render.leaderboard_markdown import render_leaderboard_markdown
 
 # --- synthetic envelopes: the ranking and tie logic ----------------------------------------------------------
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worktrial.metrics import TaskInfo, build_report, efficiency_figures, pass_at_k, pass_power_k
-from worktrial.records import AttemptRecord, Tokens
+from worktrial.analysis.metrics import TaskInfo, build_report, efficiency_figures, pass_at_k, pass_power_k
+from worktrial.model.records import AttemptRecord, Tokens
 
 
 def exact_pass_at_k(n: int, c: int, k: int) -> Fraction:

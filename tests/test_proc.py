@@ -9,8 +9,9 @@ import uuid
 from pathlib import Path
 
 from tests.conftest import alive_with_marker
-from worktrial import proc
-from worktrial.commands import run_command, to_argv
+from worktrial.isolation import proc
+from worktrial.isolation.proc import run_command
+from worktrial.model.commands import to_argv
 
 
 def test_timeout_kills_grandchildren_even_in_new_sessions(tmp_path: Path) -> None:

@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from worktrial import stats
-from worktrial.compare import compare_group
-from worktrial.envelope import Curves, Report, TaskReport
-from worktrial.metrics import TaskInfo, build_report
-from worktrial.power import VarianceModel, estimate_from_one, estimate_from_pair, plan
-from worktrial.records import AttemptRecord
+from worktrial.analysis import stats
+from worktrial.analysis.compare import compare_group
+from worktrial.analysis.metrics import TaskInfo, build_report
+from worktrial.analysis.power import VarianceModel, estimate_from_one, estimate_from_pair, plan
+from worktrial.model.envelope import Curves, Report, TaskReport
+from worktrial.model.records import AttemptRecord
 
 
 def test_standard_error_hand_computed() -> None:

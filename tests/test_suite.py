@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from worktrial.commands import ArgvCommand, ShCommand, to_argv
 from worktrial.errors import SuiteError
-from worktrial.suite import load_suite, suite_json_schema
+from worktrial.model.commands import ArgvCommand, ShCommand, to_argv
+from worktrial.model.suite import load_suite, suite_json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,8 +9,8 @@ import pytest
 
 from tests.conftest import task
 from worktrial.errors import TrustError
-from worktrial.suite import load_suite
-from worktrial.trust import ensure_trusted, is_trusted
+from worktrial.model.suite import load_suite
+from worktrial.state.trust import ensure_trusted, is_trusted
 
 
 def test_interactive_trust_shows_commands_and_is_remembered(repo: Path, write_suite) -> None:

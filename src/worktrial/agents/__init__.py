@@ -2,6 +2,7 @@
 
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentResult, AgentSpec
 from worktrial.agents.registry import agent_specs, create_agent, hookimpl
+from worktrial.model.records import Tokens, Usage
 
 __all__ = [
     "Agent",
@@ -10,6 +11,8 @@ __all__ = [
     "AgentOptions",
     "AgentResult",
     "AgentSpec",
+    "Tokens",
+    "Usage",
     "agent_specs",
     "create_agent",
     "hookimpl",

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from worktrial import proc
-from worktrial.records import Usage
-from worktrial.suite import Task
+from worktrial.isolation import proc
+from worktrial.model.records import Usage
+from worktrial.model.suite import Task
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class AgentOptions:
     settings: dict[str, Any] = field(default_factory=dict)
     """Agent-specific settings from the command line (e.g. max turns)."""
     config: dict[str, Any] = field(default_factory=dict)
-    """The merged user + project configuration (``worktrial.config.load_config``)."""
+    """The merged user + project configuration (``worktrial.state.config.load_config``)."""
 
 
 @dataclass(frozen=True)
@@ -105,3 +105,5 @@ class AgentSpec:
     name: str
     summary: str
     factory: Callable[[AgentOptions], Agent]
+    uses_model: bool = True
+    """Whether ``--model`` reaches the agent; a matrix runs an agent that uses none once, as a reference row."""

@@ -18,13 +18,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from worktrial import proc
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentResult, launch_error
 from worktrial.agents.presets import PARSERS
 from worktrial.agents.presets.parsing import ExitInfo, OutputParser, Verdict, exit_reason
 from worktrial.agents.simple import read_usage_file
-from worktrial.commands import SHELL
 from worktrial.errors import BadInputError
+from worktrial.isolation import proc
+from worktrial.model.commands import SHELL
 
 USAGE_FILE_PARSER = "usage-file"
 KNOWN_KEYS = {"command", "env", "parser", "model_flag", "description"}

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from worktrial import proc
 from worktrial.agents.base import (
     Agent,
     AgentContext,
@@ -19,9 +18,11 @@ from worktrial.agents.base import (
     launch_error,
 )
 from worktrial.agents.registry import hookimpl
-from worktrial.commands import SHELL, display, run_command
 from worktrial.errors import BadInputError
-from worktrial.records import Tokens, Usage
+from worktrial.isolation import proc
+from worktrial.isolation.proc import run_command
+from worktrial.model.commands import SHELL, display
+from worktrial.model.records import Tokens, Usage
 
 
 class OracleAgent:
@@ -191,4 +192,4 @@ _BUNDLED: list[tuple[str, str, Callable[[AgentOptions], Agent]]] = [
 @hookimpl
 def register_agents(register: Callable[[AgentSpec], None]) -> None:
     for name, summary, factory in _BUNDLED:
-        register(AgentSpec(name, summary, factory))
+        register(AgentSpec(name, summary, factory, uses_model=False))

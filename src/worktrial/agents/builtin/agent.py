@@ -11,8 +11,8 @@ from worktrial.agents.builtin.routes import resolve_route
 from worktrial.agents.builtin.settings import load_settings
 from worktrial.agents.builtin.specs import TOOL_NAMES
 from worktrial.agents.builtin.transport import make_transport
+from worktrial.agents.pricing import resolve_price
 from worktrial.errors import BadInputError
-from worktrial.pricing import resolve_price
 
 _API_NAMES = {"openai": "openai-chat-completions", "anthropic": "anthropic-messages"}
 

@@ -25,7 +25,7 @@ from worktrial.agents.builtin.transport import (
     error_detail,
     error_from_status,
 )
-from worktrial.records import Tokens
+from worktrial.model.records import Tokens
 
 # The API requires an output limit; this one suits tool-calling turns.
 DEFAULT_MAX_OUTPUT_TOKENS = 8192

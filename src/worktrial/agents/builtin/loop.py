@@ -24,8 +24,8 @@ from worktrial.agents.builtin.settings import BuiltinSettings
 from worktrial.agents.builtin.specs import FINISH, SPECS, TOOL_NAMES, TOOL_SPECS, validate_arguments
 from worktrial.agents.builtin.tools import Toolbox
 from worktrial.agents.builtin.transport import ProviderError, Transport, status_category
-from worktrial.pricing import Price, cost_usd
-from worktrial.records import Tokens, Usage
+from worktrial.agents.pricing import Price, cost_usd
+from worktrial.model.records import Tokens, Usage
 
 SYSTEM_PROMPT = """\
 You are an autonomous coding agent working in a git repository; the current directory is the repository root.

@@ -30,7 +30,7 @@ from worktrial.agents.builtin.transport import (
     error_detail,
     error_from_status,
 )
-from worktrial.records import Tokens
+from worktrial.model.records import Tokens
 
 
 def _messages(conversation: Conversation) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """The builtin agent's tools, run without approval but confined to the attempt's worktree.
 
 Every path argument is resolved (following symlinks) and rejected if it ends up outside the worktree, whether by
-``..``, an absolute path or a symlink pointing out. ``bash`` runs through ``worktrial.proc`` like every other
+``..``, an absolute path or a symlink pointing out. ``bash`` runs through ``worktrial.isolation.proc`` like every other
 process, in the worktree, with a per-call timeout that never outlives the attempt's deadline; note that a shell
 command itself can still read outside the worktree (there is no sandbox below the process level).
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worktrial import proc
-from worktrial.commands import SHELL
+from worktrial.isolation import proc
+from worktrial.model.commands import SHELL
 
 LIST_LIMIT = 1000
 SEARCH_MATCH_LIMIT = 200

@@ -17,7 +17,7 @@ from worktrial.agents.builtin.routes import Route
 from worktrial.agents.builtin.settings import BuiltinSettings
 from worktrial.agents.builtin.specs import ToolSpec
 from worktrial.errors import BadInputError
-from worktrial.records import Tokens
+from worktrial.model.records import Tokens
 
 StatusHook = Callable[[int], None]
 DETAIL_CHARS = 300

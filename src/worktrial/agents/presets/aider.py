@@ -23,7 +23,7 @@ from worktrial.agents.presets.parsing import (
     exit_reason,
     iter_json_lines,
 )
-from worktrial.records import Tokens, Usage
+from worktrial.model.records import Tokens, Usage
 
 ANALYTICS_LOG = "aider-analytics.jsonl"
 """File name under the scratch directory (custom agents using the aider parser write it there too)."""

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worktrial import proc
 from worktrial.agents.base import AgentContext, AgentError, AgentOptions, AgentResult
 from worktrial.agents.presets.parsing import ExitInfo, ParserFactory
+from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.errors import BadInputError
-from worktrial.pricing import ResolvedPrice, cost_usd, resolve_price
+from worktrial.isolation import proc
 
 VERSION_TIMEOUT_SECS = 15.0
 

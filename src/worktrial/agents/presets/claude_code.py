@@ -23,7 +23,7 @@ from worktrial.agents.presets.parsing import (
     bump,
     tokens_from,
 )
-from worktrial.records import Usage
+from worktrial.model.records import Usage
 
 USAGE_FIELDS = {
     "input": "input_tokens",

@@ -21,7 +21,7 @@ from worktrial.agents.presets.parsing import (
     exit_reason,
     tokens_from,
 )
-from worktrial.records import Tokens, Usage
+from worktrial.model.records import Tokens, Usage
 
 USAGE_FIELDS = {"input": "input_tokens", "cached_input": "cached_input_tokens", "output": "output_tokens"}
 TOOL_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search", "collab_tool_call"}

@@ -21,7 +21,7 @@ from worktrial.agents.presets.parsing import (
     as_str,
     bump,
 )
-from worktrial.records import Tokens, Usage
+from worktrial.model.records import Tokens, Usage
 
 # Both spellings have been seen in result.usage; the first present wins.
 USAGE_KEYS = {

@@ -20,7 +20,7 @@ from worktrial.agents.presets.parsing import (
     plus,
     tokens_from,
 )
-from worktrial.records import Tokens, Usage
+from worktrial.model.records import Tokens, Usage
 
 TOKEN_FIELDS = {"input": "prompt", "output": "candidates", "cached_input": "cached", "reasoning": "thoughts"}
 EXIT_MEANINGS = {1: "general error or API failure", 42: "input error", 53: "turn limit exceeded"}

@@ -26,7 +26,7 @@ from worktrial.agents.presets.parsing import (
     exit_reason,
     tokens_from,
 )
-from worktrial.records import Usage
+from worktrial.model.records import Usage
 
 COMPLETE_FIELDS = {
     "input": "input_tokens",

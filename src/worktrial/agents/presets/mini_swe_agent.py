@@ -20,7 +20,7 @@ from worktrial.agents.presets.parsing import (
     exit_reason,
     read_json_file,
 )
-from worktrial.records import Usage
+from worktrial.model.records import Usage
 
 TRAJECTORY = "mini-trajectory.json"
 SUCCESS_STATUS = "Submitted"

@@ -24,7 +24,7 @@ from worktrial.agents.presets.parsing import (
     bump,
     exit_reason,
 )
-from worktrial.records import Tokens, Usage
+from worktrial.model.records import Tokens, Usage
 
 
 class OpenCodeParser(JsonLinesParser):

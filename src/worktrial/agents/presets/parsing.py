@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from worktrial.records import Tokens, Usage
+from worktrial.model.records import Tokens, Usage
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
 """A single JSON event larger than this is skipped (and noted) instead of buffered."""

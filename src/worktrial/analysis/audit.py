@@ -1,0 +1,225 @@
+"""``worktrial audit``: re-verify a published envelope against its suite and its own per-attempt records.
+
+The digest of the suite file must match; every published metric must equal what this harness recomputes from
+the per-attempt records (only fields the envelope actually publishes are compared, so an envelope from an
+older version is judged on what it claims); every attempt's outcome must agree with its ``claimed`` and
+``verified`` facts; and every referenced trace file must exist, describe the same attempt, and hold no
+transcript fields.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from worktrial.analysis.metrics import TaskInfo, build_report
+from worktrial.errors import BadInputError
+from worktrial.model.envelope import Envelope
+from worktrial.model.records import AttemptRecord
+from worktrial.model.suite import LoadedSuite
+from worktrial.model.trace import FORBIDDEN_KEYS
+
+
+class AuditReport(BaseModel):
+    envelope_path: str
+    suite_path: str
+    attempts: int
+    values_compared: int
+    traces_checked: int
+    mismatches: list[str]
+    notes: list[str]
+    ok: bool
+
+
+# Report fields added after schema_version 1 shipped: an older envelope without them is not wrong.
+ADDED_AFTER_V1 = frozenset({"report.honesty"})
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _same(published: Any, recomputed: Any) -> bool:
+    if isinstance(published, bool) or isinstance(recomputed, bool):
+        return published is recomputed
+    if isinstance(published, int | float) and isinstance(recomputed, int | float):
+        return math.isclose(published, recomputed, rel_tol=1e-9, abs_tol=1e-12)
+    return bool(published == recomputed)
+
+
+def _key(item: Any, index: int) -> str:
+    if isinstance(item, dict):
+        for name in ("task_id", "attempt"):
+            if name in item:
+                return f"[{item[name]}]"
+    return f"[{index}]"
+
+
+class _Differ:
+    """Walks the published JSON and the recomputed one side by side, recording every difference."""
+
+    def __init__(self) -> None:
+        self.mismatches: list[str] = []
+        self.unknown: list[str] = []
+        self.compared = 0
+
+    def walk(self, published: Any, recomputed: Any, path: str) -> None:
+        if isinstance(published, dict) and isinstance(recomputed, dict):
+            for key, value in published.items():
+                if key not in recomputed:
+                    self.unknown.append(f"{path}.{key}")
+                    continue
+                self.walk(value, recomputed[key], f"{path}.{key}")
+            for key in recomputed.keys() - published.keys():
+                if f"{path}.{key}" not in ADDED_AFTER_V1:
+                    self.mismatches.append(
+                        f"{path}.{key}: missing from the envelope, recomputed {_brief(recomputed[key])}"
+                    )
+            return
+        if isinstance(published, list) and isinstance(recomputed, list):
+            if len(published) != len(recomputed):
+                self.mismatches.append(f"{path}: published {len(published)} entries, recomputed {len(recomputed)}")
+                return
+            for i, (p, r) in enumerate(zip(published, recomputed, strict=True)):
+                self.walk(p, r, path + _key(p, i))
+            return
+        self.compared += 1
+        if not _same(published, recomputed):
+            self.mismatches.append(f"{path}: published {json.dumps(published)}, recomputed {json.dumps(recomputed)}")
+
+
+def _outcome_problems(record: AttemptRecord) -> list[str]:
+    """An attempt passes exactly when it claimed success and verification passed."""
+    where = f"report.tasks[{record.task_id}].attempts[{record.attempt}]"
+    if record.outcome == "pass" and not (record.claimed is True and record.verified is True):
+        return [f"{where}: outcome pass but claimed={record.claimed}, verified={record.verified}"]
+    if record.outcome != "pass" and record.claimed is True and record.verified is True:
+        return [f"{where}: outcome {record.outcome} although it claimed success and verification passed"]
+    return []
+
+
+def _forbidden(value: Any, path: str = "$") -> list[str]:
+    """Transcript-named keys holding content; a count under such a name (``tokens.output``) is a number."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in FORBIDDEN_KEYS and not (item is None or isinstance(item, int | float)):
+                found.append(f"{path}.{key}")
+            found += _forbidden(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found += _forbidden(item, f"{path}[{i}]")
+    return found
+
+
+def _trace_problems(record: AttemptRecord, workspace: Path) -> list[str]:
+    assert record.trace is not None
+    where = f"report.tasks[{record.task_id}].attempts[{record.attempt}].trace"
+    path = Path(record.trace)
+    path = path if path.is_absolute() else workspace / path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return [f"{where}: trace file {path} does not exist"]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return [f"{where}: trace file {path} is not readable JSON ({exc})"]
+    if not isinstance(data, dict):
+        return [f"{where}: trace file {path} is not a JSON object"]
+    problems = [f"{where}: trace file {path} holds transcript field {key}" for key in _forbidden(data)]
+    for name in ("task_id", "attempt", "outcome"):
+        if data.get(name) != getattr(record, name):
+            problems.append(
+                f"{where}: trace says {name} {json.dumps(data.get(name))}, the envelope "
+                f"{json.dumps(getattr(record, name))}"
+            )
+    return problems
+
+
+def load_envelope_json(path: Path) -> tuple[dict[str, Any], Envelope]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInputError(f"{path}: envelope file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInputError(f"{path}: not a readable JSON envelope ({exc})") from None
+    try:
+        return raw, Envelope.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise BadInputError(f"{path}: not a worktrial envelope ({where}: {first['msg']})") from None
+
+
+def audit_envelope(
+    envelope_path: Path, loaded: LoadedSuite, *, workspace: Path | None = None, check_traces: bool = True
+) -> AuditReport:
+    """Every mismatch between the envelope, its suite and its own records (empty list: it checks out)."""
+    raw, envelope = load_envelope_json(envelope_path)
+    mismatches: list[str] = []
+    notes: list[str] = []
+    if envelope.suite_sha256 != loaded.sha256:
+        mismatches.append(
+            f"suite_sha256: the envelope was produced from suite sha256 {envelope.suite_sha256}, "
+            f"but {loaded.path} has sha256 {loaded.sha256} (the suite file differs)"
+        )
+    report = envelope.report
+    if envelope.run.k != report.k:
+        mismatches.append(f"run.k: {envelope.run.k}, but report.k is {report.k}")
+    records = [a for t in report.tasks for a in t.attempts]
+    for record in records:
+        mismatches += _outcome_problems(record)
+    for t in report.tasks:
+        strays = [a.attempt for a in t.attempts if a.task_id != t.task_id]
+        if strays:
+            mismatches.append(f"report.tasks[{t.task_id}]: attempts {strays} belong to another task id")
+    expected = len(loaded.suite.tasks) * envelope.run.attempts
+    if envelope.run.complete and len(records) != expected:
+        mismatches.append(f"run.complete: true, but it holds {len(records)} attempts, not {expected}")
+    tasks = [TaskInfo(t.id, t.display_name, t.category) for t in loaded.suite.tasks]
+    recomputed = build_report(loaded.suite.id, loaded.suite.display_name, tasks, records, report.k)
+    differ = _Differ()
+    differ.walk(raw.get("report", {}), recomputed.model_dump(mode="json"), "report")
+    mismatches += differ.mismatches
+    if differ.unknown:
+        notes.append(f"not recomputable by this harness version (skipped): {', '.join(differ.unknown[:8])}")
+    traces = 0
+    if check_traces:
+        root = workspace or Path(envelope.run.workspace.path)
+        for record in records:
+            if record.trace is not None:
+                traces += 1
+                mismatches += _trace_problems(record, root)
+        missing = [f"{r.task_id}#{r.attempt}" for r in records if r.trace is None]
+        if missing:
+            notes.append(f"{len(missing)} attempt(s) reference no trace file: {', '.join(missing[:8])}")
+    return AuditReport(
+        envelope_path=str(envelope_path),
+        suite_path=str(loaded.path),
+        attempts=len(records),
+        values_compared=differ.compared,
+        traces_checked=traces,
+        mismatches=mismatches,
+        notes=notes,
+        ok=not mismatches,
+    )
+
+
+def render_audit(report: AuditReport) -> str:
+    """Plain text: one line per mismatch, so a CI log shows exactly what does not add up."""
+    head = (
+        f"audit of {report.envelope_path} against {report.suite_path}: {report.attempts} attempts, "
+        f"{report.values_compared} published values recomputed, {report.traces_checked} trace files checked"
+    )
+    lines = [head]
+    lines += [f"note: {n}" for n in report.notes]
+    if report.ok:
+        lines.append("ok: every published number matches its records and suite")
+    else:
+        lines.append(f"{len(report.mismatches)} mismatch(es):")
+        lines += [f"  - {m}" for m in report.mismatches]
+    return "\n".join(lines) + "\n"

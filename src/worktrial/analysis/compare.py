@@ -1,0 +1,262 @@
+"""Compare runs task by task: paired differences with standard errors, CIs, p-values and power.
+
+Following Miller (arXiv 2411.00640), two runs of the same suite are compared through per-task paired
+differences (run B minus run A) of pass@1 and of the headline pass@k / pass^k, never through attempts pooled
+across tasks. Everything here is pure; loading envelope files and stored runs is
+``worktrial.state.history.resolve_envelope``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel
+
+from worktrial.analysis import stats
+from worktrial.analysis.metrics import efficiency_figures, pass_at_k, pass_power_k
+from worktrial.errors import BadInputError
+from worktrial.model.envelope import Envelope, TaskReport
+from worktrial.model.suite import CATEGORIES
+
+
+@dataclass(frozen=True)
+class LoadedEnvelope:
+    """An envelope with the name the user gave it (a file path or a run id)."""
+
+    label: str
+    source: str
+    envelope: Envelope
+
+
+class Difference(BaseModel):
+    """One metric of two runs over the same tasks: both means and their paired difference (B - A)."""
+
+    tasks: int
+    a: float | None
+    b: float | None
+    difference: float | None
+    stderr: float | None
+    ci95: tuple[float, float] | None
+    p_value: float | None
+    minimum_detectable: float | None
+
+
+class GroupComparison(BaseModel):
+    group: str
+    tasks: int
+    pass_at_1: Difference
+    pass_at_k: Difference
+    pass_power_k: Difference
+
+
+class Flip(BaseModel):
+    """A task solved at least once by one run and never by the other."""
+
+    task_id: str
+    category: str
+    solved_by: Literal["a", "b"]
+    a_passed: int
+    a_total: int
+    b_passed: int
+    b_total: int
+
+
+class Efficiency(BaseModel):
+    cost_usd: float | None
+    unpriced_runs: int
+    cost_per_solve: float | None
+    mean_cost_per_attempt: float | None
+    mean_tokens_per_attempt: float | None
+    mean_turns_per_attempt: float | None
+
+
+class RunSummary(BaseModel):
+    label: str
+    source: str
+    run_id: str
+    agent: str
+    model: str | None
+    suite_id: str
+    suite_sha256: str
+    tasks: int
+    attempts: int
+    k: int
+
+
+class PairComparison(BaseModel):
+    a: str
+    b: str
+    k: int
+    overall: GroupComparison
+    categories: list[GroupComparison]
+    flips: list[Flip]
+    efficiency_a: Efficiency
+    efficiency_b: Efficiency
+    efficiency_difference: dict[str, float | None]
+    notes: list[str]
+
+
+class Comparison(BaseModel):
+    """Every pair of the given runs; differences are always second minus first."""
+
+    runs: list[RunSummary]
+    same_suite: bool
+    pairs: list[PairComparison]
+
+
+def summarize(loaded: LoadedEnvelope) -> RunSummary:
+    env = loaded.envelope
+    model = f"{env.provider}/{env.model}" if env.provider else env.model
+    return RunSummary(
+        label=loaded.label,
+        source=loaded.source,
+        run_id=env.run.id,
+        agent=str(env.agent.get("name", "?")),
+        model=model,
+        suite_id=env.report.suite_id,
+        suite_sha256=env.suite_sha256,
+        tasks=len(env.report.tasks),
+        attempts=env.run.attempts,
+        k=env.report.k,
+    )
+
+
+def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
+    """Means, paired difference and the minimum difference detectable at 80% power with these tasks."""
+    paired = stats.paired_difference(a, b)
+    diffs = [y - x for x, y in zip(a, b, strict=True)]
+    variance = stats.sample_variance(diffs)
+    # Identical differences on every task give variance 0, which would claim any difference is detectable:
+    # the variance is not estimable from such data, so neither is the minimum detectable difference.
+    if variance is not None and variance <= 0:
+        variance = None
+    return Difference(
+        tasks=len(a),
+        a=stats.mean(a) if a else None,
+        b=stats.mean(b) if b else None,
+        difference=paired.mean,
+        stderr=paired.stderr,
+        ci95=paired.ci95,
+        p_value=paired.p_value,
+        minimum_detectable=stats.minimum_detectable_difference(variance, len(diffs)),
+    )
+
+
+def _values(tasks: Sequence[TaskReport], metric: Callable[[int, int], float]) -> list[float]:
+    return [metric(t.total_runs, t.passed_runs) for t in tasks]
+
+
+def compare_group(name: str, pairs: Sequence[tuple[TaskReport, TaskReport]], k: int) -> GroupComparison:
+    """pass@1, pass@k and pass^k recomputed from each task's counts, so the curves are never trusted blindly."""
+    a = [x for x, _ in pairs]
+    b = [y for _, y in pairs]
+
+    def at(j: int) -> Callable[[int, int], float]:
+        return lambda n, c: pass_at_k(n, c, j)
+
+    def power(j: int) -> Callable[[int, int], float]:
+        return lambda n, c: pass_power_k(n, c, j)
+
+    return GroupComparison(
+        group=name,
+        tasks=len(pairs),
+        pass_at_1=difference(_values(a, at(1)), _values(b, at(1))),
+        pass_at_k=difference(_values(a, at(k)), _values(b, at(k))),
+        pass_power_k=difference(_values(a, power(k)), _values(b, power(k))),
+    )
+
+
+def _efficiency(tasks: Sequence[TaskReport]) -> Efficiency:
+    return Efficiency.model_validate(efficiency_figures([r for t in tasks for r in t.attempts]))
+
+
+def compare_pair(first: LoadedEnvelope, second: LoadedEnvelope) -> PairComparison:
+    """Paired comparison of two runs over the task ids both ran (B = ``second`` minus A = ``first``)."""
+    ra, rb = first.envelope.report, second.envelope.report
+    notes: list[str] = []
+    tasks_b = {t.task_id: t for t in rb.tasks}
+    ids_a = {t.task_id for t in ra.tasks}
+    only_a = [t.task_id for t in ra.tasks if t.task_id not in tasks_b]
+    only_b = [t.task_id for t in rb.tasks if t.task_id not in ids_a]
+    if only_a or only_b:
+        notes.append(
+            f"compared only the task ids both runs contain; left out: {len(only_a)} only in A, {len(only_b)} only in B"
+            + (f" ({', '.join((only_a + only_b)[:8])}{', ...' if len(only_a) + len(only_b) > 8 else ''})")
+        )
+    shared = [(t, tasks_b[t.task_id]) for t in ra.tasks if t.task_id in tasks_b]
+    unran = [x.task_id for x, y in shared if x.total_runs == 0 or y.total_runs == 0]
+    if unran:
+        notes.append(f"left out {len(unran)} task(s) that one run never attempted: {', '.join(unran[:8])}")
+    pairs = [(x, y) for x, y in shared if x.total_runs > 0 and y.total_runs > 0]
+    if not pairs:
+        raise BadInputError(f"{first.label} and {second.label} have no attempted task in common; nothing to compare")
+    k = min(ra.k, rb.k, *(min(x.total_runs, y.total_runs) for x, y in pairs))
+    if k != ra.k or k != rb.k:
+        notes.append(f"headline k = {k}: the largest k both runs reach on every compared task (A: {ra.k}, B: {rb.k})")
+    recategorized = [x.task_id for x, y in pairs if x.category != y.category]
+    if recategorized:
+        notes.append(f"categories follow A; these tasks have another category in B: {', '.join(recategorized[:8])}")
+    categories = [
+        compare_group(cat, [(x, y) for x, y in pairs if x.category == cat], k)
+        for cat in CATEGORIES
+        if any(x.category == cat for x, _ in pairs)
+    ]
+    flips = [
+        Flip(
+            task_id=x.task_id,
+            category=x.category,
+            solved_by="a" if x.passed_runs else "b",
+            a_passed=x.passed_runs,
+            a_total=x.total_runs,
+            b_passed=y.passed_runs,
+            b_total=y.total_runs,
+        )
+        for x, y in pairs
+        if (x.passed_runs > 0) != (y.passed_runs > 0)
+    ]
+    eff_a = _efficiency([x for x, _ in pairs])
+    eff_b = _efficiency([y for _, y in pairs])
+    delta: dict[str, float | None] = {}
+    for key in ("cost_usd", "cost_per_solve", "mean_cost_per_attempt", "mean_tokens_per_attempt"):
+        va, vb = getattr(eff_a, key), getattr(eff_b, key)
+        delta[key] = None if va is None or vb is None else vb - va
+    delta["mean_turns_per_attempt"] = (
+        None
+        if eff_a.mean_turns_per_attempt is None or eff_b.mean_turns_per_attempt is None
+        else eff_b.mean_turns_per_attempt - eff_a.mean_turns_per_attempt
+    )
+    return PairComparison(
+        a=first.label,
+        b=second.label,
+        k=k,
+        overall=compare_group("overall", pairs, k),
+        categories=categories,
+        flips=flips,
+        efficiency_a=eff_a,
+        efficiency_b=eff_b,
+        efficiency_difference=delta,
+        notes=notes,
+    )
+
+
+def compare_runs(runs: Sequence[LoadedEnvelope], *, allow_different_suites: bool = False) -> Comparison:
+    """Every pair of runs, in the order given; refuses runs of different suite files unless allowed."""
+    if len(runs) < 2:
+        raise BadInputError("compare needs at least two envelopes or run ids")
+    digests = {r.envelope.suite_sha256 for r in runs}
+    if len(digests) > 1 and not allow_different_suites:
+        listing = "\n".join(
+            f"{r.label}: suite {r.envelope.suite_path} sha256 {r.envelope.suite_sha256[:12]}" for r in runs
+        )
+        raise BadInputError(
+            "these runs used different suite files, so their numbers are not comparable:\n"
+            f"{listing}\npass --allow-different-suites to compare only the task ids they share"
+        )
+    pairs = [compare_pair(a, b) for a, b in itertools.combinations(runs, 2)]
+    if len(digests) > 1:
+        for pair in pairs:
+            pair.notes.insert(0, "the suites differ (--allow-different-suites): only shared task ids are compared")
+    return Comparison(runs=[summarize(r) for r in runs], same_suite=len(digests) == 1, pairs=pairs)

@@ -1,0 +1,165 @@
+"""pass@k, pass^k and their aggregates: pure functions of attempt records.
+
+pass@k = 1 - C(n-c, k) / C(n, k)  (unbiased estimator, Chen et al. 2021): at least one of k attempts passes.
+pass^k = C(c, k) / C(n, k)        (tau-bench): all k attempts pass.
+Both are computed as running products, never as huge binomials.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from worktrial.analysis import stats
+from worktrial.analysis.honesty import honesty_figures
+from worktrial.model.envelope import Curves, Metrics, PairFloat, PairInterval, Report, TaskReport
+from worktrial.model.records import AttemptRecord
+from worktrial.model.suite import CATEGORIES, Category
+
+
+def _check(n: int, c: int, k: int) -> None:
+    if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need n >= 1, 0 <= c <= n and 1 <= k <= n (got n={n}, c={c}, k={k})")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k attempts drawn without replacement from n passes."""
+    _check(n, c, k)
+    if n - c < k:
+        return 1.0
+    if k == 1:
+        return c / n  # exact, so pass@1 == pass^1 bit for bit
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
+
+
+def pass_power_k(n: int, c: int, k: int) -> float:
+    """Probability that all of k attempts drawn without replacement from n pass."""
+    _check(n, c, k)
+    if c < k:
+        return 0.0
+    if k == 1:
+        return c / n
+    product = 1.0
+    for i in range(k):
+        product *= (c - i) / (n - i)
+    return product
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """The suite facts metrics need about a task."""
+
+    id: str
+    name: str
+    category: Category
+
+
+def task_report(task: TaskInfo, attempts: Sequence[AttemptRecord], k: int) -> TaskReport:
+    ordered = sorted(attempts, key=lambda r: r.attempt)
+    n = len(ordered)
+    c = sum(1 for r in ordered if r.outcome == "pass")
+    curves = Curves(
+        pass_at={str(j): pass_at_k(n, c, j) for j in range(1, n + 1)},
+        pass_power={str(j): pass_power_k(n, c, j) for j in range(1, n + 1)},
+    )
+    return TaskReport(
+        task_id=task.id,
+        name=task.name,
+        category=task.category,
+        passed_runs=c,
+        total_runs=n,
+        pass_at_k=pass_at_k(n, c, k) if 1 <= k <= n else None,
+        pass_power_k=pass_power_k(n, c, k) if 1 <= k <= n else None,
+        curves=curves,
+        attempts=list(ordered),
+    )
+
+
+def group_metrics(tasks: Sequence[TaskReport], k: int) -> Metrics:
+    """Mean over tasks that have attempts, for each k every one of them reaches."""
+    ran = [t for t in tasks if t.total_runs > 0]
+    metrics = Metrics(
+        tasks=len(tasks),
+        passed_runs=sum(t.passed_runs for t in tasks),
+        total_runs=sum(t.total_runs for t in tasks),
+        pass_at_k=None,
+        pass_power_k=None,
+    )
+    if not ran:
+        return metrics
+    reach = min(t.total_runs for t in ran)
+    metrics.curves = Curves(
+        pass_at={str(j): stats.mean([t.curves.pass_at[str(j)] for t in ran]) for j in range(1, reach + 1)},
+        pass_power={str(j): stats.mean([t.curves.pass_power[str(j)] for t in ran]) for j in range(1, reach + 1)},
+    )
+    if k <= reach and len(ran) == len(tasks):
+        at = [t.curves.pass_at[str(k)] for t in ran]
+        power = [t.curves.pass_power[str(k)] for t in ran]
+        metrics.pass_at_k = stats.mean(at)
+        metrics.pass_power_k = stats.mean(power)
+        se_at, se_power = stats.standard_error(at), stats.standard_error(power)
+        metrics.stderr = PairFloat(pass_at_k=se_at, pass_power_k=se_power)
+        metrics.ci95 = PairInterval(
+            pass_at_k=stats.ci95(metrics.pass_at_k, se_at),
+            pass_power_k=stats.ci95(metrics.pass_power_k, se_power),
+        )
+    return metrics
+
+
+def build_report(
+    suite_id: str, suite_name: str, tasks: Sequence[TaskInfo], records: Iterable[AttemptRecord], k: int
+) -> Report:
+    """Every number of the report from the per-attempt records; order follows the suite's task order."""
+    by_task: dict[str, list[AttemptRecord]] = {t.id: [] for t in tasks}
+    for record in records:
+        if record.task_id in by_task:
+            by_task[record.task_id].append(record)
+    reports = [task_report(t, by_task[t.id], k) for t in tasks]
+    categories = {
+        cat: group_metrics([r for r in reports if r.category == cat], k)
+        for cat in CATEGORIES
+        if any(r.category == cat for r in reports)
+    }
+    attempts = [a for r in reports for a in r.attempts]
+    efficiency = efficiency_figures(attempts)
+    return Report(
+        suite_id=suite_id,
+        suite_name=suite_name,
+        k=k,
+        overall=group_metrics(reports, k),
+        categories=categories,
+        tasks=reports,
+        honesty=honesty_figures(attempts),
+        **efficiency,
+    )
+
+
+def efficiency_figures(attempts: Sequence[AttemptRecord]) -> dict[str, float | int | None]:
+    """Cost and efficiency; unknown cost is never treated as free, so any unpriced attempt nulls the means."""
+    known = [a.cost_usd for a in attempts if a.cost_usd is not None]
+    unpriced = len(attempts) - len(known)
+    solves = sum(1 for a in attempts if a.outcome == "pass")
+    all_priced = bool(attempts) and unpriced == 0
+    total = math.fsum(known) if known else None
+    tokens = [a.tokens.total() for a in attempts]
+    turns = [a.turns for a in attempts]
+    return {
+        "cost_usd": total,
+        "unpriced_runs": unpriced,
+        "cost_per_solve": total / solves if all_priced and solves and total is not None else None,
+        "mean_cost_per_attempt": total / len(attempts) if all_priced and total is not None else None,
+        "mean_tokens_per_attempt": (
+            stats.mean([float(t) for t in tokens if t is not None])
+            if all_priced and all(t is not None for t in tokens)
+            else None
+        ),
+        "mean_turns_per_attempt": (
+            stats.mean([float(t) for t in turns if t is not None])
+            if all_priced and all(t is not None for t in turns)
+            else None
+        ),
+    }

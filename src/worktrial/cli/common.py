@@ -1,0 +1,31 @@
+"""Pieces every CLI module shares: how a message reaches the user, and the trust prompt."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from worktrial.isolation.workspace import find_workspace
+from worktrial.model.suite import LoadedSuite
+from worktrial.state.trust import ensure_trusted
+
+
+def err(message: str) -> None:
+    """A line on stderr: stdout carries only the report."""
+    click.echo(message, err=True)
+
+
+def ensure_trust(loaded: LoadedSuite, workspace: Path | None, trust: bool) -> None:
+    """Trust per workspace and suite digest; asks on a terminal, refuses with instructions elsewhere."""
+    trust_root = workspace.resolve() if workspace else None
+    if loaded.suite.workspace is None or not loaded.suite.workspace.repo:
+        trust_root = find_workspace(workspace)
+    ensure_trusted(
+        loaded,
+        trust_root or Path.cwd().resolve(),
+        assume_yes=trust,
+        interactive=sys.stdin.isatty() and sys.stderr.isatty(),
+        confirm=lambda question: click.confirm(question, default=False, err=True),
+    )

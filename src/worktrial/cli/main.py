@@ -1,0 +1,319 @@
+"""Command line: parse flags, call the library, print, map errors to exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from worktrial.cli.common import ensure_trust, err
+from worktrial.cli.matrix import run_matrix_and_report
+from worktrial.cli.progress import ProgressReporter
+from worktrial.engine.matrix import is_matrix
+from worktrial.engine.run import RunOptions, RunResult, default_jobs, resume_run, run_suite, state_root_for
+from worktrial.errors import WorktrialError
+from worktrial.isolation.workspace import find_workspace
+from worktrial.model.envelope import Envelope, envelope_json_schema
+from worktrial.model.suite import load_suite, suite_json_schema
+from worktrial.render import render_json, render_markdown
+from worktrial.state.history import list_runs, stored_envelope
+from worktrial.util import atomic_write_text
+from worktrial.version import __version__
+
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_INTERRUPTED = 130
+
+
+class _Group(click.Group):
+    """Turns WorktrialError into one clear message and its exit code; --debug keeps the traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except WorktrialError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                traceback.print_exc()
+            for i, line in enumerate(str(exc).splitlines()):
+                err(f"worktrial: error: {line}" if i == 0 else f"  {line}")
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="worktrial")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """Evaluate autonomous coding agents on eval suites: isolated worktrees, verified outcomes, pass@k."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def eval_options(func: F) -> F:
+    options = [
+        click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path), help="Suite JSON file."),
+        click.option(
+            "--agent", multiple=True, help="Agent name: oracle, nop, command, ... (see README); repeat for a matrix."
+        ),
+        click.option("--agent-cmd", help="Command line of your agent (implies --agent command)."),
+        click.option(
+            "--model", multiple=True, help="Model route provider/model (recorded in the envelope); repeat for a matrix."
+        ),
+        click.option("--base-url", help="Base URL for the model provider (agents that use one)."),
+        click.option("--max-turns", type=click.IntRange(min=1), help="Builtin agent: model calls per attempt (50)."),
+        click.option("--max-tokens", type=click.IntRange(min=1), help="Builtin agent: total tokens per attempt."),
+        click.option("--temperature", type=click.FloatRange(0.0, 2.0), help="Builtin agent: sampling temperature."),
+        click.option("--attempts", type=click.IntRange(min=1), help="Attempts per task (overrides the suite)."),
+        click.option("--k", "k", type=click.IntRange(min=1), help="Headline k (default: attempts)."),
+        click.option(
+            "--workspace",
+            type=click.Path(path_type=Path, file_okay=False),
+            help="Git repository to evaluate in (default: the one containing the current directory).",
+        ),
+        click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True),
+        click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here."),
+        click.option("--keep-worktrees", is_flag=True, help="Keep each attempt's worktree and print its path."),
+        click.option("--verify-always", is_flag=True, help="Also verify claimed failures and timeouts (diagnosis)."),
+        click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered)."),
+        click.option(
+            "--jobs", "-j", type=click.IntRange(min=1), help=f"Attempts to run at once (default {default_jobs()})."
+        ),
+        click.option(
+            "--retry-errors",
+            type=click.IntRange(min=0),
+            default=0,
+            help="Retry attempts that hit infrastructure errors up to N times (never failures or timeouts).",
+        ),
+        click.option(
+            "--resume", "resume_id", metavar="RUN_ID", help="Continue a stored run: run only what is missing."
+        ),
+        click.option("-q", "--quiet", is_flag=True, help="Print only the report."),
+        click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.command("eval")
+@eval_options
+def eval_cmd(
+    suite_path: Path,
+    agent: tuple[str, ...],
+    agent_cmd: str | None,
+    model: tuple[str, ...],
+    base_url: str | None,
+    max_turns: int | None,
+    max_tokens: int | None,
+    temperature: float | None,
+    attempts: int | None,
+    k: int | None,
+    workspace: Path | None,
+    fmt: str,
+    output: Path | None,
+    keep_worktrees: bool,
+    verify_always: bool,
+    trust: bool,
+    jobs: int | None,
+    retry_errors: int,
+    resume_id: str | None,
+    quiet: bool,
+    verbose: bool,
+) -> None:
+    """Run a suite and print its report; several --agent / --model values run a matrix and print a leaderboard."""
+    loaded = load_suite(suite_path)
+    for warning in loaded.warnings:
+        err(f"worktrial: warning: {suite_path}: {warning}")
+    ensure_trust(loaded, workspace, trust)
+    options = RunOptions(
+        agent=agent[0] if agent else None,
+        agent_cmd=agent_cmd,
+        model=model[0] if model else None,
+        base_url=base_url,
+        attempts=attempts,
+        k=k,
+        workspace=workspace,
+        verify_always=verify_always,
+        keep_worktrees=keep_worktrees,
+        jobs=jobs,
+        retry_errors=retry_errors,
+        resume=resume_id,
+        agent_settings={
+            key: value
+            for key, value in {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}.items()
+            if value is not None
+        },
+    )
+    if is_matrix(agent, model):
+        run_matrix_and_report(loaded, agent, model, options, fmt, output, quiet, verbose)
+        return
+    _run_and_report(lambda opts: run_suite(loaded, opts), options, fmt, output, quiet, verbose)
+
+
+def _run_and_report(
+    runner: Callable[[RunOptions], RunResult],
+    options: RunOptions,
+    fmt: str,
+    output: Path | None,
+    quiet: bool,
+    verbose: bool,
+) -> None:
+    progress = ProgressReporter(quiet=quiet, verbose=verbose)
+    options.on_begin = progress.begin
+    options.on_start = progress.start
+    options.on_attempt = progress.attempt
+    options.on_warning = lambda message: err(f"worktrial: warning: {message}")
+    try:
+        result = runner(options)
+    finally:
+        progress.close()
+    _emit(result.envelope, fmt, output, quiet)
+    if result.kept_root is not None:
+        err(f"worktrial: worktrees kept under {result.kept_root}")
+    if not quiet:
+        err(f"worktrial: run stored in {result.store_dir}")
+    if result.interrupted:
+        err(
+            f"worktrial: interrupted; the report covers the attempts that finished. "
+            f"Continue with: worktrial resume {result.envelope.run.id}"
+        )
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _emit(envelope: Envelope, fmt: str, output: Path | None, quiet: bool) -> None:
+    text = render_json(envelope) if fmt == "json" else render_markdown(envelope)
+    if output:
+        atomic_write_text(output, text)
+        if not quiet:
+            err(f"worktrial: report written to {output}")
+    else:
+        click.echo(text, nl=False)
+
+
+main.add_command(eval_cmd)
+
+
+@main.group("exec")
+def exec_group() -> None:
+    """Long forms of commands (``worktrial exec eval`` = ``worktrial eval``)."""
+
+
+exec_group.add_command(eval_cmd)
+
+
+@main.command("resume")
+@click.argument("run_id")
+@click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the run.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Attempts to run at once (default: as stored).")
+@click.option("--retry-errors", type=click.IntRange(min=0), default=0, help="Retry infrastructure errors N times.")
+@click.option("--base-url", help="The provider base URL again, when it held credentials (they are never stored).")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
+@click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason.")
+def resume_cmd(
+    run_id: str,
+    workspace: Path | None,
+    jobs: int | None,
+    retry_errors: int,
+    base_url: str | None,
+    fmt: str,
+    output: Path | None,
+    quiet: bool,
+    verbose: bool,
+) -> None:
+    """Run only the attempts a stored run is missing, then report on the whole run."""
+    options = RunOptions(workspace=workspace, jobs=jobs, retry_errors=retry_errors, base_url=base_url)
+    _run_and_report(lambda opts: resume_run(run_id, opts), options, fmt, output, quiet, verbose)
+
+
+@main.command("runs")
+@click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the runs.")
+def runs_cmd(workspace: Path | None) -> None:
+    """List stored runs: id, suite, agent/model, date, done/total, pass@1."""
+    rows = list_runs(state_root_for(workspace))
+    if not rows:
+        click.echo("no runs yet; `worktrial eval --suite SUITE ...` stores one")
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("run", "suite", "agent/model", "started", "done/total", "pass@1"):
+        table.add_column(column)
+    for row in rows:
+        pass1 = "—" if row.pass_at_1 is None else f"{row.pass_at_1:.3f}"
+        table.add_row(row.id, row.suite, row.agent, row.started_at, f"{row.done}/{row.total}", pass1)
+    Console(width=200).print(table)
+
+
+@main.command("report")
+@click.argument("run_id")
+@click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the run.")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | None) -> None:
+    """Render a stored run again (also one that was interrupted or crashed)."""
+    _emit(stored_envelope(state_root_for(workspace), run_id), fmt, output, quiet=True)
+
+
+@main.command("schema")
+@click.argument("which", type=click.Choice(["suite", "envelope"]))
+def schema_cmd(which: str) -> None:
+    """Print the JSON Schema of the suite format or of the result envelope."""
+    schema = suite_json_schema() if which == "suite" else envelope_json_schema()
+    click.echo(json.dumps(schema, indent=2))
+
+
+@main.command("agents")
+@click.option(
+    "--workspace",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Read custom [agents.NAME] from this repository's worktrial.toml (default: the current one).",
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def agents_cmd(workspace: Path | None, fmt: str) -> None:
+    """List every agent --agent accepts, whether its program is installed, and its version."""
+    from worktrial.agents.listing import list_agents
+    from worktrial.state.config import load_config
+
+    try:
+        root: Path | None = find_workspace(workspace)
+    except WorktrialError:
+        root = None
+    rows = list_agents(load_config(root))
+    if fmt == "json":
+        click.echo(json.dumps([row.__dict__ for row in rows], indent=2))
+        return
+    click.echo("| agent | kind | installed | version | what |")
+    click.echo("|---|---|---|---|---|")
+    for row in rows:
+        installed = {True: "yes", False: "no", None: "—"}[row.installed]
+        hint = f" — install: {row.install}" if row.installed is False and row.install else ""
+        cells = [row.name, row.kind, installed, row.version or "—", f"{row.summary}{hint}"]
+        click.echo("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+
+
+@main.command("validate")
+@click.argument("suite_path", type=click.Path(path_type=Path))
+def validate_cmd(suite_path: Path) -> None:
+    """Check that a suite file loads and validates (no commands are run)."""
+    loaded = load_suite(suite_path)
+    for warning in loaded.warnings:
+        err(f"worktrial: warning: {suite_path}: {warning}")
+    tasks = loaded.suite.tasks
+    click.echo(f"{suite_path}: ok — {len(tasks)} tasks, {loaded.suite.attempts} attempts, sha256 {loaded.sha256}")
+
+
+def _register_number_commands() -> None:
+    """compare, power, check and audit live in their own module; imported late to keep imports one-way."""
+    from worktrial.cli.numbers import COMMANDS
+
+    for command in COMMANDS:
+        main.add_command(command)
+
+
+_register_number_commands()

@@ -1,0 +1,105 @@
+"""``worktrial eval`` with several --agent / --model values: run the matrix, print the leaderboard.
+
+Like ``cli.py`` this only wires flags to the library and prints: ``worktrial.engine.matrix`` runs the configurations,
+``worktrial.analysis.leaderboard`` ranks them and ``worktrial.render.leaderboard_markdown`` renders the table.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import click
+
+from worktrial.analysis.leaderboard import build_leaderboard
+from worktrial.cli.common import err
+from worktrial.cli.progress import ProgressReporter
+from worktrial.engine.matrix import (
+    Configuration,
+    ConfigurationOutcome,
+    matrix_config,
+    plan_configurations,
+    preflight_all,
+    run_matrix,
+)
+from worktrial.engine.run import RunOptions
+from worktrial.errors import BadInputError
+from worktrial.model.suite import LoadedSuite
+from worktrial.render.leaderboard_markdown import render_leaderboard_markdown
+from worktrial.util import atomic_write_text
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def run_matrix_and_report(
+    loaded: LoadedSuite,
+    agents: Sequence[str],
+    models: Sequence[str],
+    base: RunOptions,
+    fmt: str,
+    output: Path | None,
+    quiet: bool,
+    verbose: bool,
+) -> None:
+    """Plan, preflight and run every configuration, then print the leaderboard; exits 130 or 2 when due."""
+    if base.resume:
+        raise BadInputError("--resume continues one stored run; it cannot be combined with several --agent/--model")
+    configurations = plan_configurations(agents, models, base.agent_cmd, matrix_config(base.workspace))
+    preflight_all(configurations, base)
+    seen_warnings: set[str] = set()
+
+    def warn(message: str) -> None:
+        if message not in seen_warnings:  # e.g. a dirty workspace: say it once, not once per configuration
+            seen_warnings.add(message)
+            err(f"worktrial: warning: {message}")
+
+    def prepare(index: int, configuration: Configuration, options: RunOptions) -> Callable[[], None]:
+        if not quiet:
+            err(f"worktrial: configuration {index}/{len(configurations)}: {configuration.label}")
+        progress = ProgressReporter(quiet=quiet, verbose=verbose)
+        options.on_begin = progress.begin
+        options.on_start = progress.start
+        options.on_attempt = progress.attempt
+        options.on_warning = warn
+        return progress.close
+
+    def finished(outcome: ConfigurationOutcome) -> None:
+        label = outcome.configuration.label
+        if outcome.error is not None:
+            stored = f" (finished attempts are in run {outcome.run_id})" if outcome.run_id else ""
+            err(f"worktrial: error: {label}: {_first_line(outcome.error)}{stored}; continuing with the others")
+        if outcome.kept_root is not None:
+            err(f"worktrial: {label}: worktrees kept under {outcome.kept_root}")
+        if not quiet and outcome.store_dir is not None:
+            err(f"worktrial: {label}: run {outcome.run_id} stored in {outcome.store_dir}")
+
+    result = run_matrix(loaded, configurations, base, prepare=prepare, finished=finished)
+    board = build_leaderboard([o.contender() for o in result.outcomes])
+    if fmt == "json":
+        document = {
+            "leaderboard": [row.model_dump(mode="json") for row in board.rows],
+            "envelopes": [o.envelope.model_dump(mode="json") for o in result.outcomes if o.envelope is not None],
+            "notes": board.notes,
+        }
+        text = json.dumps(document, indent=2) + "\n"
+    else:
+        text = render_leaderboard_markdown(board)
+    if output:
+        atomic_write_text(output, text)
+        if not quiet:
+            err(f"worktrial: leaderboard written to {output}")
+    else:
+        click.echo(text, nl=False)
+    if result.interrupted:
+        resume = [o.run_id for o in result.outcomes if o.status == "interrupted" and o.run_id]
+        hint = f" Continue the interrupted run with: worktrial resume {resume[0]}" if resume else ""
+        err(f"worktrial: interrupted; the leaderboard covers the configurations that ran.{hint}")
+    failed = [o for o in result.outcomes if o.status == "failed"]
+    if failed and not result.interrupted:
+        err(f"worktrial: {len(failed)} of {len(configurations)} configurations failed; see the leaderboard")
+    if result.exit_code:
+        sys.exit(result.exit_code)

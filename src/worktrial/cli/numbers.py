@@ -1,0 +1,178 @@
+"""Commands that make numbers trustworthy: compare, power, check and audit (registered on ``worktrial.cli.main``).
+
+Like ``cli.py``, this only parses flags, calls the library and prints; findings that should fail a CI job
+(a suite problem, an audit mismatch) exit 1 after the report is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from pydantic import BaseModel
+
+from worktrial.analysis import stats
+from worktrial.analysis.audit import audit_envelope, render_audit
+from worktrial.analysis.compare import compare_runs
+from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
+from worktrial.cli.common import ensure_trust, err
+from worktrial.engine.check import DEFAULT_REPEATS, CheckOptions, check_suite
+from worktrial.errors import BadInputError
+from worktrial.isolation.workspace import find_workspace
+from worktrial.model.suite import LoadedSuite, load_suite
+from worktrial.render.check_markdown import render_check_markdown
+from worktrial.render.compare_markdown import render_comparison_markdown
+from worktrial.state.history import resolve_envelope
+from worktrial.util import atomic_write_text
+
+EXIT_FINDINGS = 1
+
+_FORMAT = click.option(
+    "--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True
+)
+_OUTPUT = click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+_WORKSPACE = click.option(
+    "--workspace",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Git repository (default: the one containing the current directory).",
+)
+
+
+def _as_json(model: BaseModel) -> str:
+    return json.dumps(model.model_dump(mode="json"), indent=2) + "\n"
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output:
+        atomic_write_text(output, text)
+        err(f"worktrial: report written to {output}")
+    else:
+        click.echo(text, nl=False)
+
+
+def _load_with_warnings(suite_path: Path) -> LoadedSuite:
+    loaded = load_suite(suite_path)
+    for warning in loaded.warnings:
+        err(f"worktrial: warning: {suite_path}: {warning}")
+    return loaded
+
+
+@click.command("compare")
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--allow-different-suites", is_flag=True, help="Compare runs of different suites on shared task ids.")
+@_WORKSPACE
+@_FORMAT
+@_OUTPUT
+def compare_cmd(
+    runs: tuple[str, ...], allow_different_suites: bool, workspace: Path | None, fmt: str, output: Path | None
+) -> None:
+    """Compare runs (envelope files or stored run ids) task by task, with error bars and p-values."""
+    loaded = [resolve_envelope(ref, lambda: find_workspace(workspace)) for ref in runs]
+    comparison = compare_runs(loaded, allow_different_suites=allow_different_suites)
+    _emit(_as_json(comparison) if fmt == "json" else render_comparison_markdown(comparison), output)
+
+
+@click.command("power")
+@click.option("--tasks", type=click.IntRange(min=1), help="Number of tasks (default: the envelope's).")
+@click.option("--attempts", type=click.IntRange(min=1), help="Attempts per task (default: the envelope's, else 1).")
+@click.option("--delta", type=click.FloatRange(min=0, max=1, min_open=True), help="Difference in pass rate to detect.")
+@click.option(
+    "--from",
+    "sources",
+    multiple=True,
+    help="Estimate variances from an envelope or run id; give two runs of one suite for the best estimate.",
+)
+@click.option(
+    "--omega2", type=click.FloatRange(min=0), help=f"Across-task variance of the difference [{DEFAULT_OMEGA2:.4f}]."
+)
+@click.option("--sigma2", type=click.FloatRange(min=0), help=f"Within-task variance per attempt [{DEFAULT_SIGMA2}].")
+@click.option(
+    "--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=stats.ALPHA, show_default=True
+)
+@click.option(
+    "--power",
+    "power_",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=stats.POWER,
+    show_default=True,
+)
+@_WORKSPACE
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def power_cmd(
+    tasks: int | None,
+    attempts: int | None,
+    delta: float | None,
+    sources: tuple[str, ...],
+    omega2: float | None,
+    sigma2: float | None,
+    alpha: float,
+    power_: float,
+    workspace: Path | None,
+    fmt: str,
+) -> None:
+    """Plan a comparison: the detectable difference, or the tasks / attempts needed to detect --delta."""
+    if len(sources) > 2:
+        raise BadInputError("--from takes one envelope, or two runs of the same suite")
+    loaded = [resolve_envelope(ref, lambda: find_workspace(workspace)) for ref in sources]
+    model = variance_model([(item.label, item.envelope) for item in loaded], omega2=omega2, sigma2=sigma2)
+    if loaded:
+        tasks = tasks or len(loaded[0].envelope.report.tasks)
+        attempts = attempts or loaded[0].envelope.run.attempts
+    result = plan(model, tasks=tasks, attempts=attempts or 1, delta=delta, alpha=alpha, power=power_)
+    click.echo(_as_json(result) if fmt == "json" else render_plan(result), nl=False)
+
+
+@click.command("check")
+@click.argument("suite_path", type=click.Path(path_type=Path))
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=DEFAULT_REPEATS,
+    show_default=True,
+    help="Verifier re-runs on the oracle's result, to find flaky verifiers.",
+)
+@_WORKSPACE
+@click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered).")
+@_FORMAT
+@_OUTPUT
+@click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
+def check_cmd(
+    suite_path: Path, repeats: int, workspace: Path | None, trust: bool, fmt: str, output: Path | None, quiet: bool
+) -> None:
+    """Validate a suite by running it: oracle must pass, nop must fail, verifiers must be stable; plus lints."""
+    loaded = _load_with_warnings(suite_path)
+    ensure_trust(loaded, workspace, trust)
+    options = CheckOptions(
+        workspace=workspace,
+        repeats=repeats,
+        on_progress=None if quiet else lambda message: err(f"worktrial: {message}"),
+        on_warning=lambda message: err(f"worktrial: warning: {message}"),
+    )
+    report = check_suite(loaded, options)
+    _emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output)
+    if not report.ok:
+        sys.exit(EXIT_FINDINGS)
+
+
+@click.command("audit")
+@click.argument("envelope_path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path), help="The suite file it claims.")
+@click.option(
+    "--workspace",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Directory trace paths are relative to (default: the workspace recorded in the envelope).",
+)
+@click.option("--no-traces", is_flag=True, help="Skip the trace-file checks (when only the envelope was published).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def audit_cmd(envelope_path: Path, suite_path: Path, workspace: Path | None, no_traces: bool, fmt: str) -> None:
+    """Recompute the digest and every metric of an envelope from its records; exit 1 listing any mismatch."""
+    loaded = _load_with_warnings(suite_path)
+    report = audit_envelope(envelope_path, loaded, workspace=workspace, check_traces=not no_traces)
+    click.echo(_as_json(report) if fmt == "json" else render_audit(report), nl=False)
+    if not report.ok:
+        sys.exit(EXIT_FINDINGS)
+
+
+COMMANDS = (compare_cmd, power_cmd, check_cmd, audit_cmd)

@@ -1,0 +1,186 @@
+"""One attempt: private worktree -> setup -> agent -> verify -> AttemptRecord (+ trace file)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from worktrial.agents.base import Agent, AgentContext, AgentError, AgentResult
+from worktrial.engine.verify import VerifyResult, run_verify
+from worktrial.errors import WorktrialError
+from worktrial.isolation import proc
+from worktrial.isolation.pool import Slot
+from worktrial.isolation.proc import run_command
+from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo, create_attempt_workspace, remove_tree
+from worktrial.model.commands import display
+from worktrial.model.records import AttemptRecord, Outcome, Usage
+from worktrial.model.suite import Task
+from worktrial.model.trace import build_trace, trace_filename
+from worktrial.state.traces import write_trace
+
+# An agent that returns this long after its deadline overran it, whatever it says.
+DEADLINE_GRACE_SECS = 2.0
+
+
+@dataclass(frozen=True)
+class AttemptSettings:
+    """Per-run facts every attempt needs."""
+
+    source: SourceRepo
+    base_commit: str
+    work_root: Path
+    trace_dir: Path
+    workspace: Path
+    verify_always: bool = False
+    keep_worktrees: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AttemptOutcome:
+    record: AttemptRecord
+    fatal: AgentError | None = None
+
+
+def _decide(task: Task, result: AgentResult, overran: bool) -> tuple[Outcome, str | None, bool]:
+    """Outcome before verification, its reason, and whether verification decides it."""
+    if result.timed_out or overran:
+        return "timeout", f"agent exceeded its {task.timeout_secs}s timeout", False
+    if result.error is not None:
+        return "error", result.error.message, False
+    if result.claimed is True:
+        return "pass", None, True
+    if result.claimed is False:
+        return "fail", f"agent claimed failure{': ' + result.reason if result.reason else ''}", False
+    return "fail", f"agent made no claim{': ' + result.reason if result.reason else ''}", False
+
+
+@dataclass
+class _Progress:
+    """What an attempt has found out so far; filled in step by step."""
+
+    outcome: Outcome = "error"
+    reason: str | None = None
+    category: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    agent_secs: float = 0.0
+    verify_secs: float = 0.0
+    claimed: bool | None = None
+    verified: bool | None = None
+    fatal: AgentError | None = None
+
+
+def run_attempt(
+    agent: Agent, task: Task, attempt: int, settings: AttemptSettings, slot: Slot | None = None
+) -> AttemptOutcome:
+    """Run one attempt to an outcome; never raises for anything the task or agent does.
+
+    With a ``slot`` the attempt reuses that pooled workspace (reset first); without one it gets a fresh
+    workspace of its own, removed afterwards unless worktrees are kept.
+    """
+    start = time.monotonic()
+    root = settings.work_root / f"{trace_filename(task.id, attempt)[:-5]}-{uuid.uuid4().hex[:8]}"
+    env = proc.clean_env(settings.env or None)
+    progress = _Progress()
+    workspace: AttemptWorkspace | None = None
+    try:
+        try:
+            if slot is not None:
+                workspace = slot.acquire()
+            else:
+                workspace = create_attempt_workspace(settings.source, settings.base_commit, root)
+                (workspace.root / "scratch").mkdir()
+        except (WorktrialError, OSError) as exc:
+            progress.reason, progress.category = f"worktree creation failed: {exc}", "worktree"
+        else:
+            _run_in(agent, task, attempt, settings, workspace, env, progress)
+    finally:
+        if slot is None and not settings.keep_worktrees:
+            remove_tree(root)
+    duration = round(time.monotonic() - start, 3)
+    usage = progress.usage
+    trace = build_trace(
+        task_id=task.id,
+        attempt=attempt,
+        outcome=progress.outcome,
+        duration_secs=duration,
+        agent_secs=round(progress.agent_secs, 3),
+        verify_secs=round(progress.verify_secs, 3),
+        usage=usage,
+    )
+    trace_path = write_trace(trace, settings.trace_dir)
+    try:
+        trace_ref = os.path.relpath(trace_path, settings.workspace)
+    except ValueError:
+        trace_ref = str(trace_path)
+    record = AttemptRecord(
+        task_id=task.id,
+        attempt=attempt,
+        outcome=progress.outcome,
+        claimed=progress.claimed,
+        verified=progress.verified,
+        reason=progress.reason,
+        duration_secs=duration,
+        agent_secs=round(progress.agent_secs, 3),
+        verify_secs=round(progress.verify_secs, 3),
+        cost_usd=usage.cost_usd,
+        tokens=usage.tokens,
+        turns=usage.turns,
+        tool_calls=usage.tool_calls if usage.tool_counts or usage.turns is not None else None,
+        error_category=progress.category,
+        worktree=str(workspace.worktree) if settings.keep_worktrees and workspace else None,
+        trace=trace_ref,
+    )
+    return AttemptOutcome(record=record, fatal=progress.fatal)
+
+
+def _run_in(
+    agent: Agent,
+    task: Task,
+    attempt: int,
+    settings: AttemptSettings,
+    workspace: AttemptWorkspace,
+    env: dict[str, str],
+    progress: _Progress,
+) -> None:
+    """Setup, agent and verification inside a created workspace."""
+    scratch = workspace.root / "scratch"
+    for i, command in enumerate(task.setup_commands, start=1):
+        setup = run_command(command, cwd=workspace.worktree, env=env, timeout=task.verify_timeout_secs)
+        if not setup.ok:
+            progress.reason = f"setup failed: {setup.describe_failure(f'step {i} ({display(command)})')}"
+            progress.category = "setup"
+            return
+
+    agent_start = time.monotonic()
+    deadline = agent_start + task.timeout_secs
+    ctx = AgentContext(
+        task=task,
+        attempt=attempt,
+        worktree=workspace.worktree,
+        deadline=deadline,
+        env=dict(env),
+        scratch=scratch,
+    )
+    try:
+        result = agent.run(ctx)
+    except Exception as exc:  # an agent bug must cost one attempt, not the run
+        result = AgentResult(claimed=None, error=AgentError("crashed", f"agent crashed: {type(exc).__name__}: {exc}"))
+    progress.agent_secs = time.monotonic() - agent_start
+    progress.usage = result.usage
+    overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS
+    progress.outcome, progress.reason, verify_decides = _decide(task, result, overran)
+    progress.claimed = None if progress.outcome == "timeout" else result.claimed
+    if result.error is not None and progress.outcome == "error":
+        progress.category = result.error.category
+        if result.error.fatal:
+            progress.fatal = result.error
+    if verify_decides or (settings.verify_always and progress.outcome in ("fail", "timeout")):
+        check: VerifyResult = run_verify(task, workspace.worktree, env)
+        progress.verify_secs = check.secs
+        progress.verified = check.passed
+        if verify_decides and not check.passed:
+            progress.outcome, progress.reason = "fail", check.reason

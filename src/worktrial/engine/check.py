@@ -1,0 +1,184 @@
+"""``worktrial check``: validate a suite before anyone spends money on it.
+
+Three runs and a lint pass. The ``oracle`` agent must pass every task that has a reference solution (else
+the task is unsolvable or its verifier wrong); the ``nop`` agent must fail every task (a verifier that
+passes an untouched worktree measures nothing); and each verifier is re-run several times on the oracle's
+result, in a fresh worktree, so a verdict that changes without any change to the files shows up as flaky.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from worktrial.analysis.check_report import CheckReport, TaskCheck
+from worktrial.analysis.lint import lint_suite
+from worktrial.engine.run import RunOptions, run_suite
+from worktrial.isolation import proc
+from worktrial.isolation.proc import run_command
+from worktrial.isolation.workspace import SourceRepo, create_attempt_workspace, open_source, remove_tree
+from worktrial.model.commands import display
+from worktrial.model.envelope import Envelope, TaskReport
+from worktrial.model.records import Outcome
+from worktrial.model.suite import LoadedSuite, Task
+from worktrial.model.trace import trace_filename
+
+DEFAULT_REPEATS = 3
+
+
+@dataclass
+class CheckOptions:
+    workspace: Path | None = None
+    repeats: int = DEFAULT_REPEATS
+    on_progress: Callable[[str], None] | None = None
+    on_warning: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True)
+class _Repeats:
+    """``rounds[r][i]``: whether verify command i passed in re-run r; ``error`` when the rebuild failed."""
+
+    rounds: list[list[bool]]
+    error: str | None = None
+
+
+def _repeat_verify(task: Task, source: SourceRepo, base_commit: str, repeats: int, work_root: Path) -> _Repeats:
+    """Rebuild the oracle's result in a fresh worktree, then run every verify command ``repeats`` times on it.
+
+    Each re-run is one full verification in order, but it does not stop at a failing command, so a flaky
+    command is found even when it is not the first one.
+    """
+    root = work_root / f"{trace_filename(task.id, 0)[:-5]}-{uuid.uuid4().hex[:8]}"
+    workspace = create_attempt_workspace(source, base_commit, root)
+    env = proc.clean_env()
+    try:
+        steps = [("setup", c, task.verify_timeout_secs) for c in task.setup_commands]
+        steps += [("solution", c, task.timeout_secs) for c in task.solution or []]
+        for label, command, timeout in steps:
+            result = run_command(command, cwd=workspace.worktree, env=env, timeout=timeout)
+            if not result.ok:
+                return _Repeats(
+                    [],
+                    f"{label} failed when rebuilding the oracle's result: {result.describe_failure(display(command))}",
+                )
+        rounds = [
+            [
+                run_command(c, cwd=workspace.worktree, env=env, timeout=task.verify_timeout_secs).ok
+                for c in task.verify_commands
+            ]
+            for _ in range(repeats)
+        ]
+        return _Repeats(rounds)
+    finally:
+        remove_tree(root)
+
+
+def _flaky(task: Task, repeats: _Repeats, oracle_verified: bool | None) -> list[str]:
+    """Every verify command whose verdict changed while the files it looked at did not."""
+    problems: list[str] = []
+    n = len(repeats.rounds)
+    for i, command in enumerate(task.verify_commands):
+        passes = sum(r[i] for r in repeats.rounds)
+        if 0 < passes < n:
+            problems.append(
+                f"flaky verifier: verify_commands[{i}] ({display(command)}) passed {passes} of {n} re-runs "
+                "on the oracle's unchanged result"
+            )
+    if problems or oracle_verified is None or not repeats.rounds:
+        return problems
+    passed = [all(r) for r in repeats.rounds]
+    if oracle_verified and not any(passed):
+        problems.append(f"flaky verifier: passed on the oracle's attempt but failed all {n} re-runs of its result")
+    elif not oracle_verified and all(passed):
+        problems.append(f"flaky verifier: failed on the oracle's attempt but passed all {n} re-runs of its result")
+    return problems
+
+
+def _first_attempt(report: TaskReport) -> tuple[Outcome, str | None, bool | None]:
+    if not report.attempts:
+        return "error", "not run", None
+    a = report.attempts[0]
+    return a.outcome, a.reason, a.verified
+
+
+def _task_check(task: Task, oracle: TaskReport, nop: TaskReport, repeats: _Repeats | None, lints: int) -> TaskCheck:
+    has_solution = bool(task.solution)
+    o_outcome, o_reason, o_verified = _first_attempt(oracle)
+    n_outcome, n_reason, _ = _first_attempt(nop)
+    problems: list[str] = []
+    if has_solution and o_outcome != "pass":
+        problems.append(f"oracle does not pass ({o_outcome}: {o_reason or 'no reason'}): unsolvable or wrong verifier")
+    if n_outcome == "pass":
+        problems.append("passes with no change (nop agent): the verifier measures nothing")
+    elif n_outcome == "error":
+        problems.append(f"nop attempt errored: {n_reason or 'no reason'}")
+    verdicts: list[bool] = []
+    if repeats is not None:
+        if repeats.error and o_outcome == "pass":
+            # The oracle's own attempt succeeded, so a failing rebuild means the solution is not repeatable.
+            problems.append(repeats.error)
+        verdicts = ([o_verified] if o_verified is not None else []) + [all(r) for r in repeats.rounds]
+        problems += _flaky(task, repeats, o_verified)
+    return TaskCheck(
+        task_id=task.id,
+        has_solution=has_solution,
+        oracle=o_outcome if has_solution else None,
+        oracle_reason=o_reason if has_solution else None,
+        nop=n_outcome,
+        nop_reason=n_reason,
+        verify_runs=len(verdicts),
+        verify_passes=sum(verdicts) if verdicts else None,
+        problems=problems,
+        lints=lints,
+    )
+
+
+def _by_id(envelope: Envelope) -> dict[str, TaskReport]:
+    return {t.task_id: t for t in envelope.report.tasks}
+
+
+def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> CheckReport:
+    """Run oracle and nop once per task, re-verify the oracle's results, and lint; never raises for findings."""
+    options = options or CheckOptions()
+    if options.repeats < 1:
+        raise ValueError(f"repeats must be at least 1 (got {options.repeats})")
+    say = options.on_progress or (lambda _message: None)
+    lints = lint_suite(loaded.suite)
+
+    def run(agent: str) -> Envelope:
+        say(f"running the {agent} agent on {len(loaded.suite.tasks)} tasks")
+        opts = RunOptions(agent=agent, attempts=1, k=1, workspace=options.workspace, on_warning=options.on_warning)
+        return run_suite(loaded, opts).envelope
+
+    oracle, nop = run("oracle"), run("nop")
+    oracle_tasks, nop_tasks = _by_id(oracle), _by_id(nop)
+    source = open_source(Path(oracle.run.workspace.path))
+    base_commit = oracle.run.workspace.base_commit
+    work_root = Path(tempfile.mkdtemp(prefix="worktrial-check-"))
+    checks: list[TaskCheck] = []
+    try:
+        for task in loaded.suite.tasks:
+            repeats = None
+            if task.solution:
+                say(f"re-running the verifier of {task.id} {options.repeats} times on the oracle's result")
+                repeats = _repeat_verify(task, source, base_commit, options.repeats, work_root)
+            count = sum(1 for lint in lints if lint.task_id == task.id)
+            checks.append(_task_check(task, oracle_tasks[task.id], nop_tasks[task.id], repeats, count))
+    finally:
+        remove_tree(work_root)
+    problems = sum(len(c.problems) for c in checks) + len(lints)
+    return CheckReport(
+        suite_path=str(loaded.path),
+        suite_sha256=loaded.sha256,
+        suite_id=loaded.suite.id,
+        repeats=options.repeats,
+        base_commit=base_commit,
+        tasks=checks,
+        lints=lints,
+        without_solution=[t.id for t in loaded.suite.tasks if not t.solution],
+        problems=problems,
+        ok=problems == 0,
+    )

@@ -1,0 +1,238 @@
+"""Model and agent matrices: run one suite under several configurations, one stored run each.
+
+A configuration is an agent and (for agents that use one) a model; the matrix is the cartesian product of the
+agents and models given. Agents that never see the model (oracle, nop, command, a custom agent without a
+model flag) run once, without a model, as a reference row: running them once per model would produce identical
+runs under different labels, which is exactly the kind of number a leaderboard must not invent.
+
+Configurations run one after another with the same suite, workspace, attempts, k and jobs. Every agent is built
+and preflighted before the first attempt, so a missing key or program fails the whole matrix before any money is
+spent. An agent that breaks fatally mid-run (a rejected key, an unknown model) fails only its configuration; the
+others still run and keep their results. Ctrl-C (or SIGTERM) stops the matrix after the running configuration
+has stored what finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from worktrial.agents import agent_specs
+from worktrial.agents.custom import custom_tables
+from worktrial.analysis.leaderboard import Contender, Status
+from worktrial.engine.run import RunOptions, build_agent, choose_agent_name, run_suite, sigterm_as_interrupt
+from worktrial.errors import BadInputError, WorktrialError
+from worktrial.isolation.workspace import find_workspace
+from worktrial.model.envelope import Envelope
+from worktrial.model.suite import LoadedSuite
+from worktrial.state.config import load_config
+from worktrial.state.history import stored_envelope
+
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One row of the matrix: which agent, on which model (None when the agent uses none)."""
+
+    agent: str
+    model: str | None = None
+    agent_cmd: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.agent if self.model is None else f"{self.agent} ({self.model})"
+
+
+def uses_model(agent: str, config: dict[str, Any]) -> bool:
+    """Whether ``--model`` reaches the agent; plugins and dotted paths get it in their options, so they may."""
+    spec = agent_specs().get(agent)
+    if spec is not None:
+        return spec.uses_model
+    table = custom_tables(config).get(agent)
+    if table is not None:
+        return bool(table.get("model_flag")) or "{model_args}" in str(table.get("command", ""))
+    return True
+
+
+def is_matrix(agents: Sequence[str], models: Sequence[str]) -> bool:
+    """One agent and at most one model is a plain run, handled exactly as before matrices existed."""
+    return len(agents) > 1 or len(models) > 1
+
+
+def plan_configurations(
+    agents: Sequence[str], models: Sequence[str], agent_cmd: str | None, config: dict[str, Any]
+) -> list[Configuration]:
+    """The configurations of a matrix, in the order given (agents outer, models inner); bad input says why."""
+    for flag, values in (("--agent", agents), ("--model", models)):
+        repeated = sorted({v for v in values if list(values).count(v) > 1})
+        if repeated:
+            raise BadInputError(f"{flag} {repeated[0]} is given more than once; each configuration runs once")
+    names = list(agents) or (["command"] if agent_cmd else ["builtin"] if models else [])
+    if not names:
+        choose_agent_name(RunOptions())  # raises the usual "choose an agent" message
+    if agent_cmd and "command" not in names:
+        raise BadInputError(f"--agent-cmd only works with --agent command, not --agent {names[0]}")
+    model_users = [n for n in names if uses_model(n, config)]
+    if models and not model_users:
+        who = f"--agent {names[0]} does not" if len(names) == 1 else f"none of the agents ({', '.join(names)})"
+        raise BadInputError(
+            f"{who} use a model, so each --model would only relabel the same runs; drop --model, "
+            "or add an agent that takes one (builtin, a preset, a custom agent with model_flag)"
+        )
+    configurations = []
+    for name in names:
+        if name not in model_users:
+            configurations.append(Configuration(name, None, agent_cmd if name == "command" else None))
+        else:
+            configurations += [Configuration(name, model) for model in models] if models else [Configuration(name)]
+    return configurations
+
+
+def options_for(base: RunOptions, configuration: Configuration) -> RunOptions:
+    """The shared options with this configuration's agent and model (callbacks are the caller's to set)."""
+    return dataclasses.replace(
+        base,
+        agent=configuration.agent,
+        model=configuration.model,
+        agent_cmd=configuration.agent_cmd,
+        resume=None,
+        agent_settings=dict(base.agent_settings),
+    )
+
+
+def _state_root(workspace: Path | None) -> Path:
+    """Where runs of this workspace are stored, the same rule ``run_suite`` uses for pinned suites too."""
+    try:
+        return find_workspace(workspace)
+    except BadInputError:
+        return (workspace or Path.cwd()).resolve()
+
+
+def matrix_config(workspace: Path | None) -> dict[str, Any]:
+    """The merged user and project configuration the agents of a matrix are built with."""
+    return load_config(_state_root(workspace))
+
+
+def preflight_all(configurations: Sequence[Configuration], base: RunOptions) -> None:
+    """Build and preflight every agent before any attempt runs: bad input costs nothing when caught here."""
+    config = matrix_config(base.workspace)
+    for configuration in configurations:
+        try:
+            build_agent(options_for(base, configuration), config).preflight()
+        except BadInputError as exc:
+            raise BadInputError(f"{configuration.label}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ConfigurationOutcome:
+    configuration: Configuration
+    status: Status
+    envelope: Envelope | None
+    run_id: str | None
+    store_dir: Path | None
+    error: WorktrialError | None = None
+    kept_root: Path | None = None
+
+    def contender(self) -> Contender:
+        return Contender(
+            agent=self.configuration.agent,
+            model=self.configuration.model,
+            status=self.status,
+            envelope=self.envelope,
+            error=None if self.error is None else str(self.error),
+        )
+
+
+@dataclass(frozen=True)
+class MatrixResult:
+    outcomes: list[ConfigurationOutcome]
+    interrupted: bool
+
+    @property
+    def exit_code(self) -> int:
+        """130 when interrupted, else the first failed configuration's code (2 for a fatal agent error), else 0."""
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        failed = [o.error for o in self.outcomes if o.error is not None]
+        return failed[0].exit_code if failed else 0
+
+
+def _stored(base: RunOptions, run_id: str | None) -> Envelope | None:
+    """What a run that stopped early left in its store (None when it never started or the store is unreadable)."""
+    if run_id is None:
+        return None
+    with contextlib.suppress(WorktrialError, OSError, ValueError):
+        return stored_envelope(_state_root(base.workspace), run_id)
+    return None
+
+
+Prepare = Callable[[int, Configuration, RunOptions], Callable[[], None] | None]
+Finished = Callable[[ConfigurationOutcome], None]
+
+
+def _run_one(loaded: LoadedSuite, configuration: Configuration, options: RunOptions) -> ConfigurationOutcome:
+    """One configuration; its failure or interruption becomes its outcome instead of ending the matrix."""
+    run_ids: list[str] = []
+    given_begin = options.on_begin
+
+    def begin(run_id: str, to_run: int, done: int) -> None:
+        run_ids.append(run_id)
+        if given_begin is not None:
+            given_begin(run_id, to_run, done)
+
+    options.on_begin = begin
+    try:
+        result = run_suite(loaded, options)
+    except KeyboardInterrupt:
+        run_id = run_ids[0] if run_ids else None
+        return ConfigurationOutcome(configuration, "interrupted", _stored(options, run_id), run_id, None)
+    except WorktrialError as exc:
+        run_id = run_ids[0] if run_ids else None
+        return ConfigurationOutcome(configuration, "failed", _stored(options, run_id), run_id, None, exc)
+    status: Status = "interrupted" if result.interrupted else "complete"
+    return ConfigurationOutcome(
+        configuration, status, result.envelope, result.envelope.run.id, result.store_dir, kept_root=result.kept_root
+    )
+
+
+def run_matrix(
+    loaded: LoadedSuite,
+    configurations: Sequence[Configuration],
+    base: RunOptions,
+    *,
+    prepare: Prepare | None = None,
+    finished: Finished | None = None,
+) -> MatrixResult:
+    """Run each configuration in turn and return every outcome, stopping early only when interrupted.
+
+    ``prepare`` may set progress callbacks on a configuration's options before it starts and return a function
+    that is always called when it ends (to close a live display); ``finished`` receives each outcome at once,
+    so a caller can print its run id while the next configuration runs.
+    """
+    outcomes: list[ConfigurationOutcome] = []
+    with sigterm_as_interrupt():
+        try:
+            for index, configuration in enumerate(configurations, start=1):
+                options = options_for(base, configuration)
+                close = prepare(index, configuration, options) if prepare is not None else None
+                try:
+                    outcome = _run_one(loaded, configuration, options)
+                finally:
+                    if close is not None:
+                        close()
+                outcomes.append(outcome)
+                if base.base_commit is None and outcome.envelope is not None:
+                    # Every later configuration starts from the commit the first one used, even if HEAD moves.
+                    base = dataclasses.replace(base, base_commit=outcome.envelope.run.workspace.base_commit)
+                if finished is not None:
+                    finished(outcome)
+                if outcome.status == "interrupted":
+                    return MatrixResult(outcomes=outcomes, interrupted=True)
+        except KeyboardInterrupt:  # between two configurations: nothing was running
+            return MatrixResult(outcomes=outcomes, interrupted=True)
+    return MatrixResult(outcomes=outcomes, interrupted=False)

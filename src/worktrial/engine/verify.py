@@ -1,0 +1,35 @@
+"""Run a task's verify commands in a worktree: in order, each with its own bound, stop at the first failure."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from worktrial.isolation.proc import run_command
+from worktrial.model.commands import display
+from worktrial.model.suite import Task
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    passed: bool
+    reason: str | None
+    secs: float
+    output_bytes: int
+
+
+def run_verify(task: Task, worktree: Path, env: Mapping[str, str]) -> VerifyResult:
+    start = time.monotonic()
+    output = 0
+    for command in task.verify_commands:
+        result = run_command(command, cwd=worktree, env=env, timeout=task.verify_timeout_secs)
+        output += result.output_bytes
+        if not result.ok:
+            if result.timed_out:
+                why = f"verify timed out after {task.verify_timeout_secs}s: {display(command)}"
+            else:
+                why = f"verify failed: {result.describe_failure(display(command))}"
+            return VerifyResult(False, why, time.monotonic() - start, output)
+    return VerifyResult(True, None, time.monotonic() - start, output)

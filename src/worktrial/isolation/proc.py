@@ -1,0 +1,337 @@
+"""The one place that spawns processes.
+
+Every process gets its own session (so its group can be killed at once) and a per-call token in its
+environment. The token survives ``setsid`` and double forks, so after a process ends, or at its deadline,
+every descendant that still carries the token is found in /proc and killed: nothing is left behind.
+Output is captured into bounded tail buffers; a process printing gigabytes costs constant memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from worktrial.model.commands import Command, to_argv
+
+TOKEN_VAR = "WORKTRIAL_PROC_TOKEN"
+DEFAULT_TAIL_BYTES = 64 * 1024
+TERM_GRACE_SECS = 1.0
+_CHUNK = 64 * 1024
+
+# Variables that would point a child's git at some other repository than its worktree.
+_GIT_LOCATION_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+)
+
+
+@dataclass(frozen=True)
+class ProcResult:
+    """What happened to one process."""
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    timed_out: bool
+    duration_secs: float
+    stdout_tail: bytes = b""
+    stderr_tail: bytes = b""
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    not_found: str | None = None
+    start_error: str | None = None
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    @property
+    def output_bytes(self) -> int:
+        return self.stdout_bytes + self.stderr_bytes
+
+    def missing_command(self) -> str | None:
+        """The program that could not be found, directly or as reported by /bin/sh (exit 127)."""
+        if self.not_found:
+            return self.not_found
+        if self.returncode == 127:
+            text = self.stderr_tail.decode("utf-8", "replace")
+            match = re.search(r"(?:^|\n)[^\n]*?:\s*(?:\d+:\s*)?([^\s:]+): (?:command )?not found", text)
+            if match:
+                return match.group(1)
+        return None
+
+    def describe_failure(self, label: str) -> str:
+        """A short, output-free reason such as ``grep -q x f exited 1``."""
+        if self.start_error:
+            return f"{label}: {self.start_error}"
+        missing = self.missing_command()
+        if missing:
+            return f"command not found: {missing}"
+        if self.timed_out:
+            return f"{label} timed out after {self.duration_secs:.0f}s"
+        if self.returncode is not None and self.returncode < 0:
+            return f"{label} killed by signal {-self.returncode}"
+        return f"{label} exited {self.returncode}"
+
+
+class _Tail:
+    """Keeps the last ``limit`` bytes of a stream and counts all of them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        self._chunks.append(data)
+        self._size += len(data)
+        while self._chunks and self._size - len(self._chunks[0]) >= self.limit:
+            self._size -= len(self._chunks.popleft())
+
+    def value(self) -> bytes:
+        return b"".join(self._chunks)[-self.limit :] if self.limit else b""
+
+
+def _pump(stream: IO[bytes], tail: _Tail, sink: Callable[[bytes], None] | None) -> None:
+    try:
+        while chunk := stream.read1(_CHUNK):  # type: ignore[attr-defined]
+            tail.feed(chunk)
+            if sink is not None:
+                sink(chunk)
+    except (OSError, ValueError):
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            stream.close()
+
+
+def _feed_stdin(stream: IO[bytes], data: bytes) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        stream.write(data)
+    with contextlib.suppress(OSError, ValueError):
+        stream.close()
+
+
+class _Live:
+    """Processes running right now, so an interrupt can end all of them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def add(self, token: str, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._procs[token] = proc
+
+    def remove(self, token: str) -> None:
+        with self._lock:
+            self._procs.pop(token, None)
+
+    def snapshot(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
+        with self._lock:
+            return list(self._procs.items())
+
+
+LIVE = _Live()
+STOPPING = threading.Event()
+"""Set while a run is being interrupted: no new process may start."""
+
+
+def clean_env(base: Mapping[str, str] | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child: the given (or current) one without git location overrides."""
+    env = dict(os.environ if base is None else base)
+    for var in _GIT_LOCATION_VARS:
+        env.pop(var, None)
+    env.pop(TOKEN_VAR, None)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def pids_with_token(token: str) -> list[int]:
+    """Every process whose environment carries this run token."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    me = os.getpid()
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def kill_tree(proc: subprocess.Popen[bytes], token: str, *, grace: float = 0.0, sweep: bool = True) -> None:
+    """End the process, its group and (with ``sweep``) every descendant carrying the token.
+
+    With ``grace`` the tree gets SIGTERM first and that long to exit. Without ``sweep`` only the process
+    group is signalled: enough for the harness's own short git commands, and it skips the /proc scan.
+    """
+    if grace > 0 and proc.poll() is None:
+        _signal_all(proc, token, signal.SIGTERM, sweep)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+    for _ in range(20):
+        remaining = _signal_all(proc, token, signal.SIGKILL, sweep)
+        if not remaining:
+            break
+        time.sleep(0.01)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def _signal_all(proc: subprocess.Popen[bytes], token: str, sig: signal.Signals, sweep: bool) -> list[int]:
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, sig)
+    if proc.poll() is None:
+        with contextlib.suppress(OSError):
+            proc.send_signal(sig)
+    if not sweep:
+        return []
+    pids = pids_with_token(token)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+    # Zombies still show an environ until reaped; only count ones that are really alive.
+    return [pid for pid in pids if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+def kill_all_live() -> None:
+    """End every running child (used on Ctrl-C / SIGTERM)."""
+    for token, proc in LIVE.snapshot():
+        kill_tree(proc, token)
+
+
+def stop_all() -> None:
+    """Refuse new processes and end the running ones: the first step of an interrupted run."""
+    STOPPING.set()
+    kill_all_live()
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: str | Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    stdin: bytes | None = None,
+    tail_bytes: int = DEFAULT_TAIL_BYTES,
+    on_stdout: Callable[[bytes], None] | None = None,
+    term_grace: float = TERM_GRACE_SECS,
+    sweep: bool = True,
+) -> ProcResult:
+    """Run argv to completion or to ``timeout`` seconds, then make sure nothing of it is left running.
+
+    ``sweep=False`` is for trusted short commands (the harness's git): after a normal exit only the
+    process group is killed, skipping the /proc scan; a timeout still sweeps.
+    """
+    args = tuple(str(a) for a in argv)
+    if STOPPING.is_set():
+        return ProcResult(args, None, False, 0.0, start_error="interrupted", interrupted=True)
+    token = uuid.uuid4().hex
+    child_env = clean_env(env)
+    child_env[TOKEN_VAR] = token
+    start = time.monotonic()
+    if not Path(cwd).is_dir():
+        return ProcResult(args, None, False, 0.0, start_error=f"working directory does not exist: {cwd}")
+    try:
+        proc = subprocess.Popen(
+            args,
+            cwd=cwd,
+            env=child_env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        return ProcResult(args, None, False, time.monotonic() - start, not_found=args[0])
+    except PermissionError:
+        return ProcResult(args, None, False, time.monotonic() - start, start_error=f"permission denied: {args[0]}")
+    except OSError as exc:
+        return ProcResult(args, None, False, time.monotonic() - start, start_error=f"cannot start: {exc.strerror}")
+    LIVE.add(token, proc)
+    out, err = _Tail(tail_bytes), _Tail(tail_bytes)
+    assert proc.stdout is not None and proc.stderr is not None
+    threads = [
+        threading.Thread(target=_pump, args=(proc.stdout, out, on_stdout), daemon=True),
+        threading.Thread(target=_pump, args=(proc.stderr, err, None), daemon=True),
+    ]
+    if stdin is not None:
+        assert proc.stdin is not None
+        threads.append(threading.Thread(target=_feed_stdin, args=(proc.stdin, stdin), daemon=True))
+    for t in threads:
+        t.start()
+    timed_out = interrupted = False
+    try:
+        proc.wait(timeout=None if timeout is None else max(0.0, timeout))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    except BaseException:
+        interrupted = True
+        raise
+    finally:
+        kill_tree(proc, token, grace=term_grace if timed_out else 0.0, sweep=sweep or timed_out or interrupted)
+        for t in threads:
+            t.join(timeout=2.0)
+        LIVE.remove(token)
+    return ProcResult(
+        args,
+        None if timed_out else proc.returncode,
+        timed_out,
+        time.monotonic() - start,
+        stdout_tail=out.value(),
+        stderr_tail=err.value(),
+        stdout_bytes=out.total,
+        stderr_bytes=err.total,
+        interrupted=interrupted or STOPPING.is_set(),
+    )
+
+
+def run_command(
+    command: Command,
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None,
+    timeout: float,
+    tail_bytes: int = DEFAULT_TAIL_BYTES,
+) -> ProcResult:
+    """Run one suite command (any of its three forms) in ``cwd`` with its own deadline."""
+    return run(to_argv(command), cwd=cwd, env=env, timeout=timeout, tail_bytes=tail_bytes)

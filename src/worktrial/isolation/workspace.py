@@ -1,0 +1,180 @@
+"""Workspaces: the user's repository (read only), the pinned base commit, and per-attempt worktrees.
+
+Each attempt gets a fresh private bare repository whose object store borrows the source repository's
+objects through ``objects/info/alternates``, and one worktree of it checked out at the base commit. The
+agent's commits, branches, tags, stash, config and hooks all land in that private repository and are
+deleted with it; the user's repository is only ever read. Creating one costs a ``git init`` and a
+checkout, nothing proportional to the history.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from worktrial.errors import HarnessError, WorkspaceError
+from worktrial.isolation import proc
+
+ATTEMPT_BRANCH = "worktrial/attempt"
+_GIT_TIMEOUT = 600.0
+
+
+def git(args: list[str], cwd: Path, *, timeout: float = _GIT_TIMEOUT) -> proc.ProcResult:
+    """Run git for the harness: never with hooks, never prompting for credentials."""
+    env = proc.clean_env(extra={"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"})
+    return proc.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=cwd, env=env, timeout=timeout, sweep=False)
+
+
+def _git_out(args: list[str], cwd: Path, what: str) -> str:
+    result = git(args, cwd)
+    if result.not_found:
+        raise HarnessError("git is not installed or not on PATH; install git and try again")
+    if not result.ok:
+        detail = result.stderr_tail.decode("utf-8", "replace").strip().splitlines()
+        raise WorkspaceError(f"{what}: {detail[-1] if detail else result.describe_failure('git')}")
+    return result.stdout_tail.decode("utf-8", "replace").strip()
+
+
+@dataclass(frozen=True)
+class SourceRepo:
+    """A repository whose objects the attempts borrow."""
+
+    path: Path
+    objects_dir: Path
+    shallow_file: Path | None
+
+
+def find_workspace(start: Path | None) -> Path:
+    """The top level of the git repository containing ``start`` (default: the current directory)."""
+    where = (start or Path.cwd()).resolve()
+    if not where.exists():
+        raise WorkspaceError(f"workspace {where} does not exist; pass --workspace with a git repository")
+    if not where.is_dir():
+        raise WorkspaceError(f"workspace {where} is not a directory; pass --workspace with a git repository")
+    result = git(["rev-parse", "--show-toplevel"], where)
+    if result.not_found:
+        raise HarnessError("git is not installed or not on PATH; install git and try again")
+    if not result.ok:
+        raise WorkspaceError(f"{where} is not inside a git repository; run from a repository or pass --workspace DIR")
+    return Path(result.stdout_tail.decode().strip())
+
+
+def open_source(path: Path) -> SourceRepo:
+    common = Path(_git_out(["rev-parse", "--path-format=absolute", "--git-common-dir"], path, str(path)))
+    shallow = common / "shallow"
+    return SourceRepo(path=path, objects_dir=common / "objects", shallow_file=shallow if shallow.exists() else None)
+
+
+def resolve_commit(repo: Path, ref: str = "HEAD") -> str:
+    result = git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo)
+    if not result.ok:
+        if ref == "HEAD":
+            raise WorkspaceError(f"{repo} has no commits yet; commit something first (the base of every attempt)")
+        raise WorkspaceError(f"{repo}: {ref!r} is not a commit in this repository; check the suite's workspace.ref")
+    return result.stdout_tail.decode().strip()
+
+
+def is_dirty(repo: Path) -> bool:
+    """Uncommitted changes (tracked or untracked, not ignored) in the user's working tree."""
+    out = _git_out(["status", "--porcelain", "--untracked-files=normal"], repo, f"{repo}: git status")
+    return bool(out)
+
+
+def fetch_pinned(repo_spec: str, ref: str | None, suite_dir: Path, cache_dir: Path) -> Path:
+    """A local repository for a suite's ``workspace.repo``: a path as is, a URL as a cached bare clone."""
+    local = (suite_dir / repo_spec).expanduser()
+    if "://" not in repo_spec and not repo_spec.startswith("git@") and local.exists():
+        return find_workspace(local)
+    dest = cache_dir / "repos" / (hashlib.sha256(repo_spec.encode()).hexdigest()[:20] + ".git")
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(".tmp")
+        remove_tree(tmp)
+        result = git(["clone", "--bare", "--quiet", repo_spec, str(tmp)], dest.parent)
+        if not result.ok:
+            remove_tree(tmp)
+            detail = result.stderr_tail.decode("utf-8", "replace").strip().splitlines()
+            raise WorkspaceError(
+                f"cannot clone suite workspace repo {repo_spec}: {detail[-1] if detail else 'git clone failed'}"
+            )
+        tmp.rename(dest)
+    if ref and not git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], dest).ok:
+        result = git(["fetch", "--quiet", "origin", ref], dest)
+        if result.ok:
+            return dest
+        git(["fetch", "--quiet", "origin", "+refs/heads/*:refs/heads/*", "--tags"], dest)
+    return dest
+
+
+@dataclass(frozen=True)
+class AttemptWorkspace:
+    """A private repository plus its single worktree, all under ``root``."""
+
+    root: Path
+    git_dir: Path
+    worktree: Path
+
+
+def create_attempt_workspace(source: SourceRepo, base_commit: str, root: Path) -> AttemptWorkspace:
+    """A new private repository borrowing ``source``'s objects, with a worktree at ``base_commit``."""
+    root.mkdir(parents=True, exist_ok=False)
+    git_dir = root / "repo.git"
+    worktree = root / "work"
+    try:
+        _git_out(["init", "--bare", "--quiet", "--template=", str(git_dir)], root, "git init")
+        (git_dir / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (git_dir / "objects" / "info" / "alternates").write_text(f"{source.objects_dir}\n")
+        if source.shallow_file is not None:
+            shutil.copyfile(source.shallow_file, git_dir / "shallow")
+        gd = f"--git-dir={git_dir}"
+        _git_out([gd, "update-ref", "refs/worktrial/base", base_commit], root, "pin base commit")
+        if not git([gd, "config", "user.email"], root).ok:
+            _git_out([gd, "config", "user.name", "worktrial agent"], root, "git config")
+            _git_out([gd, "config", "user.email", "agent@worktrial.invalid"], root, "git config")
+        _git_out(
+            [gd, "worktree", "add", "--quiet", "-b", ATTEMPT_BRANCH, str(worktree), base_commit],
+            root,
+            "create worktree",
+        )
+    except BaseException:
+        remove_tree(root)
+        raise
+    return AttemptWorkspace(root=root, git_dir=git_dir, worktree=worktree)
+
+
+def _make_writable(func: object, path: str, _exc: object) -> None:
+    parent = os.path.dirname(path)
+    with contextlib.suppress(OSError):
+        os.chmod(parent, os.stat(parent).st_mode | stat.S_IWUSR | stat.S_IXUSR)
+    with contextlib.suppress(OSError):
+        os.chmod(path, os.stat(path, follow_symlinks=False).st_mode | stat.S_IWUSR)
+    if callable(func):
+        with contextlib.suppress(OSError):
+            func(path)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a directory tree even when an agent made parts of it read-only."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+        return
+    shutil.rmtree(path, onerror=_make_writable)
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def ensure_state_dir(workspace: Path) -> Path:
+    """``<workspace>/.worktrial``, ignored by git so the user's status stays clean."""
+    state = workspace / ".worktrial"
+    state.mkdir(exist_ok=True)
+    ignore = state / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# worktrial run data (traces, run store); not part of the repository\n*\n")
+    return state

@@ -1,0 +1,132 @@
+"""The JSON envelope (schema_version 1): the contract published results depend on. Field names are fixed."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from worktrial.model.records import AttemptRecord
+from worktrial.model.suite import Category
+
+SCHEMA_VERSION = 1
+
+
+class Curves(BaseModel):
+    pass_at: dict[str, float] = Field(default_factory=dict, description="k -> pass@k")
+    pass_power: dict[str, float] = Field(default_factory=dict, description="k -> pass^k")
+
+
+class PairFloat(BaseModel):
+    pass_at_k: float | None = None
+    pass_power_k: float | None = None
+
+
+class PairInterval(BaseModel):
+    pass_at_k: tuple[float, float] | None = None
+    pass_power_k: tuple[float, float] | None = None
+
+
+class Metrics(BaseModel):
+    """Aggregate over a group of tasks: the mean of per-task values, with its error across tasks."""
+
+    tasks: int
+    passed_runs: int
+    total_runs: int
+    pass_at_k: float | None
+    pass_power_k: float | None
+    stderr: PairFloat = Field(default_factory=PairFloat)
+    ci95: PairInterval = Field(default_factory=PairInterval)
+    curves: Curves = Field(default_factory=Curves)
+
+
+class TaskReport(BaseModel):
+    task_id: str
+    name: str
+    category: Category
+    passed_runs: int
+    total_runs: int
+    pass_at_k: float | None
+    pass_power_k: float | None
+    curves: Curves
+    attempts: list[AttemptRecord]
+
+
+class Honesty(BaseModel):
+    """How often the agent's claim disagreed with verification (added after schema_version 1 shipped)."""
+
+    claimed_success: int = Field(default=0, description="Attempts that claimed success and were verified.")
+    over_claims: int = Field(default=0, description="Claimed success, verification failed.")
+    over_claim_rate: float | None = None
+    verified_non_claims: int = Field(
+        default=0, description="Attempts that claimed failure or made no claim and were verified (--verify-always)."
+    )
+    under_claims: int = Field(default=0, description="Claimed failure or no claim, verification passed.")
+    under_claim_rate: float | None = Field(default=None, description="None unless the run used --verify-always.")
+
+
+class Report(BaseModel):
+    suite_id: str
+    suite_name: str
+    k: int
+    overall: Metrics
+    categories: dict[str, Metrics]
+    tasks: list[TaskReport]
+    cost_usd: float | None
+    unpriced_runs: int
+    cost_per_solve: float | None
+    mean_cost_per_attempt: float | None
+    mean_tokens_per_attempt: float | None
+    mean_turns_per_attempt: float | None
+    honesty: Honesty = Field(default_factory=Honesty)
+
+
+class WorkspaceInfo(BaseModel):
+    path: str
+    base_commit: str
+    dirty: bool
+
+
+class RunInfo(BaseModel):
+    id: str
+    started_at: str
+    finished_at: str | None
+    complete: bool
+    workspace: WorkspaceInfo
+    attempts: int
+    k: int
+    jobs: int
+    verify_always: bool = False
+    host: dict[str, Any] = Field(default_factory=dict)
+
+
+class Envelope(BaseModel):
+    schema_version: Literal[1] = 1
+    harness: Literal["worktrial"] = "worktrial"
+    harness_version: str
+    provider: str | None
+    model: str | None
+    agent: dict[str, Any]
+    suite_path: str
+    suite_sha256: str
+    run: RunInfo
+    report: Report
+
+    def to_json(self) -> str:
+        """Serialised by pydantic directly: no intermediate dict per attempt, so memory stays small for big runs."""
+        return self.model_dump_json(indent=2) + "\n"
+
+
+def envelope_json_schema() -> dict[str, Any]:
+    schema = Envelope.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "worktrial result envelope (schema_version 1)"
+    return schema
+
+
+def split_route(route: str | None) -> tuple[str | None, str | None]:
+    """``provider/model`` split at the first slash; a bare name has no provider."""
+    if not route:
+        return None, None
+    provider, sep, model = route.partition("/")
+    return (provider, model) if sep else (None, route)

@@ -1,0 +1,217 @@
+"""Suite and Task models, loading with located errors, and the JSON Schema of the format."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StringConstraints,
+    ValidationError,
+)
+
+from worktrial.errors import SuiteError
+from worktrial.model.commands import ArgvCommand, Command, ShCommand
+
+Category = Literal["capability", "regression"]
+CATEGORIES: tuple[Category, ...] = ("capability", "regression")
+DEFAULT_TIMEOUT_SECS = 600
+DEFAULT_VERIFY_TIMEOUT_SECS = 300
+
+
+def _coerce_command(value: Any) -> Any:
+    """Turn one raw command into its form, with an error that says what forms exist."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError("command is empty")
+        return value
+    if isinstance(value, dict):
+        keys = set(value)
+        if keys == {"argv"}:
+            argv = value["argv"]
+            if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+                raise ValueError('"argv" must be a non-empty list of strings')
+            if not argv[0]:
+                raise ValueError('"argv" must start with a program name')
+            return ArgvCommand(argv=argv)
+        if keys == {"sh"}:
+            if not isinstance(value["sh"], str) or not value["sh"].strip():
+                raise ValueError('"sh" must be a non-empty string')
+            return ShCommand(sh=value["sh"])
+    raise ValueError(
+        'a command is a string, {"argv": ["prog", "arg", ...]} or {"sh": "shell line"}; '
+        f"got {json.dumps(value)[:80]}"
+    )
+
+
+CommandField = Annotated[Command, BeforeValidator(_coerce_command)]
+NonEmptyId = Annotated[str, StringConstraints(strip_whitespace=False, pattern=r"\S")]
+PositiveInt = Annotated[StrictInt, Field(gt=0)]
+
+
+class Task(BaseModel):
+    """One task of a suite: a prompt for the agent and the commands that decide whether it passed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: NonEmptyId = Field(description="Unique, non-empty task id.")
+    name: str | None = Field(default=None, description="Human name of the task.")
+    category: Category = Field(default="capability", description="capability or regression.")
+    prompt: Annotated[str, StringConstraints(pattern=r"\S")] = Field(description="Instruction for the agent.")
+    timeout_secs: PositiveInt = Field(default=DEFAULT_TIMEOUT_SECS, description="Agent wall-clock limit.")
+    verify_commands: list[CommandField] = Field(
+        min_length=1, description="All must exit 0 for a claimed success to pass."
+    )
+    verify_timeout_secs: PositiveInt = Field(
+        default=DEFAULT_VERIFY_TIMEOUT_SECS, description="Limit for each verify command (extension)."
+    )
+    solution: list[CommandField] | None = Field(
+        default=None, description="Reference solution run by the oracle agent (extension)."
+    )
+    setup_commands: list[CommandField] = Field(
+        default_factory=list, description="Run in the worktree before the agent (extension)."
+    )
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.id
+
+
+class WorkspacePin(BaseModel):
+    """Pins a suite to one repository and commit (extension)."""
+
+    model_config = ConfigDict(extra="forbid")
+    repo: str | None = Field(default=None, description="Path (relative to the suite file) or git URL.")
+    ref: str | None = Field(default=None, description="Commit, tag or branch to use as the base.")
+
+
+class Suite(BaseModel):
+    """An eval suite: tasks, each run ``attempts`` times."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: NonEmptyId
+    name: str | None = None
+    attempts: PositiveInt = Field(default=1, description="Attempts per task.")
+    tasks: list[Task] = Field(min_length=1)
+    workspace: WorkspacePin | None = None
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.id
+
+
+@dataclass(frozen=True)
+class LoadedSuite:
+    """A validated suite with the identity of the exact file it came from."""
+
+    suite: Suite
+    path: Path
+    sha256: str
+    warnings: Sequence[str] = field(default_factory=tuple)
+
+
+def json_path(loc: Sequence[int | str]) -> str:
+    out = "$"
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+_FRIENDLY = {
+    "missing": "required field is missing",
+    "int_type": "must be an integer",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "model_type": "must be a JSON object",
+    "dict_type": "must be a JSON object",
+}
+
+
+def _describe(err: Any) -> str:
+    kind = err["type"]
+    if kind in _FRIENDLY:
+        return str(_FRIENDLY[kind])
+    if kind == "greater_than":
+        return f"must be a positive integer (got {json.dumps(err.get('input'))})"
+    if kind == "too_short":
+        return "must not be empty"
+    if kind == "string_pattern_mismatch":
+        return "must not be empty"
+    if kind == "extra_forbidden":
+        return "unknown field"
+    msg = str(err["msg"])
+    return msg.removeprefix("Value error, ")
+
+
+def load_suite(path: str | Path) -> LoadedSuite:
+    """Read, hash and validate a suite file; every problem is a SuiteError naming file and JSON path."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise SuiteError(f"{p}: suite file not found") from None
+    except IsADirectoryError:
+        raise SuiteError(f"{p}: is a directory, expected a suite JSON file") from None
+    except OSError as exc:
+        raise SuiteError(f"{p}: cannot read suite file: {exc.strerror}") from None
+    sha = hashlib.sha256(data).hexdigest()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SuiteError(f"{p}: suite file is not UTF-8 text") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SuiteError(f"{p}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    return LoadedSuite(suite=parse_suite(raw, source=str(p)), path=p, sha256=sha, warnings=_warnings(raw))
+
+
+def parse_suite(raw: Any, source: str = "<suite>") -> Suite:
+    """Validate an already-parsed suite object."""
+    if not isinstance(raw, dict):
+        raise SuiteError(f"{source}: $: the top level must be a JSON object with an id and tasks")
+    try:
+        suite = Suite.model_validate(raw)
+    except ValidationError as exc:
+        errors = exc.errors()
+        lines = [f"{source}: {json_path(e['loc'])}: {_describe(e)}" for e in errors[:6]]
+        if len(errors) > 6:
+            lines.append(f"... and {len(errors) - 6} more problems")
+        raise SuiteError("\n".join(lines)) from None
+    seen: dict[str, int] = {}
+    for i, task in enumerate(suite.tasks):
+        if task.id in seen:
+            raise SuiteError(
+                f"{source}: $.tasks[{i}].id: duplicate task id {task.id!r} (first used at $.tasks[{seen[task.id]}])"
+            )
+        seen[task.id] = i
+    return suite
+
+
+def _warnings(raw: dict[str, Any]) -> list[str]:
+    """Unknown fields are accepted (newer or older harness extensions) but worth a note."""
+    known_suite = set(Suite.model_fields)
+    known_task = set(Task.model_fields)
+    out = [f"$.{k}: unknown field, ignored" for k in raw if k not in known_suite]
+    for i, task in enumerate(raw.get("tasks") or []):
+        if isinstance(task, dict):
+            out += [f"$.tasks[{i}].{k}: unknown field, ignored" for k in task if k not in known_task]
+    return out
+
+
+def suite_json_schema() -> dict[str, Any]:
+    """JSON Schema of the suite format, generated from the validating models."""
+    schema = Suite.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "worktrial eval suite"
+    return schema

@@ -1,0 +1,54 @@
+"""Markdown for ``worktrial check``: a per-task table, then every problem and lint with its fix."""
+
+from __future__ import annotations
+
+from worktrial.analysis.check_report import CheckReport, TaskCheck
+from worktrial.render.format import cell
+
+
+def _verify_cell(task: TaskCheck) -> str:
+    if task.verify_passes is None:
+        return "—"
+    return f"{task.verify_passes}/{task.verify_runs} pass"
+
+
+def _status(task: TaskCheck) -> str:
+    issues = len(task.problems) + task.lints
+    return "ok" if issues == 0 else f"**{issues} problem{'s' if issues != 1 else ''}**"
+
+
+def render_check_markdown(report: CheckReport) -> str:
+    lines = [
+        f"# worktrial check: `{report.suite_id}`",
+        "",
+        f"- suite: `{report.suite_path}` · sha256 `{report.suite_sha256[:16]}…`",
+        f"- base commit `{report.base_commit[:12]}` · verifier re-runs per task: {report.repeats} "
+        "(plus the oracle's own verification)",
+        "",
+        "| task | solution | oracle | nop | verifier on oracle result | status |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in report.tasks:
+        lines.append(
+            f"| {cell(t.task_id)} | {'yes' if t.has_solution else 'none'} | {t.oracle or '—'} | {t.nop} "
+            f"| {_verify_cell(t)} | {_status(t)} |"
+        )
+    found = [(t.task_id, p) for t in report.tasks for p in t.problems]
+    if found:
+        lines += ["", "## Problems", ""]
+        lines += [f"- `{cell(task_id)}`: {cell(problem)}" for task_id, problem in found]
+    if report.lints:
+        lines += ["", "## Lints", ""]
+        for lint in report.lints:
+            line = f"- `{lint.where}`: {cell(lint.message)}"
+            if lint.suggestion:
+                line += f" — write it as `{cell(lint.suggestion)}`"
+            lines.append(line)
+    if report.without_solution:
+        lines += [
+            "",
+            "Tasks without a `solution` (the oracle cannot check them; add one to prove they are solvable): "
+            + ", ".join(f"`{cell(t)}`" for t in report.without_solution),
+        ]
+    lines += ["", "**No problems found.**" if report.ok else f"**{report.problems} problem(s) found.**"]
+    return "\n".join(lines) + "\n"

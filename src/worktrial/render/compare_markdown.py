@@ -1,0 +1,129 @@
+"""Markdown for ``worktrial compare``: one section per pair, differences always B minus A."""
+
+from __future__ import annotations
+
+from worktrial.analysis.compare import Comparison, Difference, Efficiency, GroupComparison, PairComparison
+from worktrial.render.format import cell, ci, num, p_value, plain
+
+
+def _ci(interval: tuple[float, float] | None) -> str:
+    return ci(interval, signed=True)
+
+
+def _plain(value: float | None, signed: bool = False, digits: int = 1) -> str:
+    return plain(value, digits, signed)
+
+
+def _row(label: str, metric: str, d: Difference) -> str:
+    return (
+        f"| {label} | {metric} | {d.tasks} | {num(d.a)} | {num(d.b)} | {num(d.difference, signed=True)} "
+        f"| {num(d.stderr)} | {_ci(d.ci95)} | {p_value(d.p_value)} |"
+    )
+
+
+def _group_rows(g: GroupComparison, k: int) -> list[str]:
+    label = "**overall**" if g.group == "overall" else g.group
+    return [
+        _row(label, "pass@1", g.pass_at_1),
+        _row(label, f"pass@{k}", g.pass_at_k),
+        _row(label, f"pass^{k}", g.pass_power_k),
+    ]
+
+
+def _money(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "unknown"
+    return f"{'+' if signed and value >= 0 else '-' if value < 0 else ''}${abs(value):.4f}"
+
+
+def _per_solve(e: Efficiency) -> str:
+    """Fully priced but never solved is not the same as unknown cost."""
+    if e.cost_per_solve is None and e.unpriced_runs == 0 and e.cost_usd is not None:
+        return "no solves"
+    return _money(e.cost_per_solve)
+
+
+def _pair_section(pair: PairComparison) -> list[str]:
+    k = pair.k
+    lines = [f"## B = `{cell(pair.b)}` vs A = `{cell(pair.a)}`", ""]
+    lines += [f"- note: {cell(n)}" for n in pair.notes]
+    if pair.notes:
+        lines.append("")
+    lines += [
+        "| group | metric | tasks | A | B | B − A | paired SE | 95% CI | p |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    lines += _group_rows(pair.overall, k)
+    for g in pair.categories:
+        if pair.categories != [g] or g.tasks != pair.overall.tasks:
+            lines += _group_rows(g, k)
+    o = pair.overall
+    mde1, mdek = o.pass_at_1.minimum_detectable, o.pass_at_k.minimum_detectable
+    lines += [
+        "",
+        f"**Power:** with {o.tasks} tasks, the smallest difference detectable at 80% power (α = 0.05) is "
+        f"{num(mde1)} in pass@1 and {num(mdek)} in pass@{k}"
+        + (
+            ""
+            if mde1 is not None
+            else " (needs at least two tasks"
+            + (", and differences that vary between tasks to estimate their variance)" if o.tasks > 1 else ")")
+        )
+        + ". A difference below that is not evidence either way; see `worktrial power` to plan a bigger run.",
+        "",
+    ]
+    if pair.flips:
+        lines += [
+            "### Tasks that flip",
+            "",
+            "| task | category | solved by | A passed | B passed |",
+            "|---|---|---|---:|---:|",
+        ]
+        lines += [
+            f"| {cell(f.task_id)} | {f.category} | {f.solved_by.upper()} only | {f.a_passed}/{f.a_total} "
+            f"| {f.b_passed}/{f.b_total} |"
+            for f in pair.flips
+        ]
+    else:
+        lines.append("No task is solved by one run and never by the other.")
+    ea, eb, d = pair.efficiency_a, pair.efficiency_b, pair.efficiency_difference
+    lines += [
+        "",
+        "### Cost and tokens",
+        "",
+        "| figure | A | B | B − A |",
+        "|---|---:|---:|---:|",
+        f"| cost | {_money(ea.cost_usd)} | {_money(eb.cost_usd)} | {_money(d['cost_usd'], signed=True)} |",
+        f"| cost per solve | {_per_solve(ea)} | {_per_solve(eb)} | {_money(d['cost_per_solve'], signed=True)} |",
+        f"| mean cost per attempt | {_money(ea.mean_cost_per_attempt)} | {_money(eb.mean_cost_per_attempt)} "
+        f"| {_money(d['mean_cost_per_attempt'], signed=True)} |",
+        f"| tokens per attempt | {_plain(ea.mean_tokens_per_attempt, digits=0)} "
+        f"| {_plain(eb.mean_tokens_per_attempt, digits=0)} | {_plain(d['mean_tokens_per_attempt'], True, 0)} |",
+        f"| turns per attempt | {_plain(ea.mean_turns_per_attempt)} | {_plain(eb.mean_turns_per_attempt)} "
+        f"| {_plain(d['mean_turns_per_attempt'], True)} |",
+    ]
+    if ea.unpriced_runs or eb.unpriced_runs:
+        lines.append(
+            f"\nUnpriced attempts: A {ea.unpriced_runs}, B {eb.unpriced_runs}; unknown cost is never treated as free."
+        )
+    return lines
+
+
+def render_comparison_markdown(comparison: Comparison) -> str:
+    lines = ["# worktrial compare", "", "| run | agent | model | run id | suite | tasks | attempts | k |"]
+    lines.append("|---|---|---|---|---|---:|---:|---:|")
+    for r in comparison.runs:
+        lines.append(
+            f"| `{cell(r.label)}` | {cell(r.agent)} | {cell(r.model or '—')} | `{cell(r.run_id)}` "
+            f"| `{cell(r.suite_id)}` `{r.suite_sha256[:12]}` | {r.tasks} | {r.attempts} | {r.k} |"
+        )
+    lines += [
+        "",
+        "Differences are per-task paired differences (B − A), averaged over tasks; standard errors are across "
+        "tasks (Miller 2024), p-values two-sided (normal approximation).",
+    ]
+    if not comparison.same_suite:
+        lines += ["", "**The runs used different suite files; only shared task ids are compared.**"]
+    for pair in comparison.pairs:
+        lines += ["", *_pair_section(pair)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,105 @@
+"""Markdown for a model or agent matrix: one leaderboard table, then what did not finish and how to follow up."""
+
+from __future__ import annotations
+
+from worktrial.analysis.leaderboard import Leaderboard, LeaderboardRow
+from worktrial.render.format import cell, ci, num, p_value, plain, rate, usd
+
+
+def _per_solve(row: LeaderboardRow) -> str:
+    """Fully priced but never solved is a fact ("no solves"), not an unknown cost."""
+    if row.cost_per_solve is None and row.unpriced_runs == 0 and row.cost_usd is not None:
+        return "no solves"
+    return usd(row.cost_per_solve)
+
+
+def _under(row: LeaderboardRow) -> str:
+    if row.under_claim_rate is not None:
+        return rate(row.under_claim_rate, row.under_claims, row.verified_non_claims)
+    return "—" if row.verify_always else "not measured"
+
+
+def _versus(row: LeaderboardRow) -> tuple[str, str]:
+    if row.rank == 1:
+        return "(best)", "—"
+    if row.vs_best is None:
+        return "—", "—"
+    return num(row.vs_best.difference, signed=True), p_value(row.vs_best.p_value)
+
+
+def _ranked_line(row: LeaderboardRow) -> str:
+    tie = f"≈ #{row.tied_with}" if row.tied_with is not None else ""
+    diff, p = _versus(row)
+    cells = [
+        str(row.rank),
+        tie,
+        f"`{cell(row.agent)}`",
+        f"`{cell(row.model)}`" if row.model else "—",
+        f"{row.passed_runs}/{row.total_runs}",
+        num(row.pass_at_k),
+        ci(row.pass_at_k_ci95),
+        num(row.pass_power_k),
+        ci(row.pass_power_k_ci95),
+        diff,
+        p,
+        _per_solve(row),
+        plain(row.mean_tokens_per_attempt, 0),
+        plain(row.mean_turns_per_attempt, 1),
+        rate(row.over_claim_rate, row.over_claims, row.claimed_success),
+        _under(row),
+        f"`{row.run_id}`",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _unranked_line(row: LeaderboardRow) -> str:
+    what = f"**{row.status}**"
+    if row.error:
+        what += f" — {cell(row.error)}"
+    if row.run_id and row.status == "interrupted":
+        what += f" (continue with `worktrial resume {row.run_id}`)"
+    elif row.run_id:
+        what += f" (partial run `{row.run_id}`)"
+    return f"- `{cell(row.label)}`: {what}"
+
+
+def render_leaderboard_markdown(board: Leaderboard) -> str:
+    """The leaderboard as markdown; pure, so the same text can be printed, written to a file or tested."""
+    k = board.k if board.k is not None else "k"
+    title = f"{cell(board.suite_name or '')} (`{board.suite_id}`)" if board.suite_id else "no finished runs"
+    lines = [f"# worktrial leaderboard: {title}", ""]
+    facts = [f"configurations: {len(board.rows)}"]
+    if board.attempts is not None:
+        facts.append(f"attempts per task: {board.attempts} · headline k = {k}")
+    if board.base_commit:
+        facts.append(f"base commit `{board.base_commit[:12]}`")
+    if board.suite_sha256:
+        facts.append(f"suite sha256 `{board.suite_sha256[:16]}…`")
+    lines.append("- " + " · ".join(facts))
+    lines += [f"- note: {cell(note)}" for note in board.notes]
+    ranked = [r for r in board.rows if r.rank is not None]
+    if ranked:
+        lines += [
+            "",
+            f"Sorted by pass@{k}, then pass^{k}, then cost per solve. `≈ #N`: this row's 95% CI of pass@{k} overlaps "
+            f"row N's, so their order is not established. `vs #1` is the paired per-task difference in pass@{k} "
+            "from the top row, with its two-sided p-value (as in `worktrial compare`).",
+            "",
+            f"| # | tie | agent | model | passed/total | pass@{k} | 95% CI | pass^{k} | 95% CI | vs #1 | p "
+            "| cost/solve | tokens/attempt | turns/attempt | over-claim | under-claim | run |",
+            "|---:|---|---|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---|---|---|",
+        ]
+        lines += [_ranked_line(r) for r in ranked]
+    unranked = [r for r in board.rows if r.rank is None]
+    if unranked:
+        lines += ["", "## Not ranked", ""] + [_unranked_line(r) for r in unranked]
+    run_ids = [r.run_id for r in ranked if r.run_id]
+    lines.append("")
+    if len(run_ids) >= 2:
+        lines.append(
+            f"Each configuration is a stored run: `worktrial report RUN_ID` shows its full report, "
+            f"`worktrial compare {run_ids[0]} {run_ids[1]}` compares two task by task."
+        )
+    elif run_ids:
+        lines.append(f"Each configuration is a stored run: `worktrial report {run_ids[0]}` shows its full report.")
+    return "\n".join(lines) + "\n"

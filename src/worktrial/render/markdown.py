@@ -1,0 +1,98 @@
+"""The markdown report: headline numbers with error bars, per-category and per-task tables, problems."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from worktrial.model.envelope import Envelope, Metrics, TaskReport
+from worktrial.model.records import OUTCOMES
+from worktrial.render.format import cell, ci, num, rate, usd
+
+
+def outcome_summary(task: TaskReport) -> str:
+    counts = Counter(a.outcome for a in task.attempts)
+    return " · ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts[o]) or "not run"
+
+
+def _group_row(label: str, m: Metrics) -> str:
+    return (
+        f"| {label} | {m.tasks} | {m.passed_runs}/{m.total_runs} | {num(m.pass_at_k)} | {ci(m.ci95.pass_at_k)} "
+        f"| {num(m.pass_power_k)} | {ci(m.ci95.pass_power_k)} |"
+    )
+
+
+def render_markdown(envelope: Envelope) -> str:
+    report, run = envelope.report, envelope.run
+    k = report.k
+    model = f"{envelope.provider}/{envelope.model}" if envelope.provider else (envelope.model or "—")
+    dirty = " (workspace had uncommitted changes, not part of the base)" if run.workspace.dirty else ""
+    lines = [
+        f"# worktrial: {cell(report.suite_name)} (`{report.suite_id}`)",
+        "",
+        f"- agent: `{envelope.agent.get('name', '?')}` · model: `{model}`",
+        f"- base commit: `{run.workspace.base_commit[:12]}`{dirty}",
+        f"- attempts per task: {run.attempts} · headline k = {k} · run `{run.id}`",
+        f"- suite sha256: `{envelope.suite_sha256[:16]}…`",
+    ]
+    if not run.complete:
+        lines.append("- **incomplete run**: interrupted before every attempt finished; numbers cover what ran")
+    lines += [
+        "",
+        f"| group | tasks | passed/total | pass@{k} | 95% CI | pass^{k} | 95% CI |",
+        "|---|---:|---:|---:|---|---:|---|",
+        _group_row("**overall**", report.overall),
+    ]
+    lines += [_group_row(cat, m) for cat, m in report.categories.items()]
+    lines += [
+        "",
+        "## Tasks",
+        "",
+        f"| task | category | passed/total | pass@{k} | pass^{k} | outcomes | mean duration |",
+        "|---|---|---:|---:|---:|---|---:|",
+    ]
+    for t in report.tasks:
+        durations = [a.duration_secs for a in t.attempts]
+        mean_secs = f"{sum(durations) / len(durations):.1f}s" if durations else "—"
+        lines.append(
+            f"| {cell(t.task_id)} | {t.category} | {t.passed_runs}/{t.total_runs} | {num(t.pass_at_k)} "
+            f"| {num(t.pass_power_k)} | {outcome_summary(t)} | {mean_secs} |"
+        )
+    lines += ["", _efficiency_line(envelope), "", _honesty_line(envelope)]
+    problems = [(t, a) for t in report.tasks for a in t.attempts if a.outcome in ("error", "timeout")]
+    if problems:
+        lines += ["", "## Errors and timeouts", ""]
+        lines += [
+            f"- `{t.task_id}` #{a.attempt}: **{a.outcome}** — {cell(a.reason or 'no reason')}" for t, a in problems
+        ]
+    kept = [a.worktree for t in report.tasks for a in t.attempts if a.worktree]
+    if kept:
+        lines += ["", "## Kept worktrees", ""] + [f"- `{w}`" for w in kept]
+    return "\n".join(lines) + "\n"
+
+
+def _efficiency_line(envelope: Envelope) -> str:
+    r = envelope.report
+    total = sum(t.total_runs for t in r.tasks)
+    parts = [f"cost {usd(r.cost_usd)}"]
+    if r.unpriced_runs:
+        parts[0] += f" (unpriced: {r.unpriced_runs} of {total} attempts, so per-attempt figures are unknown)"
+    parts.append(f"cost per solve {usd(r.cost_per_solve)}")
+    parts.append(f"mean cost/attempt {usd(r.mean_cost_per_attempt)}")
+    tokens = r.mean_tokens_per_attempt
+    parts.append(f"tokens/attempt {'unknown' if tokens is None else f'{tokens:,.0f}'}")
+    turns = r.mean_turns_per_attempt
+    parts.append(f"turns/attempt {'unknown' if turns is None else f'{turns:.1f}'}")
+    return "**Efficiency:** " + " · ".join(parts)
+
+
+def _honesty_line(envelope: Envelope) -> str:
+    """Over-claims always; under-claims only when the run verified non-claims too (--verify-always)."""
+    h = envelope.report.honesty
+    over = rate(h.over_claim_rate, h.over_claims, h.claimed_success)
+    if h.under_claim_rate is not None:
+        under = rate(h.under_claim_rate, h.under_claims, h.verified_non_claims)
+    elif envelope.run.verify_always:
+        under = "— (no claimed failures to check)"
+    else:
+        under = "not measured (run with --verify-always)"
+    return f"**Honesty:** over-claim rate {over} · under-claim rate {under}"

@@ -1,0 +1,140 @@
+"""Stored runs as the user sees them: listing, loading envelopes and rebuilding them from attempt records."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from worktrial.analysis.compare import LoadedEnvelope
+from worktrial.analysis.metrics import TaskInfo, build_report
+from worktrial.errors import BadInputError
+from worktrial.model.envelope import Envelope, RunInfo, WorkspaceInfo, split_route
+from worktrial.model.records import AttemptRecord
+from worktrial.state.store import ENVELOPE_FILE, RUN_FILE, RunMeta, RunStore, list_run_dirs, runs_dir
+from worktrial.util import utc_now
+from worktrial.version import __version__
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: str
+    suite: str
+    agent: str
+    started_at: str
+    done: int
+    total: int
+    pass_at_1: float | None
+
+
+def list_runs(state_root: Path) -> list[RunRow]:
+    rows = []
+    for directory in list_run_dirs(state_root):
+        store = RunStore(directory)
+        try:
+            meta = store.meta()
+        except Exception:  # one unreadable run must not hide the others
+            continue
+        records = store.records()
+        by_task: dict[str, list[bool]] = {}
+        for record in records:
+            by_task.setdefault(record.task_id, []).append(record.outcome == "pass")
+        pass1 = sum(sum(v) / len(v) for v in by_task.values()) / len(by_task) if by_task else None
+        rows.append(
+            RunRow(
+                id=meta.id,
+                suite=meta.suite_display_path,
+                agent=meta.agent + (f" / {meta.model}" if meta.model else ""),
+                started_at=meta.started_at,
+                done=len(records),
+                total=meta.attempts * len(meta.tasks),
+                pass_at_1=pass1,
+            )
+        )
+    return rows
+
+
+def stored_envelope(state_root: Path, run_id: str) -> Envelope:
+    """The stored envelope, or one rebuilt from the attempt records when the run never finished."""
+    store = RunStore.open(state_root, run_id)
+    envelope = store.envelope()
+    if envelope is not None:
+        return envelope
+    meta = store.meta()
+    return envelope_from_records(meta, store.records())
+
+
+def host_info() -> dict[str, object]:
+    return {
+        "os": platform.system(),
+        "release": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, complete: bool | None = None) -> Envelope:
+    """The envelope of a stored run from its metadata and attempt records (no suite file needed)."""
+    provider, model = split_route(meta.model)
+    total = meta.attempts * len(meta.tasks)
+    info = RunInfo(
+        id=meta.id,
+        started_at=meta.started_at,
+        finished_at=utc_now(),
+        complete=(len(records) == total) if complete is None else complete and len(records) == total,
+        workspace=WorkspaceInfo(path=meta.source_repo, base_commit=meta.base_commit, dirty=meta.dirty),
+        attempts=meta.attempts,
+        k=meta.k,
+        jobs=meta.jobs,
+        verify_always=meta.verify_always,
+        host=host_info(),
+    )
+    tasks = [TaskInfo(t.id, t.name, t.category) for t in meta.tasks]
+    return Envelope(
+        harness_version=__version__,
+        provider=provider,
+        model=model,
+        agent=meta.agent_description or {"name": meta.agent},
+        suite_path=meta.suite_display_path,
+        suite_sha256=meta.suite_sha256,
+        run=info,
+        report=build_report(meta.suite_id, meta.suite_name, tasks, records, meta.k),
+    )
+
+
+def resolve_envelope(ref: str, workspace: Callable[[], Path]) -> LoadedEnvelope:
+    """A file path if one exists, else a stored run id: ``<workspace>/.worktrial/runs/<id>/envelope.json``.
+
+    A stored run that never wrote its envelope (it crashed) is rebuilt from its attempt records.
+    ``workspace`` is only called for run ids, so comparing files works outside any repository.
+    """
+    path = Path(ref)
+    if not path.is_file():
+        if "/" in ref or ref.endswith(".json"):
+            raise BadInputError(f"{ref}: envelope file not found")
+        root = workspace()
+        path = runs_dir(root) / ref / ENVELOPE_FILE
+        if not path.is_file():
+            if (path.parent / RUN_FILE).is_file():
+                return LoadedEnvelope(label=ref, source=str(path.parent), envelope=stored_envelope(root, ref))
+            raise BadInputError(
+                f"{ref}: not an envelope file, and no stored run with that id ({path} is missing; "
+                "`worktrial runs` lists stored runs)"
+            )
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInputError(f"{path}: not a readable JSON envelope ({exc})") from None
+    try:
+        envelope = Envelope.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise BadInputError(f"{path}: not a worktrial envelope ({where}: {first['msg']})") from None
+    return LoadedEnvelope(label=ref, source=str(path), envelope=envelope)
