@@ -205,7 +205,7 @@ def test_file_parsers_read_from_scratch(tmp_path: Path) -> None:
 def test_readme_plugin_example_registers_and_runs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cli: Callable[..., Result], repo: Path, write_suite
 ) -> None:
-    """The Python plugin example in the README, loaded as if from the entry-point group, really works."""
+    """The Python plugin example in docs/agents.md, loaded as if from the entry-point group, really works."""
     import importlib
     import re
 
@@ -213,7 +213,7 @@ def test_readme_plugin_example_registers_and_runs(
 
     from worktrial.agents import registry
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "agents.md").read_text()
     section = readme[readme.index("### Python plugins") :]
     code = re.search(r"```python\n# my_agents/plugin.py\n(.*?)```", section, re.S)
     assert code is not None
