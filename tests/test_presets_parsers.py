@@ -37,7 +37,7 @@ def test_events_split_across_arbitrary_chunks_parse_the_same(tmp_path: Path) -> 
         parser.feed(data[i : i + 7])
     verdict = parser.finish(exit_ok(tmp_path))
     assert verdict.claimed is True
-    assert verdict.usage.tokens.input == 1200 and verdict.usage.cost_usd == pytest.approx(0.1046)
+    assert verdict.usage.tokens.input == 1200 + 13368 + 7924 and verdict.usage.cost_usd == pytest.approx(0.1046)
     assert verdict.usage.tool_counts == {"Write": 1, "Bash": 2}
     assert verdict.usage.notes == []
 

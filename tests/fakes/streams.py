@@ -236,7 +236,8 @@ SCENARIOS: dict[str, tuple[str, dict[str, dict[str, Any]]]] = {
 
 EXPECTED: dict[str, dict[str, Any]] = {
     "claude-code": {
-        "tokens": {"input": 1200, "output": 340, "cached_input": 13368, "cache_creation": 7924, "reasoning": None},
+        # Claude reports input without its cache reads and writes; worktrial's input counts every prompt token.
+        "tokens": {"input": 22492, "output": 340, "cached_input": 13368, "cache_creation": 7924, "reasoning": None},
         "cost_usd": 0.1046,
         "turns": 4,
         "tool_counts": {"Write": 1, "Bash": 2},
@@ -244,7 +245,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "codex": {
         "tokens": {"input": 24763, "output": 122, "cached_input": 24448, "cache_creation": None, "reasoning": None},
         "cost_usd": None,
-        "turns": 1,
+        "turns": None,  # model calls come from Codex's session file, which the fake does not write
         "tool_counts": {"command_execution": 1, "file_change": 1, "mcp:search": 1},
     },
     "gemini-cli": {

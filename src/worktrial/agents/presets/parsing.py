@@ -44,7 +44,11 @@ class Verdict:
     usage: Usage
     reason: str | None = None
     error_category: str | None = None
-    """Set when the agent itself broke (exited non-zero without reporting anything)."""
+    """Set when the agent itself broke (exited non-zero without reporting anything) or its provider failed."""
+    fatal: bool = False
+    """The error would repeat on every attempt (a rejected key, an unknown model): stop the run."""
+    model: str | None = None
+    """The model the CLI says it used (from its own init or metadata events), when it says so."""
 
 
 class OutputParser(Protocol):
