@@ -168,7 +168,9 @@ def anthropic_stream(model: str, blocks: list[Json], usage: Json, stop_reason: s
             delta = {"type": "text_delta", "text": block["text"]}
         else:
             start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
-            events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}))
+            events.append(
+                ("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
+            )
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
         events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))

@@ -27,10 +27,11 @@ class Tool:
     package: str
     version: str
     binary: str
+    root: Path
 
     @property
     def home(self) -> Path:
-        return cache_root() / f"{self.name}-{self.version}"
+        return self.root / f"{self.name}-{self.version}"
 
     @property
     def executable(self) -> Path:
@@ -49,7 +50,8 @@ def cache_root() -> Path:
 
 def tools() -> dict[str, Tool]:
     data = tomllib.loads(VERSIONS.read_text())
-    return {name: Tool(name=name, **fields) for name, fields in data.items()}
+    root = cache_root()
+    return {name: Tool(name=name, root=root, **fields) for name, fields in data.items()}
 
 
 def install(tool: Tool) -> None:
