@@ -33,6 +33,7 @@ from worktrial.isolation.workspace import (
     remove_tree,
     resolve_commit,
 )
+from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import LoadedSuite, Task, load_suite
@@ -97,7 +98,7 @@ def choose_agent_name(options: RunOptions) -> str:
     raise BadInputError("choose an agent: --agent oracle|nop|command|..., --agent-cmd CMD, or --model provider/model")
 
 
-def build_agent(options: RunOptions, config: dict[str, Any] | None = None) -> Agent:
+def build_agent(options: RunOptions, config: Config | None = None) -> Agent:
     """The agent the options name, configured from the merged user and project config."""
     name = choose_agent_name(options)
     agent_options = AgentOptions(
@@ -105,7 +106,7 @@ def build_agent(options: RunOptions, config: dict[str, Any] | None = None) -> Ag
         agent_cmd=options.agent_cmd,
         base_url=options.base_url,
         settings=options.agent_settings,
-        config=config or {},
+        config=config if config is not None else Config(),
     )
     return create_agent(name, agent_options)
 
