@@ -33,7 +33,7 @@ from worktrial.isolation.workspace import (
     remove_tree,
     resolve_commit,
 )
-from worktrial.model.envelope import Envelope
+from worktrial.model.envelope import Envelope, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import LoadedSuite, Task, load_suite
 from worktrial.state.config import cache_dir, load_config
@@ -203,6 +203,8 @@ def run_suite(suite: LoadedSuite | str | Path, options: RunOptions | None = None
         suite_path=str(loaded.path.resolve()),
         suite_display_path=_display_path(loaded.path),
         suite_sha256=loaded.sha256,
+        suite_bundle_sha256=loaded.digest,
+        suite_files=[SuiteFileInfo(name=f.name, sha256=f.sha256, size=f.size) for f in loaded.files],
         suite_id=loaded.suite.id,
         suite_name=loaded.suite.display_name,
         tasks=[TaskMeta(id=t.id, name=t.display_name, category=t.category) for t in loaded.suite.tasks],
@@ -244,6 +246,12 @@ def resume_run(run_id: str, options: RunOptions | None = None, loaded: LoadedSui
     differences = []
     if loaded.sha256 != meta.suite_sha256:
         differences.append(f"suite digest: stored {meta.suite_sha256[:12]}, now {loaded.sha256[:12]} ({loaded.path})")
+    elif loaded.digest != (meta.suite_bundle_sha256 or meta.suite_sha256):
+        stored_digest = meta.suite_bundle_sha256 or meta.suite_sha256
+        differences.append(
+            f"suite bundle digest: stored {stored_digest[:12]}, now {loaded.digest[:12]} "
+            f"(a file the suite declares in `files` changed)"
+        )
     if ws.base_commit != meta.base_commit:
         differences.append(f"base commit: stored {meta.base_commit[:12]}, now {ws.base_commit[:12]}")
     given_agent = choose_agent_name(options) if (options.agent or options.agent_cmd or options.model) else None
