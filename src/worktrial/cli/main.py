@@ -15,15 +15,18 @@ from rich.table import Table
 
 from worktrial.cli.common import ensure_trust, err
 from worktrial.cli.matrix import run_matrix_and_report
+from worktrial.cli.outputs import write_ci_outputs
 from worktrial.cli.progress import ProgressReporter
 from worktrial.engine.matrix import is_matrix
-from worktrial.engine.run import RunOptions, RunResult, default_jobs, resume_run, run_suite, state_root_for
+from worktrial.engine.run import RunOptions, RunResult, default_jobs, resume_run, run_suite
 from worktrial.errors import WorktrialError
 from worktrial.isolation.workspace import find_workspace
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
 from worktrial.state.history import list_runs, stored_envelope
+from worktrial.state.roots import state_root
+from worktrial.state.store import runs_dir
 from worktrial.util import atomic_write_text
 from worktrial.version import __version__
 
@@ -59,7 +62,9 @@ def eval_options(func: F) -> F:
     options = [
         click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path), help="Suite JSON file."),
         click.option(
-            "--agent", multiple=True, help="Agent name: oracle, nop, command, ... (see docs/agents.md); repeat for a matrix."
+            "--agent",
+            multiple=True,
+            help="Agent name: oracle, nop, command, ... (see docs/agents.md); repeat for a matrix.",
         ),
         click.option("--agent-cmd", help="Command line of your agent (implies --agent command)."),
         click.option(
@@ -78,6 +83,9 @@ def eval_options(func: F) -> F:
         ),
         click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True),
         click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here."),
+        click.option(
+            "--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI)."
+        ),
         click.option("--keep-worktrees", is_flag=True, help="Keep each attempt's worktree and print its path."),
         click.option("--verify-always", is_flag=True, help="Also verify claimed failures and timeouts (diagnosis)."),
         click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered)."),
@@ -117,6 +125,7 @@ def eval_cmd(
     workspace: Path | None,
     fmt: str,
     output: Path | None,
+    junit: Path | None,
     keep_worktrees: bool,
     verify_always: bool,
     trust: bool,
@@ -153,7 +162,7 @@ def eval_cmd(
     if is_matrix(agent, model):
         run_matrix_and_report(loaded, agent, model, options, fmt, output, quiet, verbose)
         return
-    _run_and_report(lambda opts: run_suite(loaded, opts), options, fmt, output, quiet, verbose)
+    _run_and_report(lambda opts: run_suite(loaded, opts), options, fmt, output, quiet, verbose, junit)
 
 
 def _run_and_report(
@@ -163,6 +172,7 @@ def _run_and_report(
     output: Path | None,
     quiet: bool,
     verbose: bool,
+    junit: Path | None = None,
 ) -> None:
     progress = ProgressReporter(quiet=quiet, verbose=verbose)
     options.on_begin = progress.begin
@@ -174,6 +184,7 @@ def _run_and_report(
     finally:
         progress.close()
     _emit(result.envelope, fmt, output, quiet)
+    write_ci_outputs(result.envelope, result.store_dir, junit, quiet)
     if result.kept_root is not None:
         err(f"worktrial: worktrees kept under {result.kept_root}")
     if not quiet:
@@ -215,6 +226,7 @@ exec_group.add_command(eval_cmd)
 @click.option("--base-url", help="The provider base URL again, when it held credentials (they are never stored).")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
 @click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason.")
 def resume_cmd(
@@ -225,19 +237,20 @@ def resume_cmd(
     base_url: str | None,
     fmt: str,
     output: Path | None,
+    junit: Path | None,
     quiet: bool,
     verbose: bool,
 ) -> None:
     """Run only the attempts a stored run is missing, then report on the whole run."""
     options = RunOptions(workspace=workspace, jobs=jobs, retry_errors=retry_errors, base_url=base_url)
-    _run_and_report(lambda opts: resume_run(run_id, opts), options, fmt, output, quiet, verbose)
+    _run_and_report(lambda opts: resume_run(run_id, opts), options, fmt, output, quiet, verbose, junit)
 
 
 @main.command("runs")
 @click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the runs.")
 def runs_cmd(workspace: Path | None) -> None:
     """List stored runs: id, suite, agent/model, date, done/total, pass@1."""
-    rows = list_runs(state_root_for(workspace))
+    rows = list_runs(state_root(workspace))
     if not rows:
         click.echo("no runs yet; `worktrial eval --suite SUITE ...` stores one")
         return
@@ -255,9 +268,13 @@ def runs_cmd(workspace: Path | None) -> None:
 @click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the run.")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
-def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | None) -> None:
+@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI).")
+def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | None, junit: Path | None) -> None:
     """Render a stored run again (also one that was interrupted or crashed)."""
-    _emit(stored_envelope(state_root_for(workspace), run_id), fmt, output, quiet=True)
+    root = state_root(workspace)
+    envelope = stored_envelope(root, run_id)
+    _emit(envelope, fmt, output, quiet=True)
+    write_ci_outputs(envelope, runs_dir(root) / envelope.run.id, junit, quiet=True)
 
 
 @main.command("schema")
@@ -311,8 +328,9 @@ def validate_cmd(suite_path: Path) -> None:
 def _register_number_commands() -> None:
     """compare, power, check and audit live in their own module; imported late to keep imports one-way."""
     from worktrial.cli.numbers import COMMANDS
+    from worktrial.cli.view import show_cmd, view_cmd
 
-    for command in COMMANDS:
+    for command in (*COMMANDS, show_cmd, view_cmd):
         main.add_command(command)
 
 
