@@ -24,6 +24,7 @@ from worktrial.isolation.workspace import find_workspace
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
+from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, stored_envelope
 from worktrial.state.roots import state_root
 from worktrial.state.store import runs_dir
@@ -89,6 +90,25 @@ def eval_options(func: F) -> F:
         click.option(
             "--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI)."
         ),
+        click.option(
+            "--task",
+            "task_patterns",
+            multiple=True,
+            metavar="ID",
+            help="Run only tasks whose id matches (glob patterns like 'parse-*'); repeatable.",
+        ),
+        click.option(
+            "--category",
+            "categories",
+            multiple=True,
+            type=click.Choice(["capability", "regression"]),
+            help="Run only tasks of this category; repeatable.",
+        ),
+        click.option("--limit", type=click.IntRange(min=1), help="Run only the first N selected tasks."),
+        click.option("--label", help="A name for the run, shown in runs, compare, view and matrices."),
+        click.option(
+            "--no-artifacts", is_flag=True, help="Keep no per-attempt logs or patches (they stay local otherwise)."
+        ),
         click.option("--keep-worktrees", is_flag=True, help="Keep each attempt's worktree and print its path."),
         click.option("--verify-always", is_flag=True, help="Also verify claimed failures and timeouts (diagnosis)."),
         click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered)."),
@@ -129,6 +149,11 @@ def eval_cmd(
     fmt: str,
     output: Path | None,
     junit: Path | None,
+    task_patterns: tuple[str, ...],
+    categories: tuple[str, ...],
+    limit: int | None,
+    label: str | None,
+    no_artifacts: bool,
     keep_worktrees: bool,
     verify_always: bool,
     trust: bool,
@@ -156,6 +181,11 @@ def eval_cmd(
         jobs=jobs,
         retry_errors=retry_errors,
         resume=resume_id,
+        artifacts=not no_artifacts,
+        label=label,
+        tasks=task_patterns,
+        categories=categories,
+        limit=limit,
         agent_settings={
             key: value
             for key, value in {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}.items()
@@ -184,7 +214,7 @@ def _run_and_report(
         progress.close()
     if result.status == "aborted":
         raise RunAborted(result.error or "the run was aborted")
-    _emit(result.envelope, fmt, output, quiet)
+    _emit(result.envelope, fmt, output, quiet, result.store_dir)
     write_ci_outputs(result.envelope, result.store_dir, junit, quiet)
     if result.kept_root is not None:
         err(f"worktrial: worktrees kept under {result.kept_root}")
@@ -198,8 +228,12 @@ def _run_and_report(
         sys.exit(EXIT_INTERRUPTED)
 
 
-def _emit(envelope: Envelope, fmt: str, output: Path | None, quiet: bool) -> None:
-    text = render_json(envelope) if fmt == "json" else render_markdown(envelope)
+def _emit(envelope: Envelope, fmt: str, output: Path | None, quiet: bool, run_dir: Path | None = None) -> None:
+    if fmt == "json":
+        text = render_json(envelope)
+    else:
+        keys = [(t.task_id, a.attempt) for t in envelope.report.tasks for a in t.attempts if a.outcome == "fail"]
+        text = render_markdown(envelope, read_run_artifacts(run_dir, keys) if run_dir else None)
     if output:
         atomic_write_text(output, text)
         if not quiet:
@@ -276,7 +310,7 @@ def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | Non
     """Render a stored run again (also one that was interrupted or crashed)."""
     root = state_root(workspace)
     envelope = stored_envelope(root, run_id)
-    _emit(envelope, fmt, output, quiet=True)
+    _emit(envelope, fmt, output, quiet=True, run_dir=runs_dir(root) / envelope.run.id)
     write_ci_outputs(envelope, runs_dir(root) / envelope.run.id, junit, quiet=True)
 
 
