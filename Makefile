@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean fmt agents
+.PHONY: demo test lint typecheck unit bench clean fmt browser agents
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "worktrial needs Python 3.11 or newer")'
@@ -35,7 +35,13 @@ agents: $(STAMP)
 	@command -v npm >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq nodejs npm)
 	$(BIN)/python -m tests.real_agents.install
 
-unit: $(STAMP) agents
+# The view tests drive Debian's chromium (never a downloaded browser build); installed once, skipped when present.
+browser:
+	@command -v chromium >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null) \
+		|| echo "warning: chromium could not be installed; the browser tests will be skipped"
+
+unit: $(STAMP) browser agents
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

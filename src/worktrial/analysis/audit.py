@@ -117,6 +117,18 @@ def _forbidden(value: Any, path: str = "$") -> list[str]:
     return found
 
 
+def _trace_root(envelope_path: Path, recorded: Path) -> Path:
+    """Trace paths are relative to the state root that stored the run: ``<root>/.worktrial/runs/<id>/envelope.json``.
+
+    For a run of a suite pinned to another repository that root is not the recorded workspace (the pinned clone),
+    so an envelope still inside its run store names its root by where it sits; elsewhere the recorded path is used.
+    """
+    parents = envelope_path.resolve().parents
+    if len(parents) > 3 and parents[1].name == "runs" and parents[2].name == ".worktrial":
+        return parents[3]
+    return recorded
+
+
 def _trace_problems(record: AttemptRecord, workspace: Path) -> list[str]:
     assert record.trace is not None
     where = f"report.tasks[{record.task_id}].attempts[{record.attempt}].trace"
@@ -155,6 +167,19 @@ def load_envelope_json(path: Path) -> tuple[dict[str, Any], Envelope]:
         raise BadInputError(f"{path}: not a worktrial envelope ({where}: {first['msg']})") from None
 
 
+def _bundle_change(envelope: Envelope, loaded: LoadedSuite) -> str:
+    """Which declared files differ between the envelope's list and the suite on disk."""
+    before = {f.name: f.sha256 for f in envelope.suite_files}
+    now = {f.name: f.sha256 for f in loaded.files}
+    changed = sorted(n for n in before.keys() & now.keys() if before[n] != now[n])
+    parts = [f"changed: {', '.join(changed[:5])}"] if changed else []
+    if now.keys() - before.keys():
+        parts.append(f"added: {', '.join(sorted(now.keys() - before.keys())[:5])}")
+    if before.keys() - now.keys():
+        parts.append(f"removed: {', '.join(sorted(before.keys() - now.keys())[:5])}")
+    return "; ".join(parts) or "the declared files differ"
+
+
 def audit_envelope(
     envelope_path: Path, loaded: LoadedSuite, *, workspace: Path | None = None, check_traces: bool = True
 ) -> AuditReport:
@@ -166,6 +191,12 @@ def audit_envelope(
         mismatches.append(
             f"suite_sha256: the envelope was produced from suite sha256 {envelope.suite_sha256}, "
             f"but {loaded.path} has sha256 {loaded.sha256} (the suite file differs)"
+        )
+    elif envelope.bundle_digest != loaded.digest:
+        mismatches.append(
+            f"suite_bundle_sha256: the envelope was produced from suite bundle {envelope.bundle_digest}, "
+            f"but {loaded.path} and its declared files now digest to {loaded.digest} "
+            f"({_bundle_change(envelope, loaded)})"
         )
     report = envelope.report
     if envelope.run.k != report.k:
@@ -189,7 +220,7 @@ def audit_envelope(
         notes.append(f"not recomputable by this harness version (skipped): {', '.join(differ.unknown[:8])}")
     traces = 0
     if check_traces:
-        root = workspace or Path(envelope.run.workspace.path)
+        root = workspace or _trace_root(envelope_path, Path(envelope.run.workspace.path))
         for record in records:
             if record.trace is not None:
                 traces += 1

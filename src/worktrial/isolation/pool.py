@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,9 +59,19 @@ def _snapshot(ws: AttemptWorkspace, store: Path) -> _Snapshot:
 class Slot:
     """One reusable workspace; not thread-safe (each job owns one)."""
 
-    def __init__(self, source: SourceRepo, base_commit: str, root: Path) -> None:
+    def __init__(
+        self,
+        source: SourceRepo,
+        base_commit: str,
+        root: Path,
+        prepare: Callable[[AttemptWorkspace], str] | None = None,
+    ) -> None:
         self.source = source
+        self.pinned_commit = base_commit
         self.base_commit = base_commit
+        self._prepare = prepare
+        """Runs once per build on the fresh checkout (environment setup) and returns the commit to reset to."""
+        self.builds = 0
         self.root = root
         self._ws: AttemptWorkspace | None = None
         self._snap: _Snapshot | None = None
@@ -94,8 +104,12 @@ class Slot:
 
     def _build(self) -> None:
         self._meta.mkdir(parents=True, exist_ok=True)
+        self.base_commit = self.pinned_commit
         ws = create_attempt_workspace(self.source, self.base_commit, self.root / "ws")
+        self.builds += 1
         try:
+            if self._prepare is not None:
+                self.base_commit = self._prepare(ws)
             self._snap = _snapshot(ws, self._meta)
         except BaseException:
             remove_tree(ws.root)

@@ -87,6 +87,24 @@ class WorkspaceInfo(BaseModel):
     dirty: bool
 
 
+class Selection(BaseModel):
+    """Which tasks a run covered when it did not run the whole suite (``--task``, ``--category``, ``--limit``)."""
+
+    tasks: list[str] = Field(default_factory=list, description="--task patterns (globs over task ids).")
+    categories: list[str] = Field(default_factory=list)
+    limit: int | None = None
+    task_ids: list[str] = Field(default_factory=list, description="The ids the selection chose, in suite order.")
+    suite_tasks: int = Field(description="Tasks in the whole suite.")
+
+
+class SuiteFileInfo(BaseModel):
+    """A file the suite declares (``files``), part of the bundle digest."""
+
+    name: str = Field(description="Path relative to the suite file's directory, POSIX form.")
+    sha256: str
+    size: int
+
+
 class RunInfo(BaseModel):
     id: str
     started_at: str
@@ -98,6 +116,12 @@ class RunInfo(BaseModel):
     jobs: int
     verify_always: bool = False
     host: dict[str, Any] = Field(default_factory=dict)
+    label: str | None = Field(default=None, description="The user's name for the run (--label).")
+    selection: Selection | None = Field(default=None, description="None when the run covered every task.")
+    task_base_commits: dict[str, str] = Field(
+        default_factory=dict,
+        description="Task id -> the commit its attempts started from, when tasks are pinned to their own commits.",
+    )
 
 
 class Envelope(BaseModel):
@@ -109,8 +133,17 @@ class Envelope(BaseModel):
     agent: dict[str, Any]
     suite_path: str
     suite_sha256: str
+    suite_bundle_sha256: str | None = Field(
+        default=None, description="Digest over the suite file and its declared files (equals suite_sha256 without)."
+    )
+    suite_files: list[SuiteFileInfo] = Field(default_factory=list, description="The suite's declared files.")
     run: RunInfo
     report: Report
+
+    @property
+    def bundle_digest(self) -> str:
+        """What identifies the measured suite: the bundle digest, or the file digest for older envelopes."""
+        return self.suite_bundle_sha256 or self.suite_sha256
 
     def to_json(self) -> str:
         """Serialised by pydantic directly: no intermediate dict per attempt, so memory stays small for big runs."""

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from worktrial.errors import BadInputError
-from worktrial.model.envelope import Envelope
+from worktrial.model.envelope import Envelope, Selection, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
 from worktrial.util import atomic_write_text
@@ -40,6 +40,11 @@ class RunMeta(BaseModel):
     """Absolute path of the suite file, to reload it on resume."""
     suite_display_path: str
     suite_sha256: str
+    suite_bundle_sha256: str | None = None
+    """Digest over the suite file and its declared files; None in runs stored before bundles existed."""
+    suite_files: list[SuiteFileInfo] = Field(default_factory=list)
+    task_base_commits: dict[str, str] = Field(default_factory=dict)
+    """Task id -> base commit, for tasks pinned to their own repository or commit."""
     suite_id: str
     suite_name: str
     tasks: list[TaskMeta]
@@ -63,6 +68,9 @@ class RunMeta(BaseModel):
     retry_errors: int = 0
     work_root: str | None = None
     """Temp directory of the run's worktrees, removed on resume if a crash left it behind."""
+    label: str | None = None
+    selection: Selection | None = None
+    artifacts: bool = True
 
 
 def runs_dir(state_root: Path) -> Path:
