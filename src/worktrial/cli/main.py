@@ -351,6 +351,38 @@ def agents_cmd(workspace: Path | None, fmt: str) -> None:
         click.echo("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
 
 
+@main.command("prices")
+@click.option(
+    "--workspace",
+    type=click.Path(path_type=Path),
+    help="Read [pricing] overrides from this repository's worktrial.toml (default: the current one).",
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def prices_cmd(workspace: Path | None, fmt: str) -> None:
+    """List the models worktrial can price (USD per million tokens), from the shipped table or your config."""
+    from worktrial.agents.pricing import price_rows, price_table
+    from worktrial.state.config import load_config
+
+    try:
+        root: Path | None = find_workspace(workspace)
+    except WorktrialError:
+        root = None
+    rows = price_rows(load_config(root))
+    if fmt == "json":
+        click.echo(json.dumps({"taken_on": price_table().taken_on, "models": [r.__dict__ for r in rows]}, indent=2))
+        return
+    click.echo(
+        f"Shipped prices taken on {price_table().taken_on}; any other model is unpriced (cost unknown, never 0)."
+    )
+    click.echo("| route | input | cached input | cache write | output | from |")
+    click.echo("|---|---|---|---|---|---|")
+    for row in rows:
+        cells = [row.input, row.cached_input, row.cache_write, row.output]
+        shown = ["—" if value is None else f"{value:g}" for value in cells]
+        source = f"table ({row.taken_on})" if row.source == "table" else "your config"
+        click.echo(f"| {row.route} | " + " | ".join(shown) + f" | {source} |")
+
+
 @main.command("validate")
 @click.argument("suite_path", type=click.Path(path_type=Path))
 def validate_cmd(suite_path: Path) -> None:
