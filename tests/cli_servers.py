@@ -94,7 +94,8 @@ class CliServer:
                 for index, (name, data) in enumerate(answer.events):
                     if answer.cut_after is not None and index >= answer.cut_after:
                         break
-                    self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                    head = f"event: {name}\n" if name else ""  # Gemini's SSE has data lines only
+                    self.wfile.write(f"{head}data: {json.dumps(data)}\n\n".encode())
                     self.wfile.flush()
                 self.close_connection = True
 
@@ -267,3 +268,35 @@ def responses_function_call(name: str, arguments: Json) -> Json:
         "arguments": json.dumps(arguments),
         "status": "completed",
     }
+
+
+# ---- Gemini streamGenerateContent (alt=sse) --------------------------------------------------------------------------
+
+
+def gemini_usage(prompt: int, candidates: int, cached: int = 0, thoughts: int = 0) -> Json:
+    return {
+        "promptTokenCount": prompt,
+        "candidatesTokenCount": candidates,
+        "cachedContentTokenCount": cached,
+        "thoughtsTokenCount": thoughts,
+        "totalTokenCount": prompt + candidates + thoughts,
+    }
+
+
+def gemini_stream(model: str, parts: list[Json], usage: Json) -> Sse:
+    chunk = {
+        "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": usage,
+        "modelVersion": model,
+        "responseId": f"resp_{next(_ids)}",
+    }
+    return Sse([("", chunk)])
+
+
+def gemini_has_function_response(contents: list[Any]) -> bool:
+    return any(
+        isinstance(part, dict) and "functionResponse" in part
+        for message in contents
+        if isinstance(message, dict)
+        for part in message.get("parts", [])
+    )

@@ -145,7 +145,7 @@ def test_gemini_document_with_error_is_a_claimed_failure(tmp_path: Path) -> None
     parser.feed(json.dumps({**GEMINI_NORMAL_DOC, "error": {"type": "ApiError", "message": "quota"}}).encode())
     verdict = parser.finish(exit_ok(tmp_path, 1))
     assert verdict.claimed is False and verdict.reason == "gemini-cli reported ApiError"
-    assert verdict.usage.tokens.output == 30  # stats still count
+    assert verdict.usage.tokens.output == 30 + 154  # stats still count (candidates + thoughts)
 
 
 @pytest.mark.parametrize(("code", "meaning"), [(42, "input error"), (53, "turn limit exceeded")])

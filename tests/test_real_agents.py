@@ -9,12 +9,9 @@ and that no process of the CLI is left. ``make agents`` installs the CLIs; a mis
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import Result
@@ -33,79 +30,23 @@ from tests.cli_servers import (
     responses_stream,
     responses_usage,
 )
-from tests.conftest import alive_with_marker, task
-from tests.real_agents.install import Tool, tools
+from tests.real_agents.install import Tool
+from tests.real_agents.support import (
+    SOLVE,
+    TASK,
+    TOOLS,
+    Served,
+    assert_nothing_left,
+    evaluate,
+    home,
+    installed,
+    on_path,
+    only_attempt,
+)
 from worktrial.agents.pricing import cost_usd, resolve_price
 from worktrial.model.records import Tokens
 
 pytestmark = [pytest.mark.agents, pytest.mark.slow]
-TOOLS = tools()  # read now: the tests change $HOME, under which the cache lies by default
-
-SOLVE = "mkdir -p notes && echo hi > notes/hello.txt"
-TASK = task(
-    "hello",
-    prompt="Create notes/hello.txt containing the line hi.",
-    timeout_secs=240,
-    verify_commands=["grep -qx hi notes/hello.txt"],
-)
-
-
-@dataclass
-class Served:
-    """What the scripted server answered, summed: the figures the envelope must show."""
-
-    tokens: Tokens = field(default_factory=Tokens)
-    calls: int = 0
-    models: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, model: str, tokens: Tokens) -> None:
-        with self.lock:
-            self.tokens = self.tokens.add(tokens)
-            self.calls += 1
-            self.models.append(model)
-
-
-def installed(name: str) -> Tool:
-    tool = TOOLS[name]
-    if not tool.installed:
-        pytest.fail(f"{tool.package} {tool.version} is not installed in {tool.home}; run `make agents`")
-    return tool
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A user's home of its own, so the test neither reads nor writes the real user's CLI settings."""
-    path = tmp_path / "home"
-    path.mkdir()
-    monkeypatch.setenv("HOME", str(path))
-    for var in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
-        monkeypatch.delenv(var, raising=False)
-    for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "CODEX_API_KEY"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("IS_SANDBOX", "1")  # Claude Code as root needs it for bypassPermissions
-    monkeypatch.setenv("DISABLE_AUTOUPDATER", "1")
-    monkeypatch.setenv("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-    return path
-
-
-def on_path(monkeypatch: pytest.MonkeyPatch, tool: Tool) -> None:
-    monkeypatch.setenv("PATH", f"{tool.executable.parent}{os.pathsep}{os.environ['PATH']}")
-
-
-def evaluate(cli: Callable[..., Result], repo: Path, suite: Path, *args: str) -> tuple[Result, dict[str, Any] | None]:
-    result = cli(["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", *args], cwd=repo)
-    envelope = json.loads(result.stdout) if result.exit_code == 0 else None
-    return result, envelope
-
-
-def only_attempt(envelope: dict[str, Any]) -> dict[str, Any]:
-    attempt: dict[str, Any] = envelope["report"]["tasks"][0]["attempts"][0]
-    return attempt
-
-
-def assert_nothing_left(tool: Tool) -> None:
-    assert alive_with_marker(str(tool.home)) == []
 
 
 # ---- Claude Code ---------------------------------------------------------------------------------------------------
@@ -407,5 +348,7 @@ def test_codex_refuses_budgets_it_cannot_honour(
 def _no_leftovers() -> Iterator[None]:
     yield
     for name in ("claude-code", "codex"):
-        tool = TOOLS[name]
-        assert alive_with_marker(str(tool.home)) == [], f"{name} left processes behind"
+        assert_nothing_left(TOOLS[name])
+
+
+__all__ = ["home"]  # a fixture, imported for pytest

@@ -249,7 +249,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "tool_counts": {"command_execution": 1, "file_change": 1, "mcp:search": 1},
     },
     "gemini-cli": {
-        "tokens": {"input": 25039, "output": 30, "cached_input": 21263, "cache_creation": None, "reasoning": 154},
+        # Gemini's candidates (30) exclude its thoughts (154); worktrial's output counts every generated token.
+        "tokens": {"input": 25039, "output": 184, "cached_input": 21263, "cache_creation": None, "reasoning": 154},
         "cost_usd": None,
         "turns": 3,
         "tool_counts": {"write_file": 1, "run_shell_command": 2},

@@ -65,7 +65,7 @@ class ConfigCarry:
     subdir: str
     """Where under the attempt's scratch directory the fresh config directory goes."""
     default: str
-    """The user's config directory relative to $HOME, used when the variable is not set."""
+    """The user's config directory relative to $HOME (``""``: $HOME itself), used when the variable is not set."""
     files: tuple[str, ...]
     """The files copied (names in that directory): settings and credentials, never history or sessions."""
 
@@ -220,7 +220,13 @@ class PresetAgent:
         if result.not_found or result.start_error:
             message = f"{self.binary} not found" if result.not_found else f"{self.name}: {result.start_error}"
             return AgentResult(claimed=None, error=AgentError("not_installed", message, fatal=True))
-        verdict = parser.finish(ExitInfo(returncode=result.returncode, timed_out=result.timed_out, scratch=ctx.scratch))
+        exit_info = ExitInfo(
+            returncode=result.returncode,
+            timed_out=result.timed_out,
+            scratch=ctx.scratch,
+            stderr_tail=result.stderr_tail,
+        )
+        verdict = parser.finish(exit_info)
         usage = verdict.usage
         if usage.cost_usd == 0 and (usage.tokens.total() or 0) > 0:
             # CLIs report 0 for a model they cannot price; tokens were spent, so the cost is unknown, not free.
@@ -297,7 +303,9 @@ def user_config_dir(carry: ConfigCarry, parent: Mapping[str, str], config_dir: b
     if parent.get(carry.env_var):
         return Path(parent[carry.env_var])
     home = parent.get("HOME") or os.environ.get("HOME")
-    return Path(home) / carry.default if home else None
+    if not home:
+        return None
+    return Path(home) / carry.default if carry.default else Path(home)
 
 
 def copy_user_config(carry: ConfigCarry, parent: Mapping[str, str], target: Path, config_dir: bool | Path) -> None:
@@ -308,6 +316,7 @@ def copy_user_config(carry: ConfigCarry, parent: Mapping[str, str], target: Path
     for name in carry.files:
         path = source / name
         if path.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target / name)
             (target / name).chmod(0o600)
 

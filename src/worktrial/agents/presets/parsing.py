@@ -34,6 +34,8 @@ class ExitInfo:
     timed_out: bool
     scratch: Path
     """The attempt's scratch directory, where file-based parsers find their logs."""
+    stderr_tail: bytes = b""
+    """The end of the agent's stderr, for CLIs that print their final error there (Gemini CLI)."""
 
 
 @dataclass
