@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from worktrial.cli import logs
 from worktrial.cli.common import ensure_trust, err
 from worktrial.cli.matrix import run_matrix_and_report
 from worktrial.cli.outputs import write_ci_outputs
@@ -55,11 +56,15 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="worktrial")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option(
+    "-v", "--verbose", "verbosity", count=True, help="Log more to stderr: -v info, -vv debug (default: warnings)."
+)
 @click.pass_context
-def main(ctx: click.Context, debug: bool) -> None:
+def main(ctx: click.Context, debug: bool, verbosity: int) -> None:
     """Evaluate autonomous coding agents on eval suites: isolated worktrees, verified outcomes, pass@k."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    logs.configure(verbosity)
 
 
 def eval_options(func: F) -> F:

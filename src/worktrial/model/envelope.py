@@ -9,8 +9,6 @@ from pydantic import BaseModel, Field
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
 
-SCHEMA_VERSION = 1
-
 
 class Curves(BaseModel):
     pass_at: dict[str, float] = Field(default_factory=dict, description="k -> pass@k")
