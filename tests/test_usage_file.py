@@ -1,10 +1,15 @@
-"""The command agent's usage file: each key judged on its own, problems become notes, never errors."""
+"""The command-agent contract: its environment, and the usage file (each key judged on its own, never an error)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from click.testing import Result
+
+from tests.conftest import task
 from worktrial.agents.simple import read_usage_file
 
 
@@ -57,3 +62,19 @@ def test_unreadable_shapes_become_notes(tmp_path: Path) -> None:
     assert read_usage_file(path).notes == ["usage file is not valid JSON: UnicodeDecodeError"]
     path.write_text('{"cost_usd": Infinity}')
     assert read_usage_file(path).notes == ["usage file: cost_usd must be a non-negative number; ignored"]
+
+
+def test_command_and_custom_agents_see_the_same_worktrial_variables(
+    cli: Callable[..., Result], repo: Path, write_suite: Any, tmp_path: Path
+) -> None:
+    """One definition of the command-agent environment serves ``--agent-cmd`` and ``[agents.NAME]`` alike."""
+    dump = "env | grep '^WORKTRIAL_' | grep -v '^WORKTRIAL_PROC' | cut -d= -f1 | sort > {out}"
+    (repo / "worktrial.toml").write_text(f'[agents.mine]\ncommand = "{dump.format(out=tmp_path / "custom")}"\n')
+    suite = write_suite([task("t", verify=["true"])])
+    for args in (["--agent", "mine"], ["--agent-cmd", dump.format(out=tmp_path / "command")]):
+        result = cli(["eval", "--suite", str(suite), *args, "--trust", "-q"], cwd=repo)
+        assert result.exit_code == 0, result.output
+    names = (tmp_path / "command").read_text().split()
+    assert names == (tmp_path / "custom").read_text().split()
+    expected = ["PROMPT", "TASK_ID", "ATTEMPT", "WORKTREE", "SCRATCH", "USAGE_FILE"]
+    assert {f"WORKTRIAL_{name}" for name in expected} <= set(names)

@@ -118,6 +118,26 @@ class UsageFile(BaseModel):
         )
 
 
+USAGE_FILE = "usage.json"
+"""Name of ``$WORKTRIAL_USAGE_FILE`` in the attempt's scratch directory."""
+
+
+def command_env(ctx: AgentContext) -> dict[str, str]:
+    """The environment of a command agent (``--agent-cmd`` or a custom agent): the attempt's plus ``WORKTRIAL_*``.
+
+    The one definition of the contract documented in docs/agents.md, so both kinds of command agent see the same.
+    """
+    return {
+        **ctx.env,
+        "WORKTRIAL_PROMPT": ctx.task.prompt,
+        "WORKTRIAL_TASK_ID": ctx.task.id,
+        "WORKTRIAL_ATTEMPT": str(ctx.attempt),
+        "WORKTRIAL_WORKTREE": str(ctx.worktree),
+        "WORKTRIAL_SCRATCH": str(ctx.scratch),
+        "WORKTRIAL_USAGE_FILE": str(ctx.scratch / USAGE_FILE),
+    }
+
+
 def read_usage_file(path: Path) -> Usage:
     """Usage a command agent wrote to ``$WORKTRIAL_USAGE_FILE``; problems become notes, never errors."""
     if not path.exists():
@@ -160,17 +180,8 @@ class CommandAgent:
         return None
 
     def run(self, ctx: AgentContext) -> AgentResult:
-        usage_file = ctx.scratch / "usage.json"
-        env = dict(ctx.env)
-        env.update(
-            {
-                "WORKTRIAL_PROMPT": ctx.task.prompt,
-                "WORKTRIAL_TASK_ID": ctx.task.id,
-                "WORKTRIAL_ATTEMPT": str(ctx.attempt),
-                "WORKTRIAL_WORKTREE": str(ctx.worktree),
-                "WORKTRIAL_USAGE_FILE": str(usage_file),
-            }
-        )
+        usage_file = ctx.scratch / USAGE_FILE
+        env = command_env(ctx)
         result = proc.run(
             [SHELL, "-c", self.cmd],
             cwd=ctx.worktree,
