@@ -33,6 +33,7 @@ from worktrial.version import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_INTERRUPTED = 130
+EXIT_MEASURED_NOTHING = 1
 
 
 class _Group(click.Group):
@@ -220,6 +221,13 @@ def _run_and_report(
         err(f"worktrial: worktrees kept under {result.kept_root}")
     if not quiet:
         err(f"worktrial: run stored in {result.store_dir}")
+    attempts = [a for t in result.envelope.report.tasks for a in t.attempts]
+    if result.status == "complete" and attempts and all(a.outcome == "error" for a in attempts):
+        err(
+            f"worktrial: error: every attempt ended in error, so the run measured nothing "
+            f"(first: {attempts[0].reason or attempts[0].error_category}); fix the setup and run again"
+        )
+        sys.exit(EXIT_MEASURED_NOTHING)
     if result.interrupted:
         err(
             f"worktrial: interrupted; the report covers the attempts that finished. "
