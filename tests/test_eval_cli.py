@@ -208,7 +208,7 @@ def test_setup_commands_run_before_the_agent(cli, repo: Path, write_suite) -> No
 
 
 def test_oracle_without_solution_is_an_error(cli, repo: Path, write_suite) -> None:
-    suite = write_suite([task(solution=None)])
+    suite = write_suite([task(solution=None), task("t2")])
     attempt = attempts_of(run_json(cli, repo, suite, "--agent", "oracle"))[0]
     assert attempt["outcome"] == "error" and attempt["reason"] == "task has no solution"
 
