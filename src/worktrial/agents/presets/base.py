@@ -23,6 +23,7 @@ from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
 from worktrial.model.config import AgentConfig
+from worktrial.model.envelope import split_route
 
 VERSION_TIMEOUT_SECS = 15.0
 
@@ -104,12 +105,6 @@ class PresetSpec:
     """Budget flags (``max_turns``, ``max_tokens``, ``temperature``) the CLI honours; the rest are refused."""
 
 
-def split_model_route(model: str) -> tuple[str | None, str]:
-    """``provider/model`` -> (provider, model), split at the first "/" like the envelope does."""
-    provider, sep, rest = model.partition("/")
-    return (provider, rest) if sep and provider and rest else (None, model)
-
-
 def first_line(data: bytes, limit: int = 200) -> str | None:
     for line in data.decode("utf-8", "replace").splitlines():
         if line.strip():
@@ -154,7 +149,7 @@ class PresetAgent:
         self.provider: str | None = None
         self.model: str | None = options.model
         if options.model and spec.splits_route:
-            self.provider, self.model = split_model_route(options.model)
+            self.provider, self.model = split_route(options.model)
 
     # -- protocol ---------------------------------------------------------------------------------
 

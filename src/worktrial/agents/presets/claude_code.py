@@ -69,7 +69,6 @@ class ClaudeStreamParser(JsonLinesParser):
         self.error_counts: dict[str, int] = {}
         self.seen_tool_ids: set[str] = set()
         self.result: dict[str, Any] | None = None
-        self.assistant_messages = 0
         self.model: str | None = None
         self.message_usage: dict[str, Tokens] = {}
         self.last_retry: dict[str, Any] | None = None
@@ -77,7 +76,6 @@ class ClaudeStreamParser(JsonLinesParser):
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "assistant":
-            self.assistant_messages += 1
             message = as_dict(event.get("message"))
             self._note_usage(message)
             for block in as_list(message.get("content")):
