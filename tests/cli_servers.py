@@ -40,6 +40,8 @@ class Sse:
 
     events: list[tuple[str, Json]]
     cut_after: int | None = None
+    done_marker: bool = False
+    """End with ``data: [DONE]`` (OpenAI Chat Completions streams do)."""
 
 
 @dataclass
@@ -96,6 +98,9 @@ class CliServer:
                         break
                     head = f"event: {name}\n" if name else ""  # Gemini's SSE has data lines only
                     self.wfile.write(f"{head}data: {json.dumps(data)}\n\n".encode())
+                    self.wfile.flush()
+                if answer.done_marker and answer.cut_after is None:
+                    self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
                 self.close_connection = True
 
@@ -300,3 +305,52 @@ def gemini_has_function_response(contents: list[Any]) -> bool:
         if isinstance(message, dict)
         for part in message.get("parts", [])
     )
+
+
+# ---- OpenAI Chat Completions, streamed (OpenCode, Qwen Code, aider, mini-swe-agent) ----------------------------------
+
+
+def chat_usage(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> Json:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
+
+
+def chat_stream(model: str, usage: Json, text: str | None = None, call: tuple[str, Json] | None = None) -> Sse:
+    """A chat.completion.chunk stream: one delta with the text or the tool call, a finish chunk, then usage."""
+    chunk_id = f"chatcmpl-{next(_ids)}"
+
+    def chunk(delta: Json, finish: str | None, extra: Json | None = None) -> Json:
+        body: Json = {
+            "id": chunk_id,
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if delta or finish else [],
+        }
+        return body | (extra or {})
+
+    events: list[tuple[str, Json]] = [("", chunk({"role": "assistant", "content": ""}, None))]
+    if call is not None:
+        name, arguments = call
+        tool_call = {
+            "index": 0,
+            "id": f"call_{next(_ids)}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)},
+        }
+        events.append(("", chunk({"tool_calls": [tool_call]}, None)))
+        events.append(("", chunk({}, "tool_calls")))
+    else:
+        events.append(("", chunk({"content": text or ""}, None)))
+        events.append(("", chunk({}, "stop")))
+    events.append(("", chunk({}, None, {"choices": [], "usage": usage})))
+    return Sse(events, done_marker=True)
+
+
+def chat_has_tool_result(messages: list[Any]) -> bool:
+    return any(isinstance(m, dict) and m.get("role") == "tool" for m in messages)
