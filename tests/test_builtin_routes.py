@@ -126,7 +126,7 @@ def test_agent_describe_and_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
-    with pytest.raises(BadInputError, match="nothing answers at .* connection refused"):
+    with pytest.raises(BadInputError, match=r"nothing answers at .* \(connection refused\)"):
         BuiltinAgent(AgentOptions(model="ollama/qwen3:8b", base_url=closed)).preflight()
 
 
