@@ -44,6 +44,7 @@ def run_matrix_and_report(
     output: Path | None,
     quiet: bool,
     verbose: bool,
+    wide: bool = False,
 ) -> None:
     """Plan, preflight and run every configuration, then print the leaderboard; exits 130 or 2 when due."""
     if base.resume:
@@ -82,7 +83,7 @@ def run_matrix_and_report(
         }
         text = json.dumps(document, indent=2) + "\n"
     else:
-        text = render_leaderboard_markdown(board)
+        text = render_leaderboard_markdown(board, wide=wide)
     if output:
         atomic_write_text(output, text)
         if not quiet:
