@@ -59,7 +59,9 @@ def eval_options(func: F) -> F:
     options = [
         click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path), help="Suite JSON file."),
         click.option(
-            "--agent", multiple=True, help="Agent name: oracle, nop, command, ... (see docs/agents.md); repeat for a matrix."
+            "--agent",
+            multiple=True,
+            help="Agent name: oracle, nop, command, ... (see docs/agents.md); repeat for a matrix.",
         ),
         click.option("--agent-cmd", help="Command line of your agent (implies --agent command)."),
         click.option(
