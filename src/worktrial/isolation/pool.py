@@ -11,8 +11,8 @@ back (``reset --hard`` + ``clean -ffdx``, which also removes ignored files and n
 The agent is hostile (DESIGN.md, "Trust boundary"): it may have replaced any directory of the slot with a
 symlink to the user's repository. So the reset works only on directory descriptors opened with O_NOFOLLOW and
 checked against the (device, inode) recorded at build time (``safefs``); anything unexpected makes the slot be
-discarded — the link itself removed, never its target — and rebuilt from scratch. The reset marker lives in
-a private temporary directory, not next to the worktree.
+discarded — the link itself removed, never its target — and rebuilt from scratch. The harness keeps its
+bookkeeping (snapshot, pristine index, reset time) in memory, where no relative path reaches it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import contextlib
 import os
 import secrets
 import stat
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -96,7 +95,6 @@ class Slot:
         self._parent_id = safefs.identity(root.parent)
         self.root = root
         self._root_id: Identity | None = None
-        self._private: Path | None = None
         self._ws: AttemptWorkspace | None = None
         self._ids: _Ids | None = None
         self._snap: _Snapshot | None = None
@@ -129,9 +127,6 @@ class Slot:
             with contextlib.suppress(OSError):
                 os.rmdir(self.root)
             self._root_id = None
-        if self._private is not None:
-            remove_tree(self._private)
-            self._private = None
 
     @contextlib.contextmanager
     def _open_root(self) -> Iterator[int]:
@@ -156,7 +151,8 @@ class Slot:
             raise
         self._ws, self._ids = ws, ids
         self._dirty = False
-        self._mark_ns = self._fs_now_ns()
+        with self._open_build(ids) as build_fd:
+            self._mark_ns = _fs_now_ns(build_fd)
 
     def _discard(self) -> None:
         """Forget the current build and remove it (a symlink in its place is unlinked, never followed)."""
@@ -179,8 +175,6 @@ class Slot:
             os.mkdir(name, 0o700, dir_fd=parent_fd)
             self._root_id = Identity.of(os.stat(name, dir_fd=parent_fd, follow_symlinks=False))
         self.root = self._base.parent / name
-        if self._private is None:
-            self._private = Path(tempfile.mkdtemp(prefix="worktrial-slot-"))
 
     def _reset(self) -> None:
         ws, ids, snap = self._ws, self._ids, self._snap
@@ -203,7 +197,7 @@ class Slot:
             #    the mtime (cp -p, touch -r) within the same second would survive. The filesystem's own ctime,
             #    in nanoseconds, cannot be forged: every file changed since the last reset is removed, and git
             #    restores it below. Files git itself rewrote in the same clock tick only cost a rewrite.
-            _remove_changed_since(old_fd, ws.worktree, self._marker(), self._mark_ns)
+            _remove_changed_since(old_fd, ws.worktree, self._mark_ns)
             # 3. A fresh, unpredictable worktree directory: a process that outlived its attempt and writes by
             #    path (or from the old directory) cannot reach the next attempt's files.
             new_name = _token("w")
@@ -231,35 +225,33 @@ class Slot:
                 result = git([*base, *args], Path(work))
                 if not result.ok:
                     raise WorkspaceError(f"reset failed: {result.describe_failure('git ' + args[0])}")
+            self._mark_ns = _fs_now_ns(build_fd)
         self._ws = replace(ws, worktree=worktree)
         self._ids = replace(ids, worktree=new_id)
-        self._mark_ns = self._fs_now_ns()
-
-    def _marker(self) -> Path:
-        assert self._private is not None
-        return self._private / "mark"
-
-    def _fs_now_ns(self) -> int:
-        """The filesystem clock (coarser than time.time_ns), read from a file just created."""
-        marker = self._marker()
-        marker.unlink(missing_ok=True)
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        try:
-            return os.fstat(fd).st_ctime_ns
-        finally:
-            os.close(fd)
 
 
-def _remove_changed_since(worktree_fd: int, worktree: Path, mark_file: Path, mark_ns: int) -> None:
+def _fs_now_ns(dir_fd: int) -> int:
+    """The filesystem clock (coarser than time.time_ns), read from a file just created (and removed)."""
+    name = f".worktrial-clock-{secrets.token_hex(6)}"
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600, dir_fd=dir_fd)
+    try:
+        return os.fstat(fd).st_ctime_ns
+    finally:
+        os.close(fd)
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def _remove_changed_since(worktree_fd: int, worktree: Path, mark_ns: int) -> None:
     """Unlink every non-directory under the worktree (but its ``.git`` link) whose ctime is at or after ``mark_ns``.
 
-    find(1) walks the tree in C; the marker's mtime is set one nanosecond before the mark so that its strict
+    find(1) walks the tree in C; the reference time is one nanosecond before the mark so that its strict
     "newer than" comparison means "at or after". If find is missing or lists more than fits the buffer, the
     walk is done in Python instead. Every unlink goes through O_NOFOLLOW directory descriptors.
     """
-    os.utime(mark_file, ns=(mark_ns - 1, mark_ns - 1), follow_symlinks=False)
+    ref = mark_ns - 1
     cwd = safefs.fd_path(worktree_fd) if safefs.has_fd_paths() else worktree
-    argv = ["find", ".", "-path", "./.git", "-prune", "-o", "!", "-type", "d", "-newercm", str(mark_file), "-print0"]
+    newer = f"@{ref // 1_000_000_000}.{ref % 1_000_000_000:09d}"
+    argv = ["find", ".", "-path", "./.git", "-prune", "-o", "!", "-type", "d", "-newerct", newer, "-print0"]
     result = proc.run(argv, cwd=cwd, timeout=600, sweep=False, tail_bytes=_FIND_OUTPUT_LIMIT)
     if result.ok and result.stdout_bytes < _FIND_OUTPUT_LIMIT:
         rels = [p.decode("utf-8", "surrogateescape") for p in result.stdout_tail.split(b"\0") if p]
