@@ -65,7 +65,7 @@ class StubbornAgent:
         child = threading.Thread(
             target=proc.run,
             args=(["python3", "-c", "import time; time.sleep(300)", marker],),
-            kwargs={"cwd": ctx.worktree, "timeout": 600},
+            kwargs={"cwd": ctx.worktree, "timeout": 600, "scope": ctx.scope},
             daemon=True,
         )
         child.start()

@@ -282,11 +282,9 @@ def test_an_interrupted_run_stops_the_loop_before_the_next_call(tmp_path: Path) 
     steps = [openai_reply(("list_files", {}), usage=openai_usage(10, 5)) for _ in range(5)]
     with ScriptedProvider(steps) as server:
         agent = BuiltinAgent(AgentOptions(model="openai-compatible/m", base_url=server.openai_url))
-        ctx = AgentContext(task, 1, worktree, time.monotonic() + 60, {}, tmp_path)
-        proc.STOPPING.set()
-        try:
-            result = agent.run(ctx)
-        finally:
-            proc.STOPPING.clear()
+        scope = proc.ProcessScope()
+        ctx = AgentContext(task, 1, worktree, time.monotonic() + 60, {}, tmp_path, scope)
+        scope.stopping.set()
+        result = agent.run(ctx)
     assert result.claimed is None and result.reason == "run interrupted"
     assert server.requests == []

@@ -43,13 +43,15 @@ class AgentContext:
     """Environment for child processes (already stripped of git location variables)."""
     scratch: Path
     """A per-attempt directory outside the worktree for usage files, agent config and session state."""
+    scope: proc.ProcessScope = field(default_factory=proc.ProcessScope)
+    """The run's processes: start every child with ``scope=ctx.scope`` so stopping the run ends it."""
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
 
     def cancelled(self) -> bool:
         """True once the run is being interrupted: an in-process agent loop should stop at once."""
-        return proc.STOPPING.is_set()
+        return self.scope.stopping.is_set()
 
 
 @dataclass(frozen=True)

@@ -153,6 +153,7 @@ class CustomAgent:
             timeout=ctx.remaining(),
             stdin=ctx.task.prompt.encode("utf-8") if self.stdin_prompt else None,
             on_stdout=parser.feed,
+            scope=ctx.scope,
         )
         verdict = parser.finish(ExitInfo(result.returncode, result.timed_out, Path(ctx.scratch)))
         usage = verdict.usage

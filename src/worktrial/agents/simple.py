@@ -44,7 +44,7 @@ class OracleAgent:
             return AgentResult(claimed=None, error=AgentError("no_solution", "task has no solution"))
         usage = Usage(tokens=Tokens(input=0, output=0), cost_usd=0.0, turns=0)
         for i, command in enumerate(ctx.task.solution, start=1):
-            result = run_command(command, cwd=ctx.worktree, env=ctx.env, timeout=ctx.remaining())
+            result = run_command(command, cwd=ctx.worktree, env=ctx.env, timeout=ctx.remaining(), scope=ctx.scope)
             usage.output_bytes += result.output_bytes
             usage.tool_counts["solution_command"] = i
             if result.timed_out:
@@ -170,6 +170,7 @@ class CommandAgent:
             env=env,
             timeout=ctx.remaining(),
             stdin=ctx.task.prompt.encode("utf-8"),
+            scope=ctx.scope,
         )
         usage = read_usage_file(usage_file)
         usage.output_bytes = result.output_bytes

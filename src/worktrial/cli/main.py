@@ -17,8 +17,8 @@ from worktrial.cli.common import ensure_trust, err
 from worktrial.cli.matrix import run_matrix_and_report
 from worktrial.cli.progress import ProgressReporter
 from worktrial.engine.matrix import is_matrix
-from worktrial.engine.run import RunOptions, RunResult, default_jobs, resume_run, run_suite, state_root_for
-from worktrial.errors import WorktrialError
+from worktrial.engine.run import RunObserver, RunOptions, RunResult, default_jobs, resume_run, run_suite, state_root_for
+from worktrial.errors import RunAborted, WorktrialError
 from worktrial.isolation.workspace import find_workspace
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
@@ -43,6 +43,9 @@ class _Group(click.Group):
             for i, line in enumerate(str(exc).splitlines()):
                 err(f"worktrial: error: {line}" if i == 0 else f"  {line}")
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:  # a second Ctrl-C while a run was cleaning up
+            err("worktrial: interrupted")
+            ctx.exit(EXIT_INTERRUPTED)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -61,7 +64,7 @@ def eval_options(func: F) -> F:
         click.option(
             "--agent",
             multiple=True,
-            help="Agent name: oracle, nop, command, ... (see docs/agents.md); repeat for a matrix.",
+            help="Agent: oracle, nop, command, a preset, ... (docs/agents.md); repeat for a matrix.",
         ),
         click.option("--agent-cmd", help="Command line of your agent (implies --agent command)."),
         click.option(
@@ -155,26 +158,24 @@ def eval_cmd(
     if is_matrix(agent, model):
         run_matrix_and_report(loaded, agent, model, options, fmt, output, quiet, verbose)
         return
-    _run_and_report(lambda opts: run_suite(loaded, opts), options, fmt, output, quiet, verbose)
+    _run_and_report(lambda opts, obs: run_suite(loaded, opts, obs), options, fmt, output, quiet, verbose)
 
 
 def _run_and_report(
-    runner: Callable[[RunOptions], RunResult],
+    runner: Callable[[RunOptions, RunObserver], RunResult],
     options: RunOptions,
     fmt: str,
     output: Path | None,
     quiet: bool,
     verbose: bool,
 ) -> None:
-    progress = ProgressReporter(quiet=quiet, verbose=verbose)
-    options.on_begin = progress.begin
-    options.on_start = progress.start
-    options.on_attempt = progress.attempt
-    options.on_warning = lambda message: err(f"worktrial: warning: {message}")
+    progress = ProgressReporter(quiet=quiet, verbose=verbose, on_warning=lambda m: err(f"worktrial: warning: {m}"))
     try:
-        result = runner(options)
+        result = runner(options, progress)
     finally:
         progress.close()
+    if result.status == "aborted":
+        raise RunAborted(result.error or "the run was aborted")
     _emit(result.envelope, fmt, output, quiet)
     if result.kept_root is not None:
         err(f"worktrial: worktrees kept under {result.kept_root}")
@@ -232,7 +233,7 @@ def resume_cmd(
 ) -> None:
     """Run only the attempts a stored run is missing, then report on the whole run."""
     options = RunOptions(workspace=workspace, jobs=jobs, retry_errors=retry_errors, base_url=base_url)
-    _run_and_report(lambda opts: resume_run(run_id, opts), options, fmt, output, quiet, verbose)
+    _run_and_report(lambda opts, obs: resume_run(run_id, opts, observer=obs), options, fmt, output, quiet, verbose)
 
 
 @main.command("runs")

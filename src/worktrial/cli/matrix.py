@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -57,15 +57,10 @@ def run_matrix_and_report(
             seen_warnings.add(message)
             err(f"worktrial: warning: {message}")
 
-    def prepare(index: int, configuration: Configuration, options: RunOptions) -> Callable[[], None]:
+    def prepare(index: int, configuration: Configuration, options: RunOptions) -> ProgressReporter:
         if not quiet:
             err(f"worktrial: configuration {index}/{len(configurations)}: {configuration.label}")
-        progress = ProgressReporter(quiet=quiet, verbose=verbose)
-        options.on_begin = progress.begin
-        options.on_start = progress.start
-        options.on_attempt = progress.attempt
-        options.on_warning = warn
-        return progress.close
+        return ProgressReporter(quiet=quiet, verbose=verbose, on_warning=warn)
 
     def finished(outcome: ConfigurationOutcome) -> None:
         label = outcome.configuration.label

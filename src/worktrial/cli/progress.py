@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import IO
 
 from rich.console import Console, Group, RenderableType
@@ -12,15 +13,24 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from worktrial.engine.run import RunObserver
 from worktrial.model.records import OUTCOMES, AttemptRecord
 
 _STYLE = {"pass": "green", "fail": "red", "timeout": "yellow", "error": "magenta"}
 
 
-class ProgressReporter:
-    """Receives the run's callbacks; ``quiet`` shows nothing, ``verbose`` adds every attempt's reason."""
+class ProgressReporter(RunObserver):
+    """Observes a run; ``quiet`` shows nothing, ``verbose`` adds every attempt's reason."""
 
-    def __init__(self, *, quiet: bool = False, verbose: bool = False, stream: IO[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        quiet: bool = False,
+        verbose: bool = False,
+        stream: IO[str] | None = None,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> None:
+        self.on_warning = on_warning
         self.stream = stream or sys.stderr
         self.quiet = quiet
         self.verbose = verbose
@@ -44,6 +54,12 @@ class ProgressReporter:
         self._live: Live | None = None
 
     # -- callbacks ---------------------------------------------------------------------------------------
+
+    def warning(self, message: str) -> None:
+        if self.on_warning is not None:
+            self.on_warning(message)
+        else:
+            print(f"worktrial: warning: {message}", file=self.stream, flush=True)
 
     def begin(self, run_id: str, to_run: int, already_done: int) -> None:
         self.total = to_run + already_done

@@ -1,14 +1,14 @@
-"""One attempt: private worktree -> setup -> agent -> verify -> AttemptRecord (+ trace file)."""
+"""One attempt: private worktree -> setup -> agent -> verify -> an AttemptResult (record and trace, as data)."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentResult
+from worktrial.engine.executor import AttemptJob, AttemptResult
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
 from worktrial.isolation import proc
@@ -19,30 +19,9 @@ from worktrial.model.commands import display
 from worktrial.model.records import AttemptRecord, Outcome, Usage
 from worktrial.model.suite import Task
 from worktrial.model.trace import build_trace, trace_filename
-from worktrial.state.traces import write_trace
 
 # An agent that returns this long after its deadline overran it, whatever it says.
 DEADLINE_GRACE_SECS = 2.0
-
-
-@dataclass(frozen=True)
-class AttemptSettings:
-    """Per-run facts every attempt needs."""
-
-    source: SourceRepo
-    base_commit: str
-    work_root: Path
-    trace_dir: Path
-    workspace: Path
-    verify_always: bool = False
-    keep_worktrees: bool = False
-    env: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class AttemptOutcome:
-    record: AttemptRecord
-    fatal: AgentError | None = None
 
 
 def _decide(task: Task, result: AgentResult, overran: bool) -> tuple[Outcome, str | None, bool]:
@@ -74,16 +53,26 @@ class _Progress:
 
 
 def run_attempt(
-    agent: Agent, task: Task, attempt: int, settings: AttemptSettings, slot: Slot | None = None
-) -> AttemptOutcome:
+    agent: Agent,
+    job: AttemptJob,
+    source: SourceRepo,
+    work_root: Path,
+    *,
+    slot: Slot | None = None,
+    scope: proc.ProcessScope | None = None,
+    worker: str | None = None,
+) -> AttemptResult:
     """Run one attempt to an outcome; never raises for anything the task or agent does.
 
     With a ``slot`` the attempt reuses that pooled workspace (reset first); without one it gets a fresh
-    workspace of its own, removed afterwards unless worktrees are kept.
+    workspace of its own under ``work_root``, removed afterwards unless worktrees are kept. The trace comes
+    back as data: the driver writes it and sets the record's ``trace`` path.
     """
+    task, attempt, spec = job.task, job.attempt, job.spec
+    scope = scope or proc.ProcessScope()
     start = time.monotonic()
-    root = settings.work_root / f"{trace_filename(task.id, attempt)[:-5]}-{uuid.uuid4().hex[:8]}"
-    env = proc.clean_env(settings.env or None)
+    root = work_root / f"{trace_filename(task.id, attempt)[:-5]}-{uuid.uuid4().hex[:8]}"
+    env = proc.clean_env(None, spec.env)
     progress = _Progress()
     workspace: AttemptWorkspace | None = None
     try:
@@ -91,14 +80,14 @@ def run_attempt(
             if slot is not None:
                 workspace = slot.acquire()
             else:
-                workspace = create_attempt_workspace(settings.source, settings.base_commit, root)
+                workspace = create_attempt_workspace(source, spec.base_commit, root)
                 (workspace.root / "scratch").mkdir()
         except (WorktrialError, OSError) as exc:
             progress.reason, progress.category = f"worktree creation failed: {exc}", "worktree"
         else:
-            _run_in(agent, task, attempt, settings, workspace, env, progress)
+            _run_in(agent, job, workspace, env, progress, scope)
     finally:
-        if slot is None and not settings.keep_worktrees:
+        if slot is None and not spec.keep_worktrees:
             remove_tree(root)
     duration = round(time.monotonic() - start, 3)
     usage = progress.usage
@@ -111,11 +100,6 @@ def run_attempt(
         verify_secs=round(progress.verify_secs, 3),
         usage=usage,
     )
-    trace_path = write_trace(trace, settings.trace_dir)
-    try:
-        trace_ref = os.path.relpath(trace_path, settings.workspace)
-    except ValueError:
-        trace_ref = str(trace_path)
     record = AttemptRecord(
         task_id=task.id,
         attempt=attempt,
@@ -131,25 +115,24 @@ def run_attempt(
         turns=usage.turns,
         tool_calls=usage.tool_calls if usage.tool_counts or usage.turns is not None else None,
         error_category=progress.category,
-        worktree=str(workspace.worktree) if settings.keep_worktrees and workspace else None,
-        trace=trace_ref,
+        worktree=str(workspace.worktree) if spec.keep_worktrees and workspace else None,
     )
-    return AttemptOutcome(record=record, fatal=progress.fatal)
+    return AttemptResult(record=record, trace=trace, fatal=progress.fatal, worker=worker)
 
 
 def _run_in(
     agent: Agent,
-    task: Task,
-    attempt: int,
-    settings: AttemptSettings,
+    job: AttemptJob,
     workspace: AttemptWorkspace,
     env: dict[str, str],
     progress: _Progress,
+    scope: proc.ProcessScope,
 ) -> None:
     """Setup, agent and verification inside a created workspace."""
+    task = job.task
     scratch = workspace.root / "scratch"
     for i, command in enumerate(task.setup_commands, start=1):
-        setup = run_command(command, cwd=workspace.worktree, env=env, timeout=task.verify_timeout_secs)
+        setup = run_command(command, cwd=workspace.worktree, env=env, timeout=task.verify_timeout_secs, scope=scope)
         if not setup.ok:
             progress.reason = f"setup failed: {setup.describe_failure(f'step {i} ({display(command)})')}"
             progress.category = "setup"
@@ -159,11 +142,12 @@ def _run_in(
     deadline = agent_start + task.timeout_secs
     ctx = AgentContext(
         task=task,
-        attempt=attempt,
+        attempt=job.attempt,
         worktree=workspace.worktree,
         deadline=deadline,
         env=dict(env),
         scratch=scratch,
+        scope=scope,
     )
     try:
         result = agent.run(ctx)
@@ -178,8 +162,8 @@ def _run_in(
         progress.category = result.error.category
         if result.error.fatal:
             progress.fatal = result.error
-    if verify_decides or (settings.verify_always and progress.outcome in ("fail", "timeout")):
-        check: VerifyResult = run_verify(task, workspace.worktree, env)
+    if verify_decides or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
+        check: VerifyResult = run_verify(task, workspace.worktree, env, scope)
         progress.verify_secs = check.secs
         progress.verified = check.passed
         if verify_decides and not check.passed:

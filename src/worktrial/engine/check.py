@@ -16,7 +16,7 @@ from pathlib import Path
 
 from worktrial.analysis.check_report import CheckReport, TaskCheck
 from worktrial.analysis.lint import lint_suite
-from worktrial.engine.run import RunOptions, run_suite
+from worktrial.engine.run import RunObserver, RunOptions, run_suite
 from worktrial.isolation import proc
 from worktrial.isolation.proc import run_command
 from worktrial.isolation.workspace import SourceRepo, create_attempt_workspace, open_source, remove_tree
@@ -140,6 +140,15 @@ def _by_id(envelope: Envelope) -> dict[str, TaskReport]:
     return {t.task_id: t for t in envelope.report.tasks}
 
 
+class _Warnings(RunObserver):
+    def __init__(self, on_warning: Callable[[str], None] | None) -> None:
+        self.on_warning = on_warning
+
+    def warning(self, message: str) -> None:
+        if self.on_warning is not None:
+            self.on_warning(message)
+
+
 def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> CheckReport:
     """Run oracle and nop once per task, re-verify the oracle's results, and lint; never raises for findings."""
     options = options or CheckOptions()
@@ -150,8 +159,8 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
 
     def run(agent: str) -> Envelope:
         say(f"running the {agent} agent on {len(loaded.suite.tasks)} tasks")
-        opts = RunOptions(agent=agent, attempts=1, k=1, workspace=options.workspace, on_warning=options.on_warning)
-        return run_suite(loaded, opts).envelope
+        opts = RunOptions(agent=agent, attempts=1, k=1, workspace=options.workspace)
+        return run_suite(loaded, opts, _Warnings(options.on_warning)).envelope
 
     oracle, nop = run("oracle"), run("nop")
     oracle_tasks, nop_tasks = _by_id(oracle), _by_id(nop)

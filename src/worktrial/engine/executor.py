@@ -1,5 +1,120 @@
-"""Executors run attempt plans and hand results back to the run, in the caller's thread."""
+"""The executor seam: what a run hands to whatever runs its attempts, and what comes back.
 
-from worktrial.engine.local import Event, LocalExecutor
+The driver (``engine.run``) plans attempts as ``AttemptJob`` values, submits them to an ``Executor`` and reads
+``ExecutorEvent`` values back in its own thread, where it decides retries, persists records and writes traces.
+A job is plain data that can be pickled to another machine: it names the agent and where to fetch the repository,
+never a secret (a worker resolves API keys from its own environment). A result is data too: the attempt record
+and its trace, written to disk by the driver, not by the worker.
+"""
 
-__all__ = ["Event", "LocalExecutor"]
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from worktrial.agents.base import AgentError, AgentOptions
+from worktrial.model.records import AttemptRecord
+from worktrial.model.suite import Task
+from worktrial.model.trace import Trace
+
+
+@dataclass(frozen=True)
+class RepoSource:
+    """Where a worker gets the repository whose base commit every attempt starts from.
+
+    ``path``: a local repository whose objects are borrowed (the local executor); ``bundle``: a git bundle
+    file a worker clones once (a remote executor ships the bundle with the run).
+    """
+
+    kind: Literal["path", "bundle"]
+    location: str
+
+
+@dataclass(frozen=True)
+class AgentRef:
+    """The agent under test as data: its registered name and options (config holds no secrets by design)."""
+
+    name: str
+    options: AgentOptions
+
+
+@dataclass(frozen=True)
+class AttemptSpec:
+    """What every attempt of one run shares; sent once per job so a job is self-contained."""
+
+    run_id: str
+    suite_sha256: str
+    base_commit: str
+    source: RepoSource
+    agent: AgentRef
+    verify_always: bool = False
+    keep_worktrees: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for the attempt's processes (never credentials: workers add their own)."""
+
+
+@dataclass(frozen=True)
+class AttemptJob:
+    """One attempt to run: a task of the suite and its 1-based attempt number."""
+
+    spec: AttemptSpec
+    task: Task
+    attempt: int
+    try_number: int = 1
+    """1 for the first try; the driver resubmits an infrastructure error as try 2, 3, ..."""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.task.id, self.attempt)
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """What one attempt produced, as data: the record (its ``trace`` path is set by the driver) and the trace."""
+
+    record: AttemptRecord
+    trace: Trace
+    fatal: AgentError | None = None
+    """Set when the agent broke in a way that would repeat on every attempt (e.g. a rejected API key)."""
+    worker: str | None = None
+    """Where it ran (a thread, a node), for diagnostics only."""
+
+
+@dataclass(frozen=True)
+class ExecutorEvent:
+    """``start``: the job began on a worker; ``done``: it finished with ``result``.
+
+    A job abandoned because the run is stopping gets no ``done`` event: it reruns on resume.
+    """
+
+    kind: Literal["start", "done"]
+    job: AttemptJob
+    result: AttemptResult | None = None
+
+
+class Executor(Protocol):
+    """Runs attempt jobs somewhere (threads here, a cluster elsewhere) and streams events back."""
+
+    def preflight(self, agent: AgentRef) -> dict[str, Any]:
+        """Build the agent where attempts run and check it can work; returns its ``describe()``.
+
+        Raises BadInputError (e.g. program not installed, key missing) before any attempt starts.
+        """
+        ...
+
+    def submit(self, job: AttemptJob) -> None:
+        """Queue a job; may be called while ``events`` is being iterated (retries)."""
+        ...
+
+    def events(self) -> Iterator[ExecutorEvent]:
+        """Start and done events in the caller's thread, until every submitted job is done or abandoned."""
+        ...
+
+    def stop(self) -> None:
+        """Start no more jobs and end the running attempts' processes."""
+        ...
+
+    def close(self, timeout: float) -> bool:
+        """Release workers and their slots; False if some were still busy after ``timeout`` seconds."""
+        ...

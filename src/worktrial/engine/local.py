@@ -1,111 +1,128 @@
-"""Run work items on N worker threads; every event comes back to the caller's thread.
+"""The local executor: attempt jobs on N worker threads, each owning one pooled workspace (slot) for its life.
 
-Workers do the waiting (on agent processes and git), so threads are enough; each worker owns one
-resource (a pooled workspace) for its whole life. The caller iterates ``events()`` and so handles
-progress, persistence and Ctrl-C in one place, its own thread.
+Workers do the waiting (on agent processes and git), so threads are enough. Every event comes back to the
+driver's thread through one queue, so progress, persistence, retries and Ctrl-C are handled in one place.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
 
+from worktrial.agents import create_agent
+from worktrial.agents.base import Agent
+from worktrial.engine.attempt import run_attempt
+from worktrial.engine.executor import AgentRef, AttemptJob, AttemptResult, ExecutorEvent, RepoSource
 from worktrial.errors import HarnessError
+from worktrial.isolation.pool import Slot
+from worktrial.isolation.proc import ProcessScope
+from worktrial.isolation.workspace import SourceRepo, materialize_source
 
-T = TypeVar("T")
-R = TypeVar("R")
-Resource = TypeVar("Resource")
-
-
-@dataclass(frozen=True)
-class Event(Generic[T, R]):
-    kind: Literal["start", "done"]
-    item: T
-    result: R | None = None
-
+log = logging.getLogger(__name__)
 
 _POLL_SECS = 0.1
+_Kind = Literal["start", "done", "abandoned", "crash"]
 
 
-class LocalExecutor(Generic[T, R, Resource]):
-    def __init__(
-        self,
-        jobs: int,
-        work: Callable[[T, Resource], R | None],
-        make_resource: Callable[[int], Resource],
-        close_resource: Callable[[Resource], None],
-    ) -> None:
+class LocalExecutor:
+    """Runs jobs on up to ``jobs`` threads in this process; all of them share one process scope (the run's)."""
+
+    def __init__(self, jobs: int, work_root: Path, *, keep_worktrees: bool = False) -> None:
         if jobs < 1:
             raise ValueError("jobs must be at least 1")
         self.jobs = jobs
-        self._work = work
-        self._make = make_resource
-        self._close = close_resource
-        self._todo: queue.Queue[T] = queue.Queue()
-        self._events: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
+        self.work_root = work_root
+        self.keep_worktrees = keep_worktrees
+        self.scope = ProcessScope()
+        self._todo: queue.Queue[AttemptJob | None] = queue.Queue()
+        self._events: queue.Queue[tuple[_Kind, AttemptJob | None, Any]] = queue.Queue()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._pending = 0  # submitted and not yet done or abandoned; touched by the driver's thread only
+        self._agent: Agent | None = None
+        self._sources: dict[RepoSource, SourceRepo] = {}
+        self._sources_lock = threading.Lock()
 
-    def stop(self) -> None:
-        """Start no more items; running ones finish (or are ended by whoever stopped the run)."""
-        self._stop.set()
+    def preflight(self, agent: AgentRef) -> dict[str, Any]:
+        built = create_agent(agent.name, agent.options)
+        built.preflight()
+        self._agent = built
+        return built.describe()
 
-    def events(self, items: Sequence[T]) -> Iterator[Event[T, R]]:
-        """Run every item; yield a start and a done event for each, in the caller's thread.
-
-        An item whose work returns None (abandoned because the run is stopping) gets no done event.
-        """
-        for item in items:
-            self._todo.put(item)
-        workers = min(self.jobs, len(items))
-        for i in range(workers):
-            thread = threading.Thread(target=self._worker, args=(i,), name=f"worktrial-job-{i}", daemon=True)
+    def submit(self, job: AttemptJob) -> None:
+        if self._agent is None:
+            raise HarnessError("internal error: preflight() must run before submit()")
+        self._pending += 1
+        self._todo.put(job)
+        if len(self._threads) < min(self.jobs, self._pending):
+            index = len(self._threads)
+            thread = threading.Thread(target=self._worker, args=(index,), name=f"worktrial-job-{index}", daemon=True)
             self._threads.append(thread)
             thread.start()
-        finished = 0
-        while finished < workers:
+
+    def events(self) -> Iterator[ExecutorEvent]:
+        while self._pending > 0:
             try:
-                kind, item, payload = self._events.get(timeout=_POLL_SECS)
+                kind, job, payload = self._events.get(timeout=_POLL_SECS)
             except queue.Empty:
                 continue
-            if kind == "exit":
-                finished += 1
-            elif kind == "crash":
+            if kind == "crash":
                 self.stop()
                 raise HarnessError(f"internal error in a job: {payload}") from payload
-            elif kind == "start":
-                yield Event("start", item)
-            elif payload is not None:
-                yield Event("done", item, payload)
+            assert job is not None
+            if kind == "start":
+                yield ExecutorEvent("start", job)
+                continue
+            self._pending -= 1
+            if kind == "done" and payload is not None:
+                yield ExecutorEvent("done", job, payload)
 
-    def join(self, timeout: float) -> bool:
-        """Wait for the workers to end; False if some are still busy after ``timeout`` seconds."""
+    def stop(self) -> None:
+        self._stop.set()
+        self.scope.stop()
+
+    def close(self, timeout: float) -> bool:
+        for _ in self._threads:
+            self._todo.put(None)
         per = timeout / max(1, len(self._threads))
         for thread in self._threads:
             thread.join(per)
+        self.scope.kill_all()
         return not any(t.is_alive() for t in self._threads)
 
+    def _source(self, source: RepoSource) -> SourceRepo:
+        with self._sources_lock:
+            if source not in self._sources:
+                self._sources[source] = materialize_source(source.kind, source.location, self.work_root / "source")
+            return self._sources[source]
+
     def _worker(self, index: int) -> None:
-        resource: Resource | None = None
+        slot: Slot | None = None
         try:
-            resource = self._make(index)
-            while not self._stop.is_set():
-                try:
-                    item = self._todo.get_nowait()
-                except queue.Empty:
-                    break
-                self._events.put(("start", item, None))
-                result = self._work(item, resource)
-                self._events.put(("done", item, result))
+            while (job := self._todo.get()) is not None:
+                if self._stop.is_set():
+                    self._events.put(("abandoned", job, None))
+                    continue
+                source = self._source(job.spec.source)
+                if slot is None and not job.spec.keep_worktrees:
+                    slot = Slot(source, job.spec.base_commit, self.work_root / f"slot-{index}")
+                self._events.put(("start", job, None))
+                assert self._agent is not None
+                result: AttemptResult | None = run_attempt(
+                    self._agent, job, source, self.work_root, slot=slot, scope=self.scope, worker=f"thread-{index}"
+                )
+                if self.scope.stopping.is_set():
+                    result = None  # ended by the stop: not a result, it reruns on resume
+                self._events.put(("done", job, result))
         except BaseException as exc:
             self._events.put(("crash", None, exc))
         finally:
-            if resource is not None:
+            if slot is not None:
                 try:
-                    self._close(resource)
+                    slot.close()
                 except Exception as exc:
-                    self._events.put(("crash", None, exc))
-            self._events.put(("exit", None, None))
+                    log.warning("could not remove workspace slot %s: %s", index, exc)

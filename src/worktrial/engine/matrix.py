@@ -24,10 +24,18 @@ from typing import Any
 from worktrial.agents import agent_specs
 from worktrial.agents.custom import custom_tables
 from worktrial.analysis.leaderboard import Contender, Status
-from worktrial.engine.run import RunOptions, build_agent, choose_agent_name, run_suite, sigterm_as_interrupt
-from worktrial.errors import BadInputError, WorktrialError
+from worktrial.engine.run import (
+    RunObserver,
+    RunOptions,
+    build_agent,
+    choose_agent_name,
+    run_suite,
+    sigterm_as_interrupt,
+)
+from worktrial.errors import BadInputError, RunAborted, WorktrialError
 from worktrial.isolation.workspace import find_workspace
 from worktrial.model.envelope import Envelope
+from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import LoadedSuite
 from worktrial.state.config import load_config
 from worktrial.state.history import stored_envelope
@@ -163,7 +171,7 @@ class MatrixResult:
 
 
 def _stored(base: RunOptions, run_id: str | None) -> Envelope | None:
-    """What a run that stopped early left in its store (None when it never started or the store is unreadable)."""
+    """What a run that raised left in its store (None when it never started or the store is unreadable)."""
     if run_id is None:
         return None
     with contextlib.suppress(WorktrialError, OSError, ValueError):
@@ -171,32 +179,49 @@ def _stored(base: RunOptions, run_id: str | None) -> Envelope | None:
     return None
 
 
-Prepare = Callable[[int, Configuration, RunOptions], Callable[[], None] | None]
+Prepare = Callable[[int, Configuration, RunOptions], RunObserver | None]
+"""Called before a configuration starts; returns the observer for its run (e.g. a progress display)."""
 Finished = Callable[[ConfigurationOutcome], None]
 
 
-def _run_one(loaded: LoadedSuite, configuration: Configuration, options: RunOptions) -> ConfigurationOutcome:
+class _RunIdObserver(RunObserver):
+    """Passes everything on, and remembers the run id (so a configuration whose run raised still names it)."""
+
+    def __init__(self, inner: RunObserver) -> None:
+        self.inner = inner
+        self.run_id: str | None = None
+
+    def warning(self, message: str) -> None:
+        self.inner.warning(message)
+
+    def begin(self, run_id: str, to_run: int, done: int) -> None:
+        self.run_id = run_id
+        self.inner.begin(run_id, to_run, done)
+
+    def start(self, task_id: str, attempt: int) -> None:
+        self.inner.start(task_id, attempt)
+
+    def attempt(self, record: AttemptRecord) -> None:
+        self.inner.attempt(record)
+
+
+def _run_one(
+    loaded: LoadedSuite, configuration: Configuration, options: RunOptions, observer: RunObserver
+) -> ConfigurationOutcome:
     """One configuration; its failure or interruption becomes its outcome instead of ending the matrix."""
-    run_ids: list[str] = []
-    given_begin = options.on_begin
-
-    def begin(run_id: str, to_run: int, done: int) -> None:
-        run_ids.append(run_id)
-        if given_begin is not None:
-            given_begin(run_id, to_run, done)
-
-    options.on_begin = begin
+    seen = _RunIdObserver(observer)
     try:
-        result = run_suite(loaded, options)
+        result = run_suite(loaded, options, seen)
     except KeyboardInterrupt:
-        run_id = run_ids[0] if run_ids else None
-        return ConfigurationOutcome(configuration, "interrupted", _stored(options, run_id), run_id, None)
+        return ConfigurationOutcome(configuration, "interrupted", _stored(options, seen.run_id), seen.run_id, None)
     except WorktrialError as exc:
-        run_id = run_ids[0] if run_ids else None
-        return ConfigurationOutcome(configuration, "failed", _stored(options, run_id), run_id, None, exc)
-    status: Status = "interrupted" if result.interrupted else "complete"
+        return ConfigurationOutcome(configuration, "failed", _stored(options, seen.run_id), seen.run_id, None, exc)
+    if result.status == "aborted":
+        error = RunAborted(result.error or "the run was aborted")
+        return ConfigurationOutcome(configuration, "failed", result.envelope, result.run_id, result.store_dir, error)
+    status: Status = "interrupted" if result.status == "stopped" else "complete"
     return ConfigurationOutcome(
-        configuration, status, result.envelope, result.envelope.run.id, result.store_dir, kept_root=result.kept_root
+        configuration, status, result.envelope, result.run_id, result.store_dir, kept_root=result.kept_root
     )
 
 
@@ -210,20 +235,21 @@ def run_matrix(
 ) -> MatrixResult:
     """Run each configuration in turn and return every outcome, stopping early only when interrupted.
 
-    ``prepare`` may set progress callbacks on a configuration's options before it starts and return a function
-    that is always called when it ends (to close a live display); ``finished`` receives each outcome at once,
-    so a caller can print its run id while the next configuration runs.
+    ``prepare`` returns the observer of a configuration's run (e.g. a live display); its ``close()`` method, if
+    it has one, is always called when the configuration ends. ``finished`` receives each outcome at once, so a
+    caller can print its run id while the next configuration runs.
     """
     outcomes: list[ConfigurationOutcome] = []
     with sigterm_as_interrupt():
         try:
             for index, configuration in enumerate(configurations, start=1):
                 options = options_for(base, configuration)
-                close = prepare(index, configuration, options) if prepare is not None else None
+                observer = (prepare(index, configuration, options) if prepare is not None else None) or RunObserver()
                 try:
-                    outcome = _run_one(loaded, configuration, options)
+                    outcome = _run_one(loaded, configuration, options, observer)
                 finally:
-                    if close is not None:
+                    close = getattr(observer, "close", None)
+                    if callable(close):
                         close()
                 outcomes.append(outcome)
                 if base.base_commit is None and outcome.envelope is not None:

@@ -1,28 +1,33 @@
-"""A whole run: resolve the workspace and agent, run every attempt (in parallel, resumably), build the envelope."""
+"""A whole run: resolve the workspace and agent, plan the attempts, drain the executor's events, clean up.
+
+One run is one scope: its settings are one frozen ``RunSettings``, its processes live in its executor's
+``ProcessScope``, and what the caller wants to hear about it goes to a ``RunObserver``. Nothing here touches
+process-wide state or exits the interpreter: ``run_suite`` returns a ``RunResult`` whose ``status`` the CLI
+maps to an exit code.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
 import secrets
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 from worktrial.agents import AgentOptions, create_agent
-from worktrial.agents.base import Agent, AgentError
-from worktrial.engine.attempt import AttemptSettings, run_attempt
-from worktrial.engine.executor import LocalExecutor
-from worktrial.errors import BadInputError, RunAborted, SuiteError
-from worktrial.isolation import proc
-from worktrial.isolation.pool import Slot
+from worktrial.agents.base import Agent
+from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource
+from worktrial.engine.local import LocalExecutor
+from worktrial.errors import BadInputError, SuiteError
 from worktrial.isolation.workspace import (
     SourceRepo,
     ensure_state_dir,
@@ -35,10 +40,11 @@ from worktrial.isolation.workspace import (
 )
 from worktrial.model.envelope import Envelope
 from worktrial.model.records import AttemptRecord
-from worktrial.model.suite import LoadedSuite, Task, load_suite
+from worktrial.model.suite import LoadedSuite, load_suite
 from worktrial.state.config import cache_dir, load_config
 from worktrial.state.history import envelope_from_records
 from worktrial.state.store import RunMeta, RunStore, TaskMeta
+from worktrial.state.traces import write_trace
 from worktrial.util import public_url, utc_now
 
 # Error categories caused by infrastructure, not by the agent's work: retrying them does not bias results.
@@ -50,7 +56,15 @@ def default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-@dataclass
+ExecutorFactory = Callable[[int, Path, bool], Executor]
+"""Builds the executor of one run from (jobs, the run's private work directory, keep worktrees)."""
+
+
+def local_executor(jobs: int, work_root: Path, keep_worktrees: bool) -> Executor:
+    return LocalExecutor(jobs, work_root, keep_worktrees=keep_worktrees)
+
+
+@dataclass(frozen=True)
 class RunOptions:
     """Everything about a run that is not in the suite file."""
 
@@ -68,21 +82,52 @@ class RunOptions:
     resume: str | None = None
     base_commit: str | None = None
     """Start every attempt from this commit instead of the workspace's HEAD (matrices pin their first run's)."""
-    agent_settings: dict[str, Any] = field(default_factory=dict)
-    on_begin: Callable[[str, int, int], None] | None = None
-    """Called with (run id, attempts to run now, attempts already done) before the first attempt starts."""
-    on_start: Callable[[str, int], None] | None = None
-    """Called with (task id, attempt) when an attempt starts."""
-    on_attempt: Callable[[AttemptRecord], None] | None = None
-    on_warning: Callable[[str], None] | None = None
+    agent_settings: Mapping[str, Any] = field(default_factory=dict)
+    executor: ExecutorFactory = local_executor
+    """Where attempts run: the local thread executor unless another one is plugged in."""
+
+
+class RunObserver:
+    """What a caller hears about a run while it happens; every method is optional (override what you need).
+
+    Called from the run's own thread, in order: ``warning`` any time, ``begin`` once, then ``start`` and
+    ``attempt`` per attempt.
+    """
+
+    def warning(self, message: str) -> None:
+        """Something the user should know that does not stop the run (e.g. uncommitted changes)."""
+
+    def begin(self, run_id: str, to_run: int, done: int) -> None:
+        """Before the first attempt: the run id, attempts to run now and attempts already done (resume)."""
+
+    def start(self, task_id: str, attempt: int) -> None:
+        """An attempt started on a worker."""
+
+    def attempt(self, record: AttemptRecord) -> None:
+        """An attempt finished; its record is already persisted."""
+
+
+RunStatus = Literal["complete", "aborted", "stopped"]
 
 
 @dataclass(frozen=True)
 class RunResult:
+    """A finished run: ``complete``; ``aborted`` by an error that would repeat on every attempt (``error`` says
+    which); or ``stopped`` by Ctrl-C / SIGTERM. The envelope covers what finished in every case."""
+
     envelope: Envelope
-    interrupted: bool
-    kept_root: Path | None
+    status: RunStatus
     store_dir: Path
+    kept_root: Path | None = None
+    error: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.envelope.run.id
+
+    @property
+    def interrupted(self) -> bool:
+        return self.status == "stopped"
 
 
 def choose_agent_name(options: RunOptions) -> str:
@@ -97,17 +142,24 @@ def choose_agent_name(options: RunOptions) -> str:
     raise BadInputError("choose an agent: --agent oracle|nop|command|..., --agent-cmd CMD, or --model provider/model")
 
 
-def build_agent(options: RunOptions, config: dict[str, Any] | None = None) -> Agent:
-    """The agent the options name, configured from the merged user and project config."""
-    name = choose_agent_name(options)
-    agent_options = AgentOptions(
-        model=options.model,
-        agent_cmd=options.agent_cmd,
-        base_url=options.base_url,
-        settings=options.agent_settings,
-        config=config or {},
+def agent_ref(options: RunOptions, config: dict[str, Any] | None = None) -> AgentRef:
+    """The agent the options name, as data: name and options (configured from the merged user and project config)."""
+    return AgentRef(
+        name=choose_agent_name(options),
+        options=AgentOptions(
+            model=options.model,
+            agent_cmd=options.agent_cmd,
+            base_url=options.base_url,
+            settings=dict(options.agent_settings),
+            config=config or {},
+        ),
     )
-    return create_agent(name, agent_options)
+
+
+def build_agent(options: RunOptions, config: dict[str, Any] | None = None) -> Agent:
+    """The agent the options name, built in this process (matrices preflight every configuration with it)."""
+    ref = agent_ref(options, config)
+    return create_agent(ref.name, ref.options)
 
 
 @dataclass(frozen=True)
@@ -177,62 +229,91 @@ def _validate_counts(loaded: LoadedSuite, options: RunOptions) -> tuple[int, int
     return attempts, k, jobs
 
 
-def run_suite(suite: LoadedSuite | str | Path, options: RunOptions | None = None) -> RunResult:
-    """Run every task of a suite ``attempts`` times and return the envelope (also for interrupted runs).
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything one run needs once it has started, resolved and frozen (the stored ``meta`` included)."""
+
+    loaded: LoadedSuite
+    meta: RunMeta
+    state_root: Path
+    work_root: Path
+    trace_dir: Path
+    spec: AttemptSpec
+    keep_worktrees: bool
+
+
+def _source_of(ws: _Workspace) -> RepoSource:
+    return RepoSource("path", str(ws.source.path))
+
+
+def run_suite(
+    suite: LoadedSuite | str | Path, options: RunOptions | None = None, observer: RunObserver | None = None
+) -> RunResult:
+    """Run every task of a suite ``attempts`` times and return the result (also for stopped or aborted runs).
 
     With ``options.resume`` the stored run of that id is continued instead (see ``resume_run``).
     """
     options = options or RunOptions()
+    observer = observer or RunObserver()
     loaded = suite if isinstance(suite, LoadedSuite) else load_suite(suite)
     if options.resume:
-        return resume_run(options.resume, options, loaded)
+        return resume_run(options.resume, options, loaded, observer)
     attempts, k, jobs = _validate_counts(loaded, options)
-    agent_name = choose_agent_name(options)
     ws = _resolve_workspace(loaded, options.workspace, options.base_commit)
-    agent = build_agent(options, load_config(ws.state_root))
-    if ws.dirty and options.on_warning:
-        options.on_warning(
+    ref = agent_ref(options, load_config(ws.state_root))
+    if ws.dirty:
+        observer.warning(
             f"{ws.source.path} has uncommitted changes; they are not part of the base commit "
             f"{ws.base_commit[:12]} that every attempt starts from"
         )
-    agent.preflight()
-    ensure_state_dir(ws.state_root)
-    meta = RunMeta(
-        id=new_run_id(),
-        started_at=utc_now(),
-        suite_path=str(loaded.path.resolve()),
-        suite_display_path=_display_path(loaded.path),
-        suite_sha256=loaded.sha256,
-        suite_id=loaded.suite.id,
-        suite_name=loaded.suite.display_name,
-        tasks=[TaskMeta(id=t.id, name=t.display_name, category=t.category) for t in loaded.suite.tasks],
-        workspace=str(ws.state_root),
-        source_repo=str(ws.source.path),
-        base_commit=ws.base_commit,
-        dirty=ws.dirty,
-        agent=agent_name,
-        agent_description=agent.describe(),
-        agent_cmd=options.agent_cmd,
-        model=options.model,
-        base_url=public_url(options.base_url) if options.base_url else None,
-        base_url_redacted=bool(options.base_url) and public_url(options.base_url or "") != options.base_url,
-        agent_settings=dict(options.agent_settings),
-        attempts=attempts,
-        k=k,
-        jobs=jobs,
-        verify_always=options.verify_always,
-        retry_errors=options.retry_errors,
-    )
-    store = RunStore.create(ws.state_root, meta)
-    return _execute(loaded, agent, ws, meta, store, options, done=[])
+    run_id = new_run_id()
+    with _started(run_id, jobs, options) as (executor, work_root):
+        description = executor.preflight(ref)
+        ensure_state_dir(ws.state_root)
+        meta = RunMeta(
+            id=run_id,
+            started_at=utc_now(),
+            suite_path=str(loaded.path.resolve()),
+            suite_display_path=_display_path(loaded.path),
+            suite_sha256=loaded.sha256,
+            suite_id=loaded.suite.id,
+            suite_name=loaded.suite.display_name,
+            tasks=[TaskMeta(id=t.id, name=t.display_name, category=t.category) for t in loaded.suite.tasks],
+            workspace=str(ws.state_root),
+            source_repo=str(ws.source.path),
+            base_commit=ws.base_commit,
+            dirty=ws.dirty,
+            agent=ref.name,
+            agent_description=description,
+            agent_cmd=options.agent_cmd,
+            model=options.model,
+            base_url=public_url(options.base_url) if options.base_url else None,
+            base_url_redacted=bool(options.base_url) and public_url(options.base_url or "") != options.base_url,
+            agent_settings=dict(options.agent_settings),
+            attempts=attempts,
+            k=k,
+            jobs=jobs,
+            verify_always=options.verify_always,
+            retry_errors=options.retry_errors,
+            work_root=str(work_root),
+        )
+        store = RunStore.create(ws.state_root, meta)
+        settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees)
+        return _execute(settings, executor, store, observer, done=[])
 
 
-def resume_run(run_id: str, options: RunOptions | None = None, loaded: LoadedSuite | None = None) -> RunResult:
+def resume_run(
+    run_id: str,
+    options: RunOptions | None = None,
+    loaded: LoadedSuite | None = None,
+    observer: RunObserver | None = None,
+) -> RunResult:
     """Run only the attempts a stored run is missing, then report on the whole run.
 
     Refuses, listing every difference, when the suite digest, base commit, agent or model would differ.
     """
     options = options or RunOptions()
+    observer = observer or RunObserver()
     store = RunStore.open(state_root_for(options.workspace), run_id)
     meta = store.meta()
     if loaded is None:
@@ -241,22 +322,7 @@ def resume_run(run_id: str, options: RunOptions | None = None, loaded: LoadedSui
         except SuiteError as exc:
             raise BadInputError(f"cannot resume {run_id}: {exc}") from None
     ws = _resolve_workspace(loaded, Path(meta.workspace))
-    differences = []
-    if loaded.sha256 != meta.suite_sha256:
-        differences.append(f"suite digest: stored {meta.suite_sha256[:12]}, now {loaded.sha256[:12]} ({loaded.path})")
-    if ws.base_commit != meta.base_commit:
-        differences.append(f"base commit: stored {meta.base_commit[:12]}, now {ws.base_commit[:12]}")
-    given_agent = choose_agent_name(options) if (options.agent or options.agent_cmd or options.model) else None
-    if given_agent is not None and given_agent != meta.agent:
-        differences.append(f"agent: stored {meta.agent}, now {given_agent}")
-    if options.agent_cmd is not None and options.agent_cmd != meta.agent_cmd:
-        differences.append(f"agent command: stored {meta.agent_cmd!r}, now {options.agent_cmd!r}")
-    if options.model is not None and options.model != meta.model:
-        differences.append(f"model: stored {meta.model}, now {options.model}")
-    if options.base_url is not None and public_url(options.base_url) != meta.base_url:
-        differences.append(f"base URL: stored {meta.base_url}, now {public_url(options.base_url)}")
-    if options.attempts is not None and options.attempts != meta.attempts:
-        differences.append(f"attempts: stored {meta.attempts}, now {options.attempts}")
+    differences = _differences(loaded, ws, meta, options)
     if differences:
         raise BadInputError(f"cannot resume run {run_id}; it differs from the stored run:\n" + "\n".join(differences))
     if meta.base_url_redacted and options.base_url is None:
@@ -273,130 +339,182 @@ def resume_run(run_id: str, options: RunOptions | None = None, loaded: LoadedSui
         base_url=options.base_url or meta.base_url,
         agent_settings=meta.agent_settings,
     )
-    agent = build_agent(stored, load_config(ws.state_root))
-    agent.preflight()
+    ref = agent_ref(stored, load_config(ws.state_root))
     jobs = options.jobs or meta.jobs
-    meta = meta.model_copy(
-        update={
-            "jobs": jobs,
-            "retry_errors": options.retry_errors or meta.retry_errors,
-            "agent_description": agent.describe(),
-        }
+    with _started(run_id, jobs, options) as (executor, work_root):
+        description = executor.preflight(ref)
+        meta = meta.model_copy(
+            update={
+                "jobs": jobs,
+                "retry_errors": options.retry_errors or meta.retry_errors,
+                "agent_description": description,
+                "work_root": str(work_root),
+            }
+        )
+        store.write_meta(meta)
+        settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees)
+        return _execute(settings, executor, store, observer, done=store.records())
+
+
+def _differences(loaded: LoadedSuite, ws: _Workspace, meta: RunMeta, options: RunOptions) -> list[str]:
+    """Why the given suite, workspace and flags would not continue the stored run (empty when they would)."""
+    differences = []
+    if loaded.sha256 != meta.suite_sha256:
+        differences.append(f"suite digest: stored {meta.suite_sha256[:12]}, now {loaded.sha256[:12]} ({loaded.path})")
+    if ws.base_commit != meta.base_commit:
+        differences.append(f"base commit: stored {meta.base_commit[:12]}, now {ws.base_commit[:12]}")
+    given_agent = choose_agent_name(options) if (options.agent or options.agent_cmd or options.model) else None
+    if given_agent is not None and given_agent != meta.agent:
+        differences.append(f"agent: stored {meta.agent}, now {given_agent}")
+    if options.agent_cmd is not None and options.agent_cmd != meta.agent_cmd:
+        differences.append(f"agent command: stored {meta.agent_cmd!r}, now {options.agent_cmd!r}")
+    if options.model is not None and options.model != meta.model:
+        differences.append(f"model: stored {meta.model}, now {options.model}")
+    if options.base_url is not None and public_url(options.base_url) != meta.base_url:
+        differences.append(f"base URL: stored {meta.base_url}, now {public_url(options.base_url)}")
+    if options.attempts is not None and options.attempts != meta.attempts:
+        differences.append(f"attempts: stored {meta.attempts}, now {options.attempts}")
+    return differences
+
+
+@contextlib.contextmanager
+def _started(run_id: str, jobs: int, options: RunOptions) -> Iterator[tuple[Executor, Path]]:
+    """The run's private work directory and executor; both are gone when the run ends, however it ends."""
+    work_root = Path(tempfile.mkdtemp(prefix=f"worktrial-{run_id}-"))
+    executor = options.executor(jobs, work_root, options.keep_worktrees)
+    try:
+        yield executor, work_root
+    except BaseException:
+        executor.stop()  # bad input in preflight, or a second Ctrl-C: end everything, wait for nothing
+        executor.close(0)
+        raise
+    finally:
+        if not options.keep_worktrees:
+            remove_tree(work_root)
+
+
+def _settings(
+    loaded: LoadedSuite, meta: RunMeta, ws: _Workspace, ref: AgentRef, work_root: Path, keep_worktrees: bool
+) -> RunSettings:
+    spec = AttemptSpec(
+        run_id=meta.id,
+        suite_sha256=meta.suite_sha256,
+        base_commit=meta.base_commit,
+        source=_source_of(ws),
+        agent=ref,
+        verify_always=meta.verify_always,
+        keep_worktrees=keep_worktrees,
     )
-    merged = dataclasses.replace(options, verify_always=meta.verify_always, jobs=jobs, retry_errors=meta.retry_errors)
-    return _execute(loaded, agent, ws, meta, store, merged, done=store.records())
+    return RunSettings(
+        loaded=loaded,
+        meta=meta,
+        state_root=ws.state_root,
+        work_root=work_root,
+        trace_dir=ws.state_root / ".worktrial" / "eval" / "traces" / meta.id,
+        spec=spec,
+        keep_worktrees=keep_worktrees,
+    )
+
+
+def _plan(settings: RunSettings, done: set[tuple[str, int]]) -> Iterator[AttemptJob]:
+    """The attempts still to run, lazily: attempt 1 of every task first, then attempt 2, ..."""
+    for number in range(1, settings.meta.attempts + 1):
+        for task in settings.loaded.suite.tasks:
+            if (task.id, number) not in done:
+                yield AttemptJob(spec=settings.spec, task=task, attempt=number)
 
 
 def _execute(
-    loaded: LoadedSuite,
-    agent: Agent,
-    ws: _Workspace,
-    meta: RunMeta,
-    store: RunStore,
-    options: RunOptions,
-    done: list[AttemptRecord],
+    settings: RunSettings, executor: Executor, store: RunStore, observer: RunObserver, done: list[AttemptRecord]
 ) -> RunResult:
-    done_keys = {(r.task_id, r.attempt) for r in done}
-    tasks = {t.id: t for t in loaded.suite.tasks}
-    plans = [(t, n) for n in range(1, meta.attempts + 1) for t in loaded.suite.tasks if (t.id, n) not in done_keys]
-    records = [r for r in done if r.task_id in tasks]
-    work_root = Path(tempfile.mkdtemp(prefix=f"worktrial-{meta.id}-"))
-    meta = meta.model_copy(update={"work_root": str(work_root)})
-    store.write_meta(meta)
-    settings = AttemptSettings(
-        source=ws.source,
-        base_commit=meta.base_commit,
-        work_root=work_root,
-        trace_dir=ws.state_root / ".worktrial" / "eval" / "traces" / meta.id,
-        workspace=ws.state_root,
-        verify_always=meta.verify_always,
-        keep_worktrees=options.keep_worktrees,
-    )
-
-    def work(plan: tuple[Task, int], slot: Slot | None) -> tuple[AttemptRecord, AgentError | None] | None:
-        task, number = plan
-        reasons: list[str] = []
-        while True:
-            outcome = run_attempt(agent, task, number, settings, slot)
-            if proc.STOPPING.is_set():
-                return None  # ended by the interrupt: not a result, it reruns on resume
-            record = outcome.record
-            if (
-                record.outcome == "error"
-                and record.error_category in INFRA_ERROR_CATEGORIES
-                and len(reasons) < meta.retry_errors
-                and outcome.fatal is None
-            ):
-                reasons.append(record.reason or record.error_category or "error")
-                continue
-            if reasons:
-                record = record.model_copy(update={"retries": len(reasons), "retry_reasons": reasons})
-            return record, outcome.fatal
-
-    def make_slot(index: int) -> Slot | None:
-        if options.keep_worktrees:
-            return None
-        return Slot(ws.source, meta.base_commit, work_root / f"slot-{index}")
-
-    def close_slot(slot: Slot | None) -> None:
-        if slot is not None:
-            slot.close()
-
-    executor: LocalExecutor[tuple[Task, int], tuple[AttemptRecord, AgentError | None], Slot | None]
-    executor = LocalExecutor(meta.jobs, work, make_slot, close_slot)
-    interrupted = False
-    aborted: AgentError | None = None
-    proc.STOPPING.clear()
-    if options.on_begin:
-        options.on_begin(meta.id, len(plans), len(records))
+    meta = settings.meta
+    task_ids = {t.id for t in settings.loaded.suite.tasks}
+    records = [r for r in done if r.task_id in task_ids]
+    done_keys = {(r.task_id, r.attempt) for r in records}
+    observer.begin(meta.id, meta.attempts * len(task_ids) - len(done_keys), len(records))
+    status: RunStatus = "complete"
+    error: str | None = None
     try:
         with sigterm_as_interrupt():
             try:
-                for event in executor.events(plans):
-                    task, number = event.item
-                    if event.kind == "start":
-                        if options.on_start:
-                            options.on_start(task.id, number)
-                        continue
-                    assert event.result is not None
-                    record, fatal = event.result
-                    store.append(record)
-                    records.append(record)
-                    if options.on_attempt:
-                        options.on_attempt(record)
-                    if fatal is not None and aborted is None:
-                        aborted = fatal
-                        executor.stop()
-                        proc.stop_all()
+                error = _drain(settings, executor, store, observer, _plan(settings, done_keys), records)
+                status = "aborted" if error else "complete"
             except KeyboardInterrupt:
-                interrupted = True
+                status = "stopped"
                 executor.stop()
-                proc.stop_all()
-            executor.join(JOIN_TIMEOUT_SECS)
+            executor.close(JOIN_TIMEOUT_SECS)
     except KeyboardInterrupt:
-        # A second Ctrl-C while cleaning up: end every process now and leave at once.
-        proc.stop_all()
-        if not options.keep_worktrees:
-            remove_tree(work_root)
-        raise SystemExit(130) from None
-    finally:
-        proc.kill_all_live()
-        if not options.keep_worktrees:
-            remove_tree(work_root)
-        proc.STOPPING.clear()
-    envelope = envelope_from_records(meta, records, complete=not interrupted and aborted is None)
+        # A second Ctrl-C while cleaning up: end every process now and leave at once (no envelope).
+        executor.stop()
+        raise
+    envelope = envelope_from_records(meta, records, complete=status == "complete")
     store.write_envelope(envelope)
-    if aborted is not None:
-        raise RunAborted(
-            f"stopping the run: {aborted.message} (it would repeat on every attempt); "
-            f"finished attempts are stored in run {meta.id}"
-        )
     return RunResult(
         envelope=envelope,
-        interrupted=interrupted,
-        kept_root=work_root if options.keep_worktrees else None,
+        status=status,
         store_dir=store.dir,
+        kept_root=settings.work_root if settings.keep_worktrees else None,
+        error=error,
     )
+
+
+def _drain(
+    settings: RunSettings,
+    executor: Executor,
+    store: RunStore,
+    observer: RunObserver,
+    plan: Iterator[AttemptJob],
+    records: list[AttemptRecord],
+) -> str | None:
+    """Feed the executor lazily, persist each result as it arrives, decide retries; the abort reason or None."""
+    meta = settings.meta
+    stopping = False
+    for job in itertools.islice(plan, 2 * meta.jobs):
+        executor.submit(job)
+    retry_reasons: dict[tuple[str, int], list[str]] = {}
+    aborted: str | None = None
+    for event in executor.events():
+        job = event.job
+        if event.kind == "start":
+            observer.start(job.task.id, job.attempt)
+            if not stopping:
+                for more in itertools.islice(plan, 1):  # keep the queue topped up, never the whole plan in memory
+                    executor.submit(more)
+            continue
+        assert event.result is not None
+        result = event.result
+        record = result.record
+        reasons = retry_reasons.setdefault(job.key, [])
+        if (
+            record.outcome == "error"
+            and record.error_category in INFRA_ERROR_CATEGORIES
+            and len(reasons) < meta.retry_errors
+            and result.fatal is None
+            and not stopping
+        ):
+            reasons.append(record.reason or record.error_category or "error")
+            executor.submit(dataclasses.replace(job, try_number=job.try_number + 1))
+            continue
+        trace_path = write_trace(result.trace, settings.trace_dir)
+        try:
+            trace_ref = os.path.relpath(trace_path, settings.state_root)
+        except ValueError:
+            trace_ref = str(trace_path)
+        update: dict[str, Any] = {"trace": trace_ref}
+        if reasons:
+            update |= {"retries": len(reasons), "retry_reasons": list(reasons)}
+        record = record.model_copy(update=update)
+        store.append(record)
+        records.append(record)
+        observer.attempt(record)
+        if result.fatal is not None and aborted is None:
+            aborted = (
+                f"stopping the run: {result.fatal.message} (it would repeat on every attempt); "
+                f"finished attempts are stored in run {meta.id}"
+            )
+            stopping = True
+            executor.stop()
+    return aborted
 
 
 def _display_path(path: Path) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from worktrial.isolation.proc import run_command
+from worktrial.isolation.proc import ProcessScope, run_command
 from worktrial.model.commands import display
 from worktrial.model.suite import Task
 
@@ -17,19 +17,16 @@ class VerifyResult:
     passed: bool
     reason: str | None
     secs: float
-    output_bytes: int
 
 
-def run_verify(task: Task, worktree: Path, env: Mapping[str, str]) -> VerifyResult:
+def run_verify(task: Task, worktree: Path, env: Mapping[str, str], scope: ProcessScope | None = None) -> VerifyResult:
     start = time.monotonic()
-    output = 0
     for command in task.verify_commands:
-        result = run_command(command, cwd=worktree, env=env, timeout=task.verify_timeout_secs)
-        output += result.output_bytes
+        result = run_command(command, cwd=worktree, env=env, timeout=task.verify_timeout_secs, scope=scope)
         if not result.ok:
             if result.timed_out:
                 why = f"verify timed out after {task.verify_timeout_secs}s: {display(command)}"
             else:
                 why = f"verify failed: {result.describe_failure(display(command))}"
-            return VerifyResult(False, why, time.monotonic() - start, output)
-    return VerifyResult(True, None, time.monotonic() - start, output)
+            return VerifyResult(False, why, time.monotonic() - start)
+    return VerifyResult(True, None, time.monotonic() - start)

@@ -131,12 +131,17 @@ def _feed_stdin(stream: IO[bytes], data: bytes) -> None:
         stream.close()
 
 
-class _Live:
-    """Processes running right now, so an interrupt can end all of them."""
+class ProcessScope:
+    """The processes of one run (or one check): what an interrupt of that run ends, and nothing else.
+
+    Two runs in one process each have their own scope, so stopping one never touches the other's agents.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.stopping = threading.Event()
+        """Set while the run is being stopped: no new process may start in this scope."""
 
     def add(self, token: str, proc: subprocess.Popen[bytes]) -> None:
         with self._lock:
@@ -150,10 +155,15 @@ class _Live:
         with self._lock:
             return list(self._procs.items())
 
+    def kill_all(self) -> None:
+        """End every process of this scope that is still running (and its descendants)."""
+        for token, proc in self.snapshot():
+            kill_tree(proc, token)
 
-LIVE = _Live()
-STOPPING = threading.Event()
-"""Set while a run is being interrupted: no new process may start."""
+    def stop(self) -> None:
+        """Refuse new processes and end the running ones: the first step of a stopped run."""
+        self.stopping.set()
+        self.kill_all()
 
 
 def clean_env(base: Mapping[str, str] | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -233,18 +243,6 @@ def _alive(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
-def kill_all_live() -> None:
-    """End every running child (used on Ctrl-C / SIGTERM)."""
-    for token, proc in LIVE.snapshot():
-        kill_tree(proc, token)
-
-
-def stop_all() -> None:
-    """Refuse new processes and end the running ones: the first step of an interrupted run."""
-    STOPPING.set()
-    kill_all_live()
-
-
 def run(
     argv: Sequence[str],
     *,
@@ -256,14 +254,16 @@ def run(
     on_stdout: Callable[[bytes], None] | None = None,
     term_grace: float = TERM_GRACE_SECS,
     sweep: bool = True,
+    scope: ProcessScope | None = None,
 ) -> ProcResult:
     """Run argv to completion or to ``timeout`` seconds, then make sure nothing of it is left running.
 
     ``sweep=False`` is for trusted short commands (the harness's git): after a normal exit only the
-    process group is killed, skipping the /proc scan; a timeout still sweeps.
+    process group is killed, skipping the /proc scan; a timeout still sweeps. A process started in a run's
+    ``scope`` is ended when that run is stopped; one without a scope (the harness's own git) only by its deadline.
     """
     args = tuple(str(a) for a in argv)
-    if STOPPING.is_set():
+    if scope is not None and scope.stopping.is_set():
         return ProcResult(args, None, False, 0.0, start_error="interrupted", interrupted=True)
     token = uuid.uuid4().hex
     child_env = clean_env(env)
@@ -287,7 +287,8 @@ def run(
         return ProcResult(args, None, False, time.monotonic() - start, start_error=f"permission denied: {args[0]}")
     except OSError as exc:
         return ProcResult(args, None, False, time.monotonic() - start, start_error=f"cannot start: {exc.strerror}")
-    LIVE.add(token, proc)
+    if scope is not None:
+        scope.add(token, proc)
     out, err = _Tail(tail_bytes), _Tail(tail_bytes)
     assert proc.stdout is not None and proc.stderr is not None
     threads = [
@@ -311,7 +312,8 @@ def run(
         kill_tree(proc, token, grace=term_grace if timed_out else 0.0, sweep=sweep or timed_out or interrupted)
         for t in threads:
             t.join(timeout=2.0)
-        LIVE.remove(token)
+        if scope is not None:
+            scope.remove(token)
     return ProcResult(
         args,
         None if timed_out else proc.returncode,
@@ -321,7 +323,7 @@ def run(
         stderr_tail=err.value(),
         stdout_bytes=out.total,
         stderr_bytes=err.total,
-        interrupted=interrupted or STOPPING.is_set(),
+        interrupted=interrupted or (scope is not None and scope.stopping.is_set()),
     )
 
 
@@ -332,6 +334,7 @@ def run_command(
     env: Mapping[str, str] | None,
     timeout: float,
     tail_bytes: int = DEFAULT_TAIL_BYTES,
+    scope: ProcessScope | None = None,
 ) -> ProcResult:
     """Run one suite command (any of its three forms) in ``cwd`` with its own deadline."""
-    return run(to_argv(command), cwd=cwd, env=env, timeout=timeout, tail_bytes=tail_bytes)
+    return run(to_argv(command), cwd=cwd, env=env, timeout=timeout, tail_bytes=tail_bytes, scope=scope)

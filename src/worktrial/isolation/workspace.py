@@ -69,6 +69,25 @@ def open_source(path: Path) -> SourceRepo:
     return SourceRepo(path=path, objects_dir=common / "objects", shallow_file=shallow if shallow.exists() else None)
 
 
+def materialize_source(kind: str, location: str, cache: Path) -> SourceRepo:
+    """A repository attempts can borrow objects from: a local path as it is, a git bundle cloned once into ``cache``.
+
+    A bundle is what a remote worker receives instead of a path on the driver's disk.
+    """
+    if kind == "path":
+        return open_source(Path(location))
+    if kind != "bundle":
+        raise HarnessError(f"internal error: unknown repository source kind {kind!r}")
+    target = cache / hashlib.sha256(location.encode()).hexdigest()[:16]
+    if not (target / "HEAD").exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        remove_tree(partial)
+        _git_out(["clone", "--bare", "--quiet", location, str(partial)], cache, f"cannot clone bundle {location}")
+        partial.rename(target)
+    return open_source(target)
+
+
 def resolve_commit(repo: Path, ref: str = "HEAD") -> str:
     result = git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo)
     if not result.ok:

@@ -69,6 +69,7 @@ class AgentLoop:
             output_limit=settings.tool_output_bytes,
             bash_timeout_secs=settings.bash_timeout_secs,
             remaining=ctx.remaining,
+            scope=ctx.scope,
         )
         window = settings.context_window or route.default_context_tokens
         reserve = min(settings.max_output_tokens or DEFAULT_OUTPUT_RESERVE, window // 4)

@@ -77,12 +77,14 @@ class Toolbox:
         output_limit: int,
         bash_timeout_secs: float,
         remaining: Callable[[], float],
+        scope: proc.ProcessScope | None = None,
     ) -> None:
         self.root = worktree.resolve()
         self.env = {**env, "GIT_PAGER": "cat", "PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
         self.output_limit = output_limit
         self.bash_timeout_secs = bash_timeout_secs
         self.remaining = remaining
+        self.scope = scope
         self.shell = shutil.which("bash") or SHELL
         self._handlers: dict[str, Callable[[dict[str, Any]], ToolOutcome]] = {
             "bash": self.bash,
@@ -129,6 +131,7 @@ class Toolbox:
             timeout=timeout,
             tail_bytes=self.output_limit,
             on_stdout=head.feed,
+            scope=self.scope,
         )
         if result.start_error or result.not_found:
             raise ToolFailure(f"cannot run the shell: {result.start_error or result.not_found}")

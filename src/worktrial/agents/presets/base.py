@@ -197,6 +197,7 @@ class PresetAgent:
             timeout=ctx.remaining(),
             stdin=ctx.task.prompt.encode("utf-8") if self.spec.stdin_prompt else None,
             on_stdout=parser.feed,
+            scope=ctx.scope,
         )
         if result.not_found or result.start_error:
             message = f"{self.binary} not found" if result.not_found else f"{self.name}: {result.start_error}"
