@@ -157,7 +157,55 @@ def test_one_writer_per_run(repo: Path, write_suite, tmp_path: Path) -> None:
             assert f"pid {holder.pid}" in str(exc)
         else:
             raise AssertionError("a second writer got the run")
+        second = run_worktrial(["resume", envelope["run"]["id"]], cwd=repo)
+        assert second.returncode == 2 and f"pid {holder.pid}" in second.stderr, second.stderr
     finally:
         holder.kill()
         holder.wait()
     RunStore.open(repo, envelope["run"]["id"], writer=True).close()  # free again once the holder is gone
+
+
+def test_resume_rechecks_trust(repo: Path, write_suite, tmp_path: Path, isolated_state: Path) -> None:
+    envelope = _forging_run(repo, write_suite, tmp_path, attempts=1)
+    (isolated_state / "config" / "trust.json").unlink()  # e.g. another machine, or trust revoked
+    result = run_worktrial(["resume", envelope["run"]["id"]], cwd=repo)
+    assert result.returncode == 2
+    assert "has not been trusted" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_resume_of_an_unsigned_run_leaves_a_foreign_work_root_alone(
+    repo: Path, write_suite, tmp_path: Path, isolated_state: Path
+) -> None:
+    """A run stored before signing (no key) is still resumable, but its work_root is checked before removal."""
+    envelope = _forging_run(repo, write_suite, tmp_path, attempts=2)
+    run_id = envelope["run"]["id"]
+    run_dir = repo / ".worktrial" / "runs" / run_id
+    (isolated_state / "config" / "run-keys" / f"{run_id}.key").unlink()
+    precious = tmp_path / "Documents"
+    precious.mkdir()
+    (precious / "thesis.txt").write_text("years of work\n")
+    meta = json.loads((run_dir / "run.json").read_text())
+    meta.update(signed=False, work_root=str(precious))
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    lines = [
+        json.loads(line)["record"]
+        for line in (run_dir / "attempts.jsonl").read_text().splitlines()
+        if line.startswith('{"sig"') and "0000000000" not in line
+    ]
+    (run_dir / "attempts.jsonl").write_text(json.dumps(lines[0]) + "\n")
+    result = run_worktrial(["resume", run_id, "--format", "json"], cwd=repo)
+    assert result.returncode == 0, result.stderr
+    assert (precious / "thesis.txt").read_text() == "years of work\n"
+    assert "leaving " + str(precious) + " alone" in result.stderr
+    assert json.loads(result.stdout)["report"]["overall"]["total_runs"] == 2
+
+
+def test_absurd_attempts_is_one_line(repo: Path, write_suite) -> None:
+    suite = write_suite([task("t")])
+    result = run_worktrial(
+        ["eval", "--suite", str(suite), "--agent", "nop", "--attempts", "1000000000", "--trust"], cwd=repo
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "worktrial: error: --attempts must be between 1 and 10000 per task (got 1000000000)"
+    )
