@@ -174,6 +174,19 @@ def load_envelope_json(path: Path) -> tuple[dict[str, Any], Envelope]:
         raise BadInputError(f"{path}: not a worktrial envelope ({where}: {first['msg']})") from None
 
 
+def _bundle_change(envelope: Envelope, loaded: LoadedSuite) -> str:
+    """Which declared files differ between the envelope's list and the suite on disk."""
+    before = {f.name: f.sha256 for f in envelope.suite_files}
+    now = {f.name: f.sha256 for f in loaded.files}
+    changed = sorted(n for n in before.keys() & now.keys() if before[n] != now[n])
+    parts = [f"changed: {', '.join(changed[:5])}"] if changed else []
+    if now.keys() - before.keys():
+        parts.append(f"added: {', '.join(sorted(now.keys() - before.keys())[:5])}")
+    if before.keys() - now.keys():
+        parts.append(f"removed: {', '.join(sorted(before.keys() - now.keys())[:5])}")
+    return "; ".join(parts) or "the declared files differ"
+
+
 def audit_envelope(
     envelope_path: Path, loaded: LoadedSuite, *, workspace: Path | None = None, check_traces: bool = True
 ) -> AuditReport:
@@ -185,6 +198,12 @@ def audit_envelope(
         mismatches.append(
             f"suite_sha256: the envelope was produced from suite sha256 {envelope.suite_sha256}, "
             f"but {loaded.path} has sha256 {loaded.sha256} (the suite file differs)"
+        )
+    elif envelope.bundle_digest != loaded.digest:
+        mismatches.append(
+            f"suite_bundle_sha256: the envelope was produced from suite bundle {envelope.bundle_digest}, "
+            f"but {loaded.path} and its declared files now digest to {loaded.digest} "
+            f"({_bundle_change(envelope, loaded)})"
         )
     report = envelope.report
     if envelope.run.k != report.k:

@@ -117,7 +117,7 @@ def summarize(loaded: LoadedEnvelope) -> RunSummary:
         agent=str(env.agent.get("name", "?")),
         model=model,
         suite_id=env.report.suite_id,
-        suite_sha256=env.suite_sha256,
+        suite_sha256=env.bundle_digest,
         tasks=len(env.report.tasks),
         attempts=env.run.attempts,
         k=env.report.k,
@@ -246,10 +246,10 @@ def compare_runs(runs: Sequence[LoadedEnvelope], *, allow_different_suites: bool
     """Every pair of runs, in the order given; refuses runs of different suite files unless allowed."""
     if len(runs) < 2:
         raise BadInputError("compare needs at least two envelopes or run ids")
-    digests = {r.envelope.suite_sha256 for r in runs}
+    digests = {r.envelope.bundle_digest for r in runs}
     if len(digests) > 1 and not allow_different_suites:
         listing = "\n".join(
-            f"{r.label}: suite {r.envelope.suite_path} sha256 {r.envelope.suite_sha256[:12]}" for r in runs
+            f"{r.label}: suite {r.envelope.suite_path} sha256 {r.envelope.bundle_digest[:12]}" for r in runs
         )
         raise BadInputError(
             "these runs used different suite files, so their numbers are not comparable:\n"

@@ -164,7 +164,7 @@ def _row(c: Contender, rank: int | None, tied_with: int | None, vs_best: VersusB
 def _versus(best: Contender, other: Contender) -> VersusBest | None:
     """The paired pass@k difference (other - best) on the tasks both ran; None when there is nothing to pair."""
     assert best.envelope is not None and other.envelope is not None
-    if best.envelope.suite_sha256 != other.envelope.suite_sha256:
+    if best.envelope.bundle_digest != other.envelope.bundle_digest:
         return None
     try:
         pair = compare_pair(
@@ -184,7 +184,7 @@ def _rankable(c: Contender) -> bool:
 def _notes(envelopes: Sequence[Envelope]) -> list[str]:
     notes = []
     for what, values in (
-        ("suite files (sha256)", {e.suite_sha256[:12] for e in envelopes}),
+        ("suite files (sha256)", {e.bundle_digest[:12] for e in envelopes}),
         ("base commits", {e.run.workspace.base_commit[:12] for e in envelopes}),
         ("attempts per task", {str(e.run.attempts) for e in envelopes}),
         ("headline k", {str(e.report.k) for e in envelopes}),
@@ -215,7 +215,7 @@ def build_leaderboard(contenders: Sequence[Contender]) -> Leaderboard:
     return Leaderboard(
         suite_id=first.report.suite_id if first else None,
         suite_name=first.report.suite_name if first else None,
-        suite_sha256=first.suite_sha256 if first else None,
+        suite_sha256=first.bundle_digest if first else None,
         base_commit=first.run.workspace.base_commit if first else None,
         attempts=first.run.attempts if first else None,
         k=first.report.k if first else None,

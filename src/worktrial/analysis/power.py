@@ -105,7 +105,7 @@ def variance_model(
     """Estimated from zero, one or two labelled runs (defaults when none), then any explicit override."""
     if len(runs) > 2:
         raise BadInputError("variances come from one envelope, or from two runs of the same suite")
-    if len(runs) == 2 and runs[0][1].suite_sha256 != runs[1][1].suite_sha256:
+    if len(runs) == 2 and runs[0][1].bundle_digest != runs[1][1].bundle_digest:
         raise BadInputError(f"{runs[0][0]} and {runs[1][0]} used different suite files; their variances do not pair")
     label = " and ".join(name for name, _ in runs)
     if len(runs) == 2:

@@ -4,24 +4,53 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentResult
-from worktrial.engine.executor import AttemptJob, AttemptResult
+from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
 from worktrial.isolation import proc
+from worktrial.isolation.environment import EnvironmentSetupError, run_setup
 from worktrial.isolation.pool import Slot
 from worktrial.isolation.proc import run_command
 from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo, create_attempt_workspace, remove_tree
 from worktrial.model.commands import display
 from worktrial.model.records import AttemptRecord, Outcome, Usage
-from worktrial.model.suite import Task
+from worktrial.model.suite import SUITE_DIR_ENV, Task
 from worktrial.model.trace import build_trace, trace_filename
 
 # An agent that returns this long after its deadline overran it, whatever it says.
 DEADLINE_GRACE_SECS = 2.0
+
+
+def suite_env(env: dict[str, str], spec: AttemptSpec) -> dict[str, str]:
+    """The environment of setup and verify commands: the agent's plus ``$WORKTRIAL_SUITE_DIR`` (never the agent's)."""
+    return {**env, SUITE_DIR_ENV: spec.suite_dir} if spec.suite_dir else dict(env)
+
+
+def setup_log(spec: AttemptSpec) -> Path | None:
+    """A new file for one environment setup's output, kept with the run's records."""
+    if not spec.artifacts_dir:
+        return None
+    return Path(spec.artifacts_dir) / "environment" / f"setup-{uuid.uuid4().hex[:10]}.log"
+
+
+def slot_preparer(
+    base: TaskBase, spec: AttemptSpec, scope: proc.ProcessScope | None
+) -> Callable[[AttemptWorkspace], str] | None:
+    """What a slot runs once on its fresh checkout: the task base's environment setup, committed as the base."""
+    environment = base.environment
+    if environment is None:
+        return None
+    env = suite_env(proc.clean_env(None, spec.env), spec)
+
+    def prepare(ws: AttemptWorkspace) -> str:
+        return run_setup(ws, environment, env, scope=scope, log=setup_log(spec))
+
+    return prepare
 
 
 def _decide(task: Task, result: AgentResult, overran: bool) -> tuple[Outcome, str | None, bool]:
@@ -80,8 +109,14 @@ def run_attempt(
             if slot is not None:
                 workspace = slot.acquire()
             else:
-                workspace = create_attempt_workspace(source, spec.base_commit, root)
+                base = job.resolved_base()
+                workspace = create_attempt_workspace(source, base.commit, root)
+                if base.environment is not None:
+                    run_setup(workspace, base.environment, suite_env(env, spec), scope=scope, log=setup_log(spec))
                 (workspace.root / "scratch").mkdir()
+        except EnvironmentSetupError as exc:
+            progress.reason, progress.category = str(exc).splitlines()[0], "environment"
+            progress.fatal = AgentError("environment", str(exc), fatal=True)
         except (WorktrialError, OSError) as exc:
             progress.reason, progress.category = f"worktree creation failed: {exc}", "worktree"
         else:
@@ -131,8 +166,11 @@ def _run_in(
     """Setup, agent and verification inside a created workspace."""
     task = job.task
     scratch = workspace.root / "scratch"
+    harness_env = suite_env(env, job.spec)
     for i, command in enumerate(task.setup_commands, start=1):
-        setup = run_command(command, cwd=workspace.worktree, env=env, timeout=task.verify_timeout_secs, scope=scope)
+        setup = run_command(
+            command, cwd=workspace.worktree, env=harness_env, timeout=task.verify_timeout_secs, scope=scope
+        )
         if not setup.ok:
             progress.reason = f"setup failed: {setup.describe_failure(f'step {i} ({display(command)})')}"
             progress.category = "setup"
@@ -163,7 +201,7 @@ def _run_in(
         if result.error.fatal:
             progress.fatal = result.error
     if verify_decides or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
-        check: VerifyResult = run_verify(task, workspace.worktree, env, scope)
+        check: VerifyResult = run_verify(task, workspace.worktree, harness_env, scope)
         progress.verify_secs = check.secs
         progress.verified = check.passed
         if verify_decides and not check.passed:

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 
 from worktrial.agents.base import AgentError, AgentOptions
 from worktrial.model.records import AttemptRecord
-from worktrial.model.suite import Task
+from worktrial.model.suite import Environment, Task
 from worktrial.model.trace import Trace
 
 
@@ -29,6 +29,23 @@ class RepoSource:
 
     kind: Literal["path", "bundle"]
     location: str
+
+
+@dataclass(frozen=True)
+class TaskBase:
+    """Where one task's attempts start: a repository, a commit in it, and the environment set up on top.
+
+    Tasks that share all three share slots (the environment is set up once per slot, not once per attempt).
+    """
+
+    source: RepoSource
+    commit: str
+    environment: Environment | None = None
+
+    @property
+    def key(self) -> str:
+        env = self.environment.model_dump_json() if self.environment is not None else ""
+        return f"{self.source.kind}:{self.source.location}@{self.commit}#{env}"
 
 
 @dataclass(frozen=True)
@@ -52,6 +69,10 @@ class AttemptSpec:
     keep_worktrees: bool = False
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment for the attempt's processes (never credentials: workers add their own)."""
+    suite_dir: str | None = None
+    """The run's read-only copy of the suite's declared files: ``$WORKTRIAL_SUITE_DIR`` for setup and verify."""
+    artifacts_dir: str | None = None
+    """Where environment setup logs are kept (the run's store directory), when the worker can write there."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,11 @@ class AttemptJob:
     attempt: int
     try_number: int = 1
     """1 for the first try; the driver resubmits an infrastructure error as try 2, 3, ..."""
+    base: TaskBase | None = None
+    """The task's own base; None means the run's source and base commit with no environment."""
+
+    def resolved_base(self) -> TaskBase:
+        return self.base or TaskBase(self.spec.source, self.spec.base_commit)
 
     @property
     def key(self) -> tuple[str, int]:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from worktrial.agents import create_agent
 from worktrial.agents.base import Agent
-from worktrial.engine.attempt import run_attempt
+from worktrial.engine.attempt import run_attempt, slot_preparer
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptResult, ExecutorEvent, RepoSource
 from worktrial.errors import HarnessError
 from worktrial.isolation.pool import Slot
@@ -25,6 +25,8 @@ from worktrial.isolation.workspace import SourceRepo, materialize_source
 log = logging.getLogger(__name__)
 
 _POLL_SECS = 0.1
+SLOTS_PER_WORKER = 2
+"""Slots a worker keeps for different task bases (repository, commit, environment); the oldest is closed first."""
 _Kind = Literal["start", "done", "abandoned", "crash"]
 
 
@@ -101,15 +103,24 @@ class LocalExecutor:
             return self._sources[source]
 
     def _worker(self, index: int) -> None:
-        slot: Slot | None = None
+        slots: dict[str, Slot] = {}  # by task base, least recently used first
+        made = 0
         try:
             while (job := self._todo.get()) is not None:
                 if self._stop.is_set():
                     self._events.put(("abandoned", job, None))
                     continue
-                source = self._source(job.spec.source)
+                base = job.resolved_base()
+                source = self._source(base.source)
+                slot: Slot | None = slots.pop(base.key, None)
                 if slot is None and not job.spec.keep_worktrees:
-                    slot = Slot(source, job.spec.base_commit, self.work_root / f"slot-{index}")
+                    while len(slots) >= SLOTS_PER_WORKER:
+                        _close_slot(slots.pop(next(iter(slots))), index)
+                    prepare = slot_preparer(base, job.spec, self.scope)
+                    slot = Slot(source, base.commit, self.work_root / f"slot-{index}-{made}", prepare)
+                    made += 1
+                if slot is not None:
+                    slots[base.key] = slot
                 self._events.put(("start", job, None))
                 assert self._agent is not None
                 result: AttemptResult | None = run_attempt(
@@ -121,8 +132,12 @@ class LocalExecutor:
         except BaseException as exc:
             self._events.put(("crash", None, exc))
         finally:
-            if slot is not None:
-                try:
-                    slot.close()
-                except Exception as exc:
-                    log.warning("could not remove workspace slot %s: %s", index, exc)
+            for slot in slots.values():
+                _close_slot(slot, index)
+
+
+def _close_slot(slot: Slot, index: int) -> None:
+    try:
+        slot.close()
+    except Exception as exc:
+        log.warning("could not remove workspace slot %s: %s", index, exc)

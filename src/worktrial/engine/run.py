@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from worktrial.agents import AgentOptions, create_agent
 from worktrial.agents.base import Agent
-from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource
+from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
 from worktrial.errors import BadInputError, SuiteError
 from worktrial.isolation.workspace import (
@@ -39,9 +39,10 @@ from worktrial.isolation.workspace import (
     remove_tree,
     resolve_commit,
 )
-from worktrial.model.envelope import Envelope
+from worktrial.model.bundle import copy_bundle
+from worktrial.model.envelope import Envelope, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
-from worktrial.model.suite import LoadedSuite, load_suite
+from worktrial.model.suite import LoadedSuite, Task, load_suite
 from worktrial.state.config import cache_dir, load_config
 from worktrial.state.history import envelope_from_records
 from worktrial.state.store import RunMeta, RunStore, TaskMeta
@@ -193,6 +194,31 @@ def _resolve_workspace(loaded: LoadedSuite, workspace: Path | None, base_commit:
     return _Workspace(state_root=state_root, source=open_source(repo), base_commit=base, dirty=dirty)
 
 
+def _task_bases(loaded: LoadedSuite, ws: _Workspace) -> dict[str, TaskBase]:
+    """Each task's repository, commit and environment; tasks with their own ``workspace`` pin resolve it here."""
+    suite = loaded.suite
+    default_source = _source_of(ws)
+    resolved: dict[tuple[str | None, str | None], tuple[RepoSource, str]] = {}
+    bases: dict[str, TaskBase] = {}
+    for task in suite.tasks:
+        environment = suite.environment_for(task)
+        pin = task.workspace
+        if pin is None or (pin.repo is None and pin.ref is None):
+            bases[task.id] = TaskBase(default_source, ws.base_commit, environment)
+            continue
+        key = (pin.repo, pin.ref)
+        if key not in resolved:
+            repo = fetch_pinned(pin.repo, pin.ref, loaded.suite_dir, cache_dir()) if pin.repo else ws.source.path
+            try:
+                commit = resolve_commit(repo, pin.ref or "HEAD")
+            except BadInputError as exc:
+                raise BadInputError(f"task {task.id}: {exc}") from None
+            resolved[key] = (RepoSource("path", str(repo)), commit)
+        source, commit = resolved[key]
+        bases[task.id] = TaskBase(source, commit, environment)
+    return bases
+
+
 def state_root_for(workspace: Path | None) -> Path:
     """Where runs are stored: the git repository containing ``workspace`` (or the current directory)."""
     return find_workspace(workspace)
@@ -251,6 +277,8 @@ class RunSettings:
     trace_dir: Path
     spec: AttemptSpec
     keep_worktrees: bool
+    bases: Mapping[str, TaskBase] = field(default_factory=dict)
+    """Task id -> where its attempts start (repository, commit, environment)."""
 
 
 def _source_of(ws: _Workspace) -> RepoSource:
@@ -277,6 +305,7 @@ def run_suite(
             f"{ws.source.path} has uncommitted changes; they are not part of the base commit "
             f"{ws.base_commit[:12]} that every attempt starts from"
         )
+    bases = _task_bases(loaded, ws)
     run_id = new_run_id()
     with _started(run_id, jobs, options) as (executor, work_root):
         description = executor.preflight(ref)
@@ -287,6 +316,8 @@ def run_suite(
             suite_path=str(loaded.path.resolve()),
             suite_display_path=_display_path(loaded.path),
             suite_sha256=loaded.sha256,
+            suite_bundle_sha256=loaded.digest,
+            suite_files=[SuiteFileInfo(name=f.name, sha256=f.sha256, size=f.size) for f in loaded.files],
             suite_id=loaded.suite.id,
             suite_name=loaded.suite.display_name,
             tasks=[TaskMeta(id=t.id, name=t.display_name, category=t.category) for t in loaded.suite.tasks],
@@ -294,6 +325,7 @@ def run_suite(
             source_repo=str(ws.source.path),
             base_commit=ws.base_commit,
             dirty=ws.dirty,
+            task_base_commits={task_id: base.commit for task_id, base in bases.items()},
             agent=ref.name,
             agent_description=description,
             agent_cmd=options.agent_cmd,
@@ -310,7 +342,7 @@ def run_suite(
         )
         store = RunStore.create(ws.state_root, meta)
         try:
-            settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees)
+            settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir)
             return _execute(settings, executor, store, observer, done=[])
         finally:
             store.close()
@@ -352,7 +384,8 @@ def stored_suite(run_id: str, workspace: Path | None = None) -> StoredSuite:
         loaded = load_suite(meta.suite_path)
     except SuiteError as exc:
         raise BadInputError(f"cannot resume {run_id}: {exc}") from None
-    return StoredSuite(loaded, Path(meta.workspace), loaded.sha256 == meta.suite_sha256)
+    unchanged = loaded.sha256 == meta.suite_sha256 and loaded.digest == (meta.suite_bundle_sha256 or meta.suite_sha256)
+    return StoredSuite(loaded, Path(meta.workspace), unchanged)
 
 
 def _resume(
@@ -363,7 +396,15 @@ def _resume(
     if loaded is None:
         loaded = stored_suite(run_id, options.workspace).loaded
     ws = _resolve_workspace(loaded, Path(meta.workspace))
+    bases = _task_bases(loaded, ws)
     differences = _differences(loaded, ws, meta, options)
+    moved = [
+        f"{task_id} (stored {meta.task_base_commits[task_id][:12]}, now {base.commit[:12]})"
+        for task_id, base in bases.items()
+        if task_id in meta.task_base_commits and meta.task_base_commits[task_id] != base.commit
+    ]
+    if moved:
+        differences.append(f"task base commits: {', '.join(moved[:5])}")
     if differences:
         raise BadInputError(f"cannot resume run {run_id}; it differs from the stored run:\n" + "\n".join(differences))
     if meta.base_url_redacted and options.base_url is None:
@@ -396,7 +437,7 @@ def _resume(
             }
         )
         store.write_meta(meta)
-        settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees)
+        settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir)
         return _execute(settings, executor, store, observer, done=stored_records.records)
 
 
@@ -430,6 +471,12 @@ def _differences(loaded: LoadedSuite, ws: _Workspace, meta: RunMeta, options: Ru
     differences = []
     if loaded.sha256 != meta.suite_sha256:
         differences.append(f"suite digest: stored {meta.suite_sha256[:12]}, now {loaded.sha256[:12]} ({loaded.path})")
+    elif loaded.digest != (meta.suite_bundle_sha256 or meta.suite_sha256):
+        stored_digest = meta.suite_bundle_sha256 or meta.suite_sha256
+        differences.append(
+            f"suite bundle digest: stored {stored_digest[:12]}, now {loaded.digest[:12]} "
+            f"(a file the suite declares in `files` changed)"
+        )
     if ws.base_commit != meta.base_commit:
         differences.append(f"base commit: stored {meta.base_commit[:12]}, now {ws.base_commit[:12]}")
     given_agent = choose_agent_name(options) if (options.agent or options.agent_cmd or options.model) else None
@@ -463,8 +510,17 @@ def _started(run_id: str, jobs: int, options: RunOptions) -> Iterator[tuple[Exec
 
 
 def _settings(
-    loaded: LoadedSuite, meta: RunMeta, ws: _Workspace, ref: AgentRef, work_root: Path, keep_worktrees: bool
+    loaded: LoadedSuite,
+    meta: RunMeta,
+    ws: _Workspace,
+    ref: AgentRef,
+    work_root: Path,
+    keep_worktrees: bool,
+    bases: Mapping[str, TaskBase],
+    store_dir: Path,
 ) -> RunSettings:
+    suite_dir = work_root / "suite"
+    copy_bundle(loaded.path, loaded.files, suite_dir)
     spec = AttemptSpec(
         run_id=meta.id,
         suite_sha256=meta.suite_sha256,
@@ -473,6 +529,8 @@ def _settings(
         agent=ref,
         verify_always=meta.verify_always,
         keep_worktrees=keep_worktrees,
+        suite_dir=str(suite_dir),
+        artifacts_dir=str(store_dir),
     )
     return RunSettings(
         loaded=loaded,
@@ -482,15 +540,25 @@ def _settings(
         trace_dir=ws.state_root / ".worktrial" / "eval" / "traces" / meta.id,
         spec=spec,
         keep_worktrees=keep_worktrees,
+        bases=bases,
     )
 
 
 def _plan(settings: RunSettings, done: set[tuple[str, int]]) -> Iterator[AttemptJob]:
-    """The attempts still to run, lazily: attempt 1 of every task first, then attempt 2, ..."""
-    for number in range(1, settings.meta.attempts + 1):
-        for task in settings.loaded.suite.tasks:
-            if (task.id, number) not in done:
-                yield AttemptJob(spec=settings.spec, task=task, attempt=number)
+    """The attempts still to run, lazily: attempt 1 of every task first, then attempt 2, ...
+
+    Tasks with different bases (repository, commit, environment) run one base after the other, so each
+    worker's slot for a base is set up once and reused instead of being rebuilt for every other attempt.
+    """
+    groups: dict[str, list[Task]] = {}
+    for task in settings.loaded.suite.tasks:
+        base = settings.bases.get(task.id)
+        groups.setdefault(base.key if base else "", []).append(task)
+    for tasks in groups.values():
+        for number in range(1, settings.meta.attempts + 1):
+            for task in tasks:
+                if (task.id, number) not in done:
+                    yield AttemptJob(spec=settings.spec, task=task, attempt=number, base=settings.bases.get(task.id))
 
 
 def _execute(

@@ -21,12 +21,13 @@ import contextlib
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from worktrial.errors import WorkspaceError, WorktrialError
 from worktrial.isolation import proc, safefs
+from worktrial.isolation.environment import ENV_OBJECTS
 from worktrial.isolation.safefs import Identity
 from worktrial.isolation.workspace import (
     GIT_DIR_NAME,
@@ -88,9 +89,19 @@ class Slot:
     must exist); it holds only the current build directory. If the agent replaced it, a new one is made.
     """
 
-    def __init__(self, source: SourceRepo, base_commit: str, root: Path) -> None:
+    def __init__(
+        self,
+        source: SourceRepo,
+        base_commit: str,
+        root: Path,
+        prepare: Callable[[AttemptWorkspace], str] | None = None,
+    ) -> None:
         self.source = source
+        self.pinned_commit = base_commit
         self.base_commit = base_commit
+        self._prepare = prepare
+        """Runs once per build on the fresh checkout (environment setup) and returns the commit to reset to."""
+        self.builds = 0
         self._base = root
         self._parent_id = safefs.identity(root.parent)
         self.root = root
@@ -142,9 +153,13 @@ class Slot:
     def _build(self) -> None:
         if self._root_id is None:
             self._make_root()
+        self.base_commit = self.pinned_commit
         ws = create_attempt_workspace(self.source, self.base_commit, self.root / _token("b"), worktree_name=_token("w"))
+        self.builds += 1
         try:
             ids = _Ids(safefs.identity(ws.root), safefs.identity(ws.git_dir), safefs.identity(ws.worktree))
+            if self._prepare is not None:
+                self.base_commit = self._prepare(ws)
             self._snap = _snapshot(ws)
         except BaseException:
             remove_tree(ws.root)
@@ -186,7 +201,7 @@ class Slot:
             old_fd = fds.enter_context(safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd))
             # 0. Whatever the agent put next to its worktree is not the harness's: gone.
             safefs.clear_dir(root_fd, keep=frozenset({ws.root.name}))
-            safefs.clear_dir(build_fd, keep=frozenset({GIT_DIR_NAME, ws.worktree.name}))
+            safefs.clear_dir(build_fd, keep=frozenset({GIT_DIR_NAME, ws.worktree.name, ENV_OBJECTS}))
             # 1. The private git dir: drop everything, objects the agent wrote included, then restore.
             safefs.clear_dir(git_fd)
             for rel, (data, mode) in snap.files.items():

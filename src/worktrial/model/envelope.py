@@ -87,6 +87,14 @@ class WorkspaceInfo(BaseModel):
     dirty: bool
 
 
+class SuiteFileInfo(BaseModel):
+    """A file the suite declares (``files``), part of the bundle digest."""
+
+    name: str = Field(description="Path relative to the suite file's directory, POSIX form.")
+    sha256: str
+    size: int
+
+
 class RunInfo(BaseModel):
     id: str
     started_at: str
@@ -98,6 +106,10 @@ class RunInfo(BaseModel):
     jobs: int
     verify_always: bool = False
     host: dict[str, Any] = Field(default_factory=dict)
+    task_base_commits: dict[str, str] = Field(
+        default_factory=dict,
+        description="Task id -> the commit its attempts started from, when tasks are pinned to their own commits.",
+    )
 
 
 class Envelope(BaseModel):
@@ -109,8 +121,17 @@ class Envelope(BaseModel):
     agent: dict[str, Any]
     suite_path: str
     suite_sha256: str
+    suite_bundle_sha256: str | None = Field(
+        default=None, description="Digest over the suite file and its declared files (equals suite_sha256 without)."
+    )
+    suite_files: list[SuiteFileInfo] = Field(default_factory=list, description="The suite's declared files.")
     run: RunInfo
     report: Report
+
+    @property
+    def bundle_digest(self) -> str:
+        """What identifies the measured suite: the bundle digest, or the file digest for older envelopes."""
+        return self.suite_bundle_sha256 or self.suite_sha256
 
     def to_json(self) -> str:
         """Serialised by pydantic directly: no intermediate dict per attempt, so memory stays small for big runs."""

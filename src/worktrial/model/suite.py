@@ -20,12 +20,15 @@ from pydantic import (
 )
 
 from worktrial.errors import SuiteError
+from worktrial.model.bundle import BundleFile, bundle_digest, collect_bundle
 from worktrial.model.commands import ArgvCommand, Command, ShCommand
 
 Category = Literal["capability", "regression"]
 CATEGORIES: tuple[Category, ...] = ("capability", "regression")
 DEFAULT_TIMEOUT_SECS = 600
 DEFAULT_VERIFY_TIMEOUT_SECS = 300
+DEFAULT_ENVIRONMENT_TIMEOUT_SECS = 1800
+SUITE_DIR_ENV = "WORKTRIAL_SUITE_DIR"
 
 
 def _coerce_command(value: Any) -> Any:
@@ -58,6 +61,27 @@ NonEmptyId = Annotated[str, StringConstraints(strip_whitespace=False, pattern=r"
 PositiveInt = Annotated[StrictInt, Field(gt=0)]
 
 
+class Environment(BaseModel):
+    """Setup run once per slot on the pinned commit; its result is committed as every attempt's base (extension)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    setup: list[CommandField] = Field(min_length=1, description="Commands run in order in the checkout.")
+    timeout_secs: PositiveInt = Field(
+        default=DEFAULT_ENVIRONMENT_TIMEOUT_SECS, description="Limit for each setup command."
+    )
+    cache_key: str | None = Field(
+        default=None, description="Opt in to reusing the result across runs; change it to force a fresh setup."
+    )
+
+
+class WorkspacePin(BaseModel):
+    """Pins a suite (or one task) to a repository and commit (extension)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    repo: str | None = Field(default=None, description="Path (relative to the suite file) or git URL.")
+    ref: str | None = Field(default=None, description="Commit, tag or branch to use as the base.")
+
+
 class Task(BaseModel):
     """One task of a suite: a prompt for the agent and the commands that decide whether it passed."""
 
@@ -80,18 +104,16 @@ class Task(BaseModel):
     setup_commands: list[CommandField] = Field(
         default_factory=list, description="Run in the worktree before the agent (extension)."
     )
+    environment: Environment | None = Field(
+        default=None, description="Replaces the suite's environment for this task (extension)."
+    )
+    workspace: WorkspacePin | None = Field(
+        default=None, description="Runs this task at its own repository and commit (extension)."
+    )
 
     @property
     def display_name(self) -> str:
         return self.name or self.id
-
-
-class WorkspacePin(BaseModel):
-    """Pins a suite to one repository and commit (extension)."""
-
-    model_config = ConfigDict(extra="forbid")
-    repo: str | None = Field(default=None, description="Path (relative to the suite file) or git URL.")
-    ref: str | None = Field(default=None, description="Commit, tag or branch to use as the base.")
 
 
 class Suite(BaseModel):
@@ -104,20 +126,41 @@ class Suite(BaseModel):
     attempts: PositiveInt = Field(default=1, description="Attempts per task.")
     tasks: list[Task] = Field(min_length=1)
     workspace: WorkspacePin | None = None
+    files: list[str] = Field(
+        default_factory=list, description="Globs (relative to the suite file) of files that belong to the suite."
+    )
+    environment: Environment | None = Field(default=None, description="Setup run once per slot (extension).")
 
     @property
     def display_name(self) -> str:
         return self.name or self.id
 
+    def environment_for(self, task: Task) -> Environment | None:
+        return task.environment if task.environment is not None else self.environment
+
+    def workspace_for(self, task: Task) -> WorkspacePin | None:
+        return task.workspace if task.workspace is not None else self.workspace
+
 
 @dataclass(frozen=True)
 class LoadedSuite:
-    """A validated suite with the identity of the exact file it came from."""
+    """A validated suite with the identity of the exact file it came from and of every file it declares."""
 
     suite: Suite
     path: Path
     sha256: str
     warnings: Sequence[str] = field(default_factory=tuple)
+    files: tuple[BundleFile, ...] = ()
+    bundle_sha256: str = ""
+
+    @property
+    def digest(self) -> str:
+        """The bundle digest (the suite file's own when it declares no files): what trust and resume compare."""
+        return self.bundle_sha256 or self.sha256
+
+    @property
+    def suite_dir(self) -> Path:
+        return self.path.resolve().parent
 
 
 def json_path(loc: Sequence[int | str]) -> str:
@@ -173,7 +216,16 @@ def load_suite(path: str | Path) -> LoadedSuite:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SuiteError(f"{p}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
-    return LoadedSuite(suite=parse_suite(raw, source=str(p)), path=p, sha256=sha, warnings=_warnings(raw))
+    suite = parse_suite(raw, source=str(p))
+    files = collect_bundle(p, suite.files, str(p))
+    return LoadedSuite(
+        suite=suite,
+        path=p,
+        sha256=sha,
+        warnings=_warnings(raw),
+        files=files,
+        bundle_sha256=bundle_digest(sha, files),
+    )
 
 
 def parse_suite(raw: Any, source: str = "<suite>") -> Suite:

@@ -127,6 +127,7 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         jobs=meta.jobs,
         verify_always=meta.verify_always,
         host=host_info(),
+        task_base_commits=dict(meta.task_base_commits),
     )
     tasks = [TaskInfo(t.id, t.name, t.category) for t in meta.tasks]
     return Envelope(
@@ -136,6 +137,8 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         agent=meta.agent_description or {"name": meta.agent},
         suite_path=meta.suite_display_path,
         suite_sha256=meta.suite_sha256,
+        suite_bundle_sha256=meta.suite_bundle_sha256 or meta.suite_sha256,
+        suite_files=list(meta.suite_files),
         run=info,
         report=build_report(meta.suite_id, meta.suite_name, tasks, records, meta.k),
     )

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from worktrial.errors import BadInputError, HarnessError
 from worktrial.isolation.safefs import read_regular
-from worktrial.model.envelope import Envelope
+from worktrial.model.envelope import Envelope, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
 from worktrial.state import signing
@@ -61,6 +61,11 @@ class RunMeta(BaseModel):
     """Absolute path of the suite file, to reload it on resume."""
     suite_display_path: str
     suite_sha256: str
+    suite_bundle_sha256: str | None = None
+    """Digest over the suite file and its declared files; None in runs stored before bundles existed."""
+    suite_files: list[SuiteFileInfo] = Field(default_factory=list)
+    task_base_commits: dict[str, str] = Field(default_factory=dict)
+    """Task id -> base commit, for tasks pinned to their own repository or commit."""
     suite_id: str
     suite_name: str
     tasks: list[TaskMeta]

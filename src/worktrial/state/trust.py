@@ -35,18 +35,25 @@ def is_trusted(sha256: str, workspace: Path) -> bool:
 
 def grant(loaded: LoadedSuite, workspace: Path) -> None:
     data = _load()
-    data.setdefault(str(workspace.resolve()), {})[loaded.sha256] = {
+    data.setdefault(str(workspace.resolve()), {})[loaded.digest] = {
         "suite": str(loaded.path.resolve()),
         "granted_at": utc_now(),
     }
     atomic_write_text(_store(), json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+def _files_note(loaded: LoadedSuite) -> str:
+    return f", with {len(loaded.files)} declared files" if loaded.files else ""
+
+
 def commands_summary(loaded: LoadedSuite) -> str:
     """Every command the suite would run, for the person deciding whether to trust it."""
     lines = []
+    if loaded.suite.environment is not None:
+        lines += [f"  [environment] setup: {display(c)}" for c in loaded.suite.environment.setup]
     for task in loaded.suite.tasks:
         for label, commands in (
+            ("environment", task.environment.setup if task.environment else []),
             ("setup", task.setup_commands),
             ("solution", task.solution or []),
             ("verify", task.verify_commands),
@@ -64,7 +71,7 @@ def ensure_trusted(
     confirm: Callable[[str], bool],
 ) -> None:
     """Return when the suite may run; remember granted trust; raise TrustError otherwise."""
-    if is_trusted(loaded.sha256, workspace):
+    if is_trusted(loaded.digest, workspace):
         return
     if assume_yes or os.environ.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes"):
         grant(loaded, workspace)
@@ -72,10 +79,11 @@ def ensure_trusted(
     if not interactive:
         raise TrustError(
             f"{loaded.path} has not been trusted to run commands in {workspace} (suite sha256 "
-            f"{loaded.sha256[:12]}). Review its commands, then rerun with --trust or WORKTRIAL_TRUST=1."
+            f"{loaded.digest[:12]}). Review its commands, then rerun with --trust or WORKTRIAL_TRUST=1."
         )
     question = (
-        f"{loaded.path} (sha256 {loaded.sha256[:12]}) will run these commands in worktrees of {workspace}:\n"
+        f"{loaded.path} (sha256 {loaded.digest[:12]}{_files_note(loaded)}) will run these commands "
+        f"in worktrees of {workspace}:\n"
         f"{commands_summary(loaded)}\nplus whatever the agent decides to run. Trust this suite?"
     )
     if not confirm(question):

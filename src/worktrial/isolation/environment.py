@@ -1,0 +1,127 @@
+"""Environment setup: run a suite's ``environment.setup`` once in a fresh checkout and make its result the base.
+
+Creating a virtual environment or running ``npm ci`` for every attempt costs seconds to minutes each time, and
+files written by setup would show up to the agent as uncommitted changes (``git status`` would give a planted bug
+away). So setup runs once per slot, on the pinned commit, and everything it left in the tree — ignored files
+included — is committed on top of that commit in the slot's private repository. Every attempt then starts from
+that commit: a clean ``git status``, the setup's files part of the base, and the slot's reset restoring them.
+
+The commit's objects are moved out of the private repository's object store into ``<workspace>/env-objects``
+(linked through ``objects/info/alternates``), because a slot reset throws away every object written in the
+private repository — the agent's included — and the base must survive that.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from worktrial.errors import WorktrialError
+from worktrial.isolation.proc import ProcessScope, ProcResult, run_command
+from worktrial.isolation.workspace import AttemptWorkspace, git
+from worktrial.model.commands import display
+from worktrial.model.suite import Environment
+
+ENV_OBJECTS = "env-objects"
+OUTPUT_TAIL_CHARS = 2000
+COMMIT_MESSAGE = "worktrial: environment setup"
+_IDENTITY = ["-c", "user.name=worktrial", "-c", "user.email=environment@worktrial.invalid"]
+
+
+class EnvironmentSetupError(WorktrialError):
+    """Environment setup failed: an infrastructure problem that would repeat on every attempt, so it stops the run."""
+
+    def __init__(self, message: str, output_tail: str) -> None:
+        super().__init__(message)
+        self.output_tail = output_tail
+
+
+def _output(result: ProcResult) -> str:
+    text = result.stdout_tail.decode("utf-8", "replace") + result.stderr_tail.decode("utf-8", "replace")
+    return text[-OUTPUT_TAIL_CHARS:]
+
+
+def _log(log: Path | None, text: str) -> None:
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(text)
+
+
+def run_setup(
+    ws: AttemptWorkspace,
+    environment: Environment,
+    env: Mapping[str, str],
+    *,
+    scope: ProcessScope | None = None,
+    log: Path | None = None,
+) -> str:
+    """Run the setup commands in ``ws``'s worktree, commit the result, and return the new base commit.
+
+    Raises EnvironmentSetupError (with the tail of the failing command's output) when a command fails or
+    times out, or when the result cannot be committed.
+    """
+    for i, command in enumerate(environment.setup, start=1):
+        _log(log, f"$ {display(command)}\n")
+        result = run_command(command, cwd=ws.worktree, env=env, timeout=environment.timeout_secs, scope=scope)
+        output = _output(result)
+        _log(log, output + ("" if output.endswith("\n") or not output else "\n") + f"[exit {result.returncode}]\n")
+        if not result.ok:
+            if result.timed_out:
+                why = f"timed out after {environment.timeout_secs}s"
+            else:
+                why = result.describe_failure(display(command))
+            raise EnvironmentSetupError(
+                f"environment setup failed at step {i} ({display(command)}): {why}; output tail:\n{output.rstrip()}",
+                output,
+            )
+    return commit_result(ws)
+
+
+def commit_result(ws: AttemptWorkspace) -> str:
+    """Commit everything in the worktree (ignored files too) as the new base, with objects kept out of reach."""
+    quiet = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false", "-C", str(ws.worktree)]
+    steps = (
+        ["add", "--all", "--force", "."],
+        [*_IDENTITY, "commit", "--quiet", "--no-verify", "--allow-empty", "--no-gpg-sign", "-m", COMMIT_MESSAGE],
+        ["rev-parse", "HEAD"],
+    )
+    result: ProcResult | None = None
+    for args in steps:
+        result = git([*quiet, *args], ws.worktree)
+        if not result.ok:
+            detail = result.stderr_tail.decode("utf-8", "replace").strip().splitlines()
+            message = f"cannot commit the environment setup's result: {detail[-1] if detail else 'git failed'}"
+            raise EnvironmentSetupError(message, "\n".join(detail[-20:]))
+    assert result is not None
+    commit = result.stdout_tail.decode().strip()
+    _move_objects(ws)
+    status = git([*quiet, "status", "--porcelain", "--untracked-files=all"], ws.worktree)
+    if status.ok and status.stdout_tail.strip():
+        first = status.stdout_tail.decode("utf-8", "replace").splitlines()[0]
+        raise EnvironmentSetupError(f"environment setup left files git cannot commit (e.g. {first.strip()})", "")
+    return commit
+
+
+def _move_objects(ws: AttemptWorkspace) -> None:
+    """Move every object the commit wrote into ``env-objects`` and add that store to the alternates."""
+    objects = ws.git_dir / "objects"
+    store = ws.root / ENV_OBJECTS
+    store.mkdir(exist_ok=True)
+    for entry in objects.iterdir():
+        if entry.name == "info":
+            continue
+        target = store / entry.name
+        if entry.is_dir():
+            target.mkdir(exist_ok=True)
+            for item in entry.iterdir():
+                os.replace(item, target / item.name)
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            os.replace(entry, target)
+    alternates = objects / "info" / "alternates"
+    lines = alternates.read_text().splitlines() if alternates.exists() else []
+    if str(store) not in lines:
+        alternates.write_text("\n".join([str(store), *lines]) + "\n")
