@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from worktrial.errors import BadInputError, HarnessError
 from worktrial.isolation.safefs import read_regular
-from worktrial.model.envelope import Envelope, SuiteFileInfo
+from worktrial.model.envelope import Envelope, Selection, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
 from worktrial.state import signing
@@ -89,6 +89,9 @@ class RunMeta(BaseModel):
     retry_errors: int = 0
     work_root: str | None = None
     """Temp directory of the run's worktrees, removed on resume if a crash left it behind."""
+    label: str | None = None
+    selection: Selection | None = None
+    artifacts: bool = True
     signed: bool = False
     """Records and run.json carry signatures under the run's key (every run since records were signed)."""
 
