@@ -161,3 +161,27 @@ def test_remove_tree_of_unreadable_and_deep_dirs_without_root(tmp_path: Path) ->
     finally:
         subprocess.run(["chmod", "-R", "u+rwx", str(top)], check=False)
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_an_honest_reset_reuses_the_slot(repo: Path, tmp_path: Path) -> None:
+    """The checks above must not cost the pool its point: without an attack the slot is reset, not rebuilt."""
+    from tests.conftest import git
+    from worktrial.isolation.pool import Slot
+    from worktrial.isolation.workspace import open_source
+
+    work = tmp_path / "work"
+    work.mkdir()
+    slot = Slot(open_source(repo), git(repo, "rev-parse", "HEAD"), work / "slot-0")
+    try:
+        paths = []
+        for _ in range(3):
+            ws = slot.acquire()
+            paths.append(ws.worktree)
+            assert sorted(p.name for p in ws.worktree.iterdir()) == [".git", ".gitignore", "README.md"]
+            (ws.worktree / "README.md").write_text("changed\n")
+            (ws.worktree / "new.txt").write_text("new\n")
+        assert slot.builds == 1 and slot.rebuilds == 0
+        assert len(set(paths)) == 3
+    finally:
+        slot.close()
+    assert list(work.iterdir()) == []

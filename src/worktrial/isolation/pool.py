@@ -241,7 +241,7 @@ class Slot:
                 if not result.ok:
                     raise WorkspaceError(f"reset failed: {result.describe_failure('git ' + args[0])}")
             self._mark_ns = _fs_now_ns(build_fd)
-        self._ws = replace(ws, worktree=worktree)
+        self._ws = replace(ws, worktree=worktree, worktree_id=new_id)
         self._ids = replace(ids, worktree=new_id)
 
 

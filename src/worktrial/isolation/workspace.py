@@ -136,6 +136,12 @@ class AttemptWorkspace:
     root: Path
     git_dir: Path
     worktree: Path
+    git_dir_id: safefs.Identity | None = None
+    """(device, inode) of ``git_dir`` and ``worktree`` when the harness made them: after the agent ran, the
+    harness only enters them through descriptors that match (see ``safefs``)."""
+    worktree_id: safefs.Identity | None = None
+    admin: str = ""
+    """The worktree's directory under ``<git_dir>/worktrees/`` (its first name; a pooled worktree moves)."""
 
 
 def create_attempt_workspace(
@@ -164,7 +170,14 @@ def create_attempt_workspace(
     except BaseException:
         remove_tree(root)
         raise
-    return AttemptWorkspace(root=root, git_dir=git_dir, worktree=worktree)
+    return AttemptWorkspace(
+        root=root,
+        git_dir=git_dir,
+        worktree=worktree,
+        git_dir_id=safefs.identity(git_dir),
+        worktree_id=safefs.identity(worktree),
+        admin=worktree_name,
+    )
 
 
 def remove_tree(path: Path) -> bool:
