@@ -180,7 +180,7 @@ def test_an_honest_reset_reuses_the_slot(repo: Path, tmp_path: Path) -> None:
             assert sorted(p.name for p in ws.worktree.iterdir()) == [".git", ".gitignore", "README.md"]
             (ws.worktree / "README.md").write_text("changed\n")
             (ws.worktree / "new.txt").write_text("new\n")
-        assert slot.builds == 1 and slot.rebuilds == 0
+        assert slot.builds == 1
         assert len(set(paths)) == 3
     finally:
         slot.close()

@@ -18,6 +18,7 @@ bookkeeping (snapshot, pristine index, reset time) in memory, where no relative 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import stat
@@ -39,6 +40,7 @@ from worktrial.isolation.workspace import (
 )
 
 SCRATCH = "scratch"
+log = logging.getLogger(__name__)
 _FIND_OUTPUT_LIMIT = 4 * 1024 * 1024
 _GITFILE = ".git"
 
@@ -111,14 +113,15 @@ class Slot:
         self._snap: _Snapshot | None = None
         self._dirty = False
         self._mark_ns = 0
-        self.rebuilds = 0
 
     def acquire(self) -> AttemptWorkspace:
         """A workspace at the base commit with nothing of any earlier attempt in it."""
         if self._ws is not None and self._dirty:
             try:
                 self._reset()
-            except (WorktrialError, OSError, RecursionError):
+            except (WorktrialError, OSError, RecursionError) as exc:
+                # Safe (the slot is rebuilt from scratch) but slow, and a sign something fights the reset.
+                log.warning("slot %s: reset failed, rebuilding it: %s", self.root, exc)
                 self._discard()
         if self._ws is None:
             self._build()
@@ -156,6 +159,7 @@ class Slot:
         self.base_commit = self.pinned_commit
         ws = create_attempt_workspace(self.source, self.base_commit, self.root / _token("b"), worktree_name=_token("w"))
         self.builds += 1
+        log.info("slot %s: built at %s (build %d)", self.root, self.base_commit, self.builds)
         try:
             ids = _Ids(safefs.identity(ws.root), safefs.identity(ws.git_dir), safefs.identity(ws.worktree))
             if self._prepare is not None:
@@ -173,7 +177,6 @@ class Slot:
         """Forget the current build and remove it (a symlink in its place is unlinked, never followed)."""
         ws = self._ws
         if ws is not None:
-            self.rebuilds += 1
             with contextlib.suppress(OSError, WorktrialError), self._open_root() as root_fd:
                 safefs.remove_at(root_fd, ws.root.name)
         self._ws = self._ids = self._snap = None

@@ -10,6 +10,7 @@ checkout, nothing proportional to the history.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from worktrial.errors import HarnessError, WorkspaceError
 from worktrial.isolation import proc, safefs
 
+log = logging.getLogger(__name__)
 ATTEMPT_BRANCH = "worktrial/attempt"
 GIT_DIR_NAME = "repo.git"
 _GIT_TIMEOUT = 600.0
@@ -193,7 +195,10 @@ def remove_tree(path: Path) -> bool:
             continue
         if not os.path.lexists(path):
             return True
-    return not os.path.lexists(path)
+    if os.path.lexists(path):
+        log.warning("could not remove %s completely; delete it by hand to free the space", path)
+        return False
+    return True
 
 
 def ensure_state_dir(workspace: Path) -> Path:
