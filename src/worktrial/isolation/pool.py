@@ -201,6 +201,8 @@ class Slot:
             root_fd = fds.enter_context(self._open_root())
             build_fd = fds.enter_context(safefs.opened_dir(ws.root.name, ids.build, dir_fd=root_fd))
             git_fd = fds.enter_context(safefs.opened_dir(GIT_DIR_NAME, ids.git_dir, dir_fd=build_fd))
+            if not os.path.lexists(ws.worktree):
+                raise WorkspaceError("worktree directory is gone")
             old_fd = fds.enter_context(safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd))
             # 0. Whatever the agent put next to its worktree is not the harness's: gone.
             safefs.clear_dir(root_fd, keep=frozenset({ws.root.name}))
