@@ -79,11 +79,13 @@ def test_kill_9_then_resume_gives_the_uninterrupted_result(cli, repo: Path, writ
         cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     runs = repo / ".worktrial" / "runs"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(_lines(p) >= 4 for p in runs.glob("*/attempts.jsonl")):
-        time.sleep(0.02)
-    harness.send_signal(signal.SIGKILL)
-    harness.wait()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(_lines(p) >= 4 for p in runs.glob("*/attempts.jsonl")):
+            time.sleep(0.02)
+    finally:
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
     (run_dir,) = list(runs.iterdir())
     done_before = _lines(run_dir / "attempts.jsonl")
     assert 4 <= done_before < 15
