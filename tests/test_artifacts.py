@@ -148,3 +148,13 @@ def test_a_pinned_suite_run_from_outside_git_is_found_where_it_was_started(
     assert cli(["view", run_id], cwd=outside).exit_code == 0
     audit = cli(["audit", str(run_dir / "envelope.json"), "--suite", str(suite)], cwd=outside)
     assert audit.exit_code == 0, audit.output
+
+
+def test_compare_shows_labels_and_notes_different_selections(cli: Cli, repo: Path, write_suite: SuiteWriter) -> None:
+    suite = write_suite([task("a"), task("b"), task("c")])
+    partial, _ = _run(cli, repo, suite, "--agent", "oracle", "--task", "a", "--task", "b", "--label", "first try")
+    whole, _ = _run(cli, repo, suite, "--agent", "oracle")
+    result = cli(["compare", partial["run"]["id"], whole["run"]["id"]], cwd=repo)
+    assert result.exit_code == 0, result.output
+    assert f"first try ({partial['run']['id']})" in result.stdout
+    assert "different selections of the suite" in result.stdout and "A 2 of 3 tasks, B every task" in result.stdout
