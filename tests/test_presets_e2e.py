@@ -25,8 +25,8 @@ from worktrial.agents.pricing import price_table
 PRESETS = sorted(SCENARIOS)
 
 # How each preset reports a failed run and a crash: (outcome, error_category).
-FAILED = dict.fromkeys(PRESETS, ("fail", None))
-CRASHED = dict.fromkeys(PRESETS, ("error", "agent_failed"))
+FAILED: dict[str, tuple[str, str | None]] = dict.fromkeys(PRESETS, ("fail", None))
+CRASHED: dict[str, tuple[str, str | None]] = dict.fromkeys(PRESETS, ("error", "agent_failed"))
 CRASHED["aider"] = ("fail", None)  # aider has no output to judge: a non-zero exit is a claimed failure
 # The normal stream with noise mixed in still passes, except where the noise replaces the only report.
 GARBAGE_PASSES = dict.fromkeys(PRESETS, True)
@@ -124,7 +124,7 @@ def test_preset_end_to_end(preset: str, cli: Callable[..., Result], repo: Path, 
     assert len(runs) == len(names)
     for run in runs:
         # The agent ran inside its attempt's worktree, with its config dir in the attempt's scratch dir.
-        assert Path(run["cwd"]).name == "work"
+        assert Path(run["cwd"]).name.startswith(("work", "w-"))  # pooled worktrees move to fresh names
         attempt_root = Path(run["cwd"]).resolve().parent
         config_dir = Path(run["env"][CONFIG_ENV[preset]]).resolve()
         assert config_dir.is_relative_to(attempt_root / "scratch"), (config_dir, attempt_root)
