@@ -93,11 +93,11 @@ class CliServer:
                 self.send_header("cache-control", "no-cache")
                 self.send_header("connection", "close")
                 self.end_headers()
-                for index, (name, data) in enumerate(answer.events):
+                for index, (name, event) in enumerate(answer.events):
                     if answer.cut_after is not None and index >= answer.cut_after:
                         break
                     head = f"event: {name}\n" if name else ""  # Gemini's SSE has data lines only
-                    self.wfile.write(f"{head}data: {json.dumps(data)}\n\n".encode())
+                    self.wfile.write(f"{head}data: {json.dumps(event)}\n\n".encode())
                     self.wfile.flush()
                 if answer.done_marker and answer.cut_after is None:
                     self.wfile.write(b"data: [DONE]\n\n")
