@@ -95,7 +95,8 @@ class PresetSpec:
     price_provider: str | None = None
     """For a CLI that reports tokens of one model but no cost: the provider under which a bare ``--model``
     is looked up in the price table (``provider/model`` routes are looked up as given)."""
-    carry: ConfigCarry | None = None
+    carries: tuple[ConfigCarry, ...] = ()
+    """The CLI's config directories (most have one; OpenCode has a config and a data directory)."""
     splits_route: bool = False
     """The CLI takes a bare model name: worktrial splits ``provider/model`` and passes the name."""
     run_env: RunEnvBuilder | None = None
@@ -279,14 +280,15 @@ class PresetAgent:
 
     def _env(self, scratch: Path, parent: Mapping[str, str]) -> dict[str, str]:
         env = self.spec.env(scratch)
-        carry = self.spec.carry
-        if carry is not None and self.config_dir is False:
-            env.pop(carry.env_var, None)
+        if self.config_dir is False:
+            for carry in self.spec.carries:
+                env.pop(carry.env_var, None)
         for value in env.values():
             if value.startswith(str(scratch)):
                 Path(value).mkdir(parents=True, exist_ok=True)
-        if carry is not None and carry.env_var in env:
-            copy_user_config(carry, parent, Path(env[carry.env_var]), self.config_dir)
+        for carry in self.spec.carries:
+            if carry.env_var in env:
+                copy_user_config(carry, parent, Path(env[carry.env_var]), self.config_dir)
         env.update(self.extra_env)
         return env
 

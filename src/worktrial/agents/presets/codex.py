@@ -193,7 +193,7 @@ SPEC = PresetSpec(
     env=lambda scratch: {"CODEX_HOME": scratch_dir(scratch, "codex")},
     reports=("tokens", "cost (from the price table)", "turns", "tool calls"),
     price_provider="openai",
-    carry=ConfigCarry("CODEX_HOME", "codex", ".codex", ("config.toml", "auth.json")),
+    carries=(ConfigCarry("CODEX_HOME", "codex", ".codex", ("config.toml", "auth.json")),),
     splits_route=True,
     run_env=_run_env,
     base_url="-c openai_base_url=URL",

@@ -172,11 +172,13 @@ SPEC = PresetSpec(
     env=lambda scratch: {"GEMINI_CLI_HOME": scratch_dir(scratch, "gemini"), "GEMINI_CLI_TRUST_WORKSPACE": "true"},
     reports=("tokens", "turns", "tool calls", "cost (from the price table)"),
     price_provider="gemini",
-    carry=ConfigCarry(
-        "GEMINI_CLI_HOME",
-        "gemini",
-        "",
-        (".gemini/settings.json", ".gemini/.env", ".gemini/oauth_creds.json", ".gemini/google_accounts.json"),
+    carries=(
+        ConfigCarry(
+            "GEMINI_CLI_HOME",
+            "gemini",
+            "",
+            (".gemini/settings.json", ".gemini/.env", ".gemini/oauth_creds.json", ".gemini/google_accounts.json"),
+        ),
     ),
     splits_route=True,
     run_env=_run_env,
