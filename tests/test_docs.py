@@ -189,9 +189,9 @@ def test_some_shown_commands_run_offline() -> None:
 
 
 @pytest.fixture(scope="module")
-def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A git repository holding the project's suites and examples, as a reader's checkout would, after the quick
-    start's oracle run (so ``runs``, ``show`` and ``report`` have a run to show)."""
+    start's oracle run (so ``runs``, ``show`` and ``report`` have a run to show); and the config dir of that run."""
     copy = tmp_path_factory.mktemp("docs") / "checkout"
     copy.mkdir()
     for name in ("suites", "examples"):
@@ -204,13 +204,16 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     quick_start = ["eval", "--suite", "suites/smoke-workspace-basics.json", "--agent", "oracle", "-q"]
     done = subprocess.run([sys.executable, "-m", "worktrial", *quick_start], cwd=copy, env=env, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()
-    return copy
+    return copy, state
 
 
 @pytest.fixture
-def project_copy(checkout: Path, tmp_path: Path) -> Path:
-    """A private copy of the checkout, so one command's runs and files never reach the next."""
-    return Path(shutil.copytree(checkout, tmp_path / "checkout", symlinks=True))
+def project_copy(checkout: tuple[Path, Path], tmp_path: Path) -> Path:
+    """A private copy of the checkout, so one command's runs and files never reach the next; with the user state
+    (run signing keys) of the quick-start run, as the reader who ran it has."""
+    repo, state = checkout
+    shutil.copytree(state, os.environ["WORKTRIAL_CONFIG_DIR"], dirs_exist_ok=True)
+    return Path(shutil.copytree(repo, tmp_path / "checkout", symlinks=True))
 
 
 @pytest.mark.parametrize("shown", RUNNABLE, ids=str)
