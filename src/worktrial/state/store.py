@@ -29,6 +29,7 @@ class TaskMeta(BaseModel):
     id: str
     name: str
     category: Category
+    cluster: str | None = None
 
 
 class RunMeta(BaseModel):
