@@ -122,7 +122,9 @@ def test_compare_markdown_and_categories(cli, tmp_path: Path) -> None:
     assert "| capability | pass@1 | 6 |" in out and "| regression | pass@1 | 6 |" in out
     assert "+0.125" in out
     assert "### Tasks that flip" in out and "| t05 | regression | B only | 0/4 | 4/4 |" in out
-    assert "the smallest difference detectable at 80% power (α = 0.05) is" in out
+    assert "would be detected 80% of the time at α = 0.05" in out
+    assert "This describes the design, not the observed result" in out
+    assert "| sign-flip |" in out
     assert "| mean cost per attempt | $0.0100 | $0.0100 | +$0.0000 |" in out
 
 

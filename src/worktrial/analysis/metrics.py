@@ -33,7 +33,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         return 1.0
     if k == 1:
         return c / n  # exact, so pass@1 == pass^1 bit for bit
-    return -math.expm1(math.fsum(math.log1p(-k / i) for i in range(n - c + 1, n + 1)))
+    # 0.0 - x rather than -x: c = 0 gives 0.0, not -0.0
+    return 0.0 - math.expm1(math.fsum(math.log1p(-k / i) for i in range(n - c + 1, n + 1)))
 
 
 def pass_power_k(n: int, c: int, k: int) -> float:

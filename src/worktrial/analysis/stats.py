@@ -193,7 +193,9 @@ class Interval:
     method: str | None
 
 
-def rate_interval(values: Sequence[float], *, binary: bool, cap: int, clusters: Sequence[str | None] | None = None) -> Interval:
+def rate_interval(
+    values: Sequence[float], *, binary: bool, cap: int, clusters: Sequence[str | None] | None = None
+) -> Interval:
     """95% interval for the mean of per-task rates in [0, 1].
 
     ``binary``: every value is one pass/fail (one attempt, or pass@k / pass^k at k = n), so the mean is a
@@ -226,7 +228,9 @@ def rate_interval(values: Sequence[float], *, binary: bool, cap: int, clusters: 
     return Interval(se, wilson(m * n_eff, n_eff), method)
 
 
-def normal_interval(center: float, stderr: float | None, lo: float = 0.0, hi: float = 1.0) -> tuple[float, float] | None:
+def normal_interval(
+    center: float, stderr: float | None, lo: float = 0.0, hi: float = 1.0
+) -> tuple[float, float] | None:
     """The 1.96-SE interval of schema_version 1 envelopes written before this module used t and Wilson.
 
     Kept only so ``worktrial audit`` can recompute the numbers such an envelope published.
@@ -237,11 +241,11 @@ def normal_interval(center: float, stderr: float | None, lo: float = 0.0, hi: fl
 
 
 def binomial_two_sided(k: int, n: int) -> float:
-    """Exact two-sided p-value of ``k`` successes in ``n`` fair coin flips (McNemar's exact test on discordant pairs)."""
+    """Exact two-sided p of ``k`` successes in ``n`` fair coin flips (McNemar's exact test on discordant pairs)."""
     if n == 0:
         return 1.0
     tail = min(k, n - k)
-    p = 2 * sum(math.comb(n, i) for i in range(tail + 1)) / 2**n
+    p = 2 * sum(math.comb(n, i) for i in range(tail + 1)) / (1 << n)
     return min(1.0, p)
 
 
@@ -281,7 +285,11 @@ def sign_flip_p(units: Sequence[float], *, seed: int = MONTE_CARLO_SEED) -> tupl
         total = math.fsum(v if rng.random() < 0.5 else -v for v in values)
         hits += abs(total) >= threshold
     p = (hits + 1) / (MONTE_CARLO_DRAWS + 1)
-    return p, f"sign-flip permutation (Monte Carlo, {MONTE_CARLO_DRAWS} draws)", math.sqrt(p * (1 - p) / MONTE_CARLO_DRAWS)
+    return (
+        p,
+        f"sign-flip permutation (Monte Carlo, {MONTE_CARLO_DRAWS} draws)",
+        math.sqrt(p * (1 - p) / MONTE_CARLO_DRAWS),
+    )
 
 
 def _dp_sign_flip(values: Sequence[float], threshold: float) -> float | None:
@@ -299,7 +307,7 @@ def _dp_sign_flip(values: Sequence[float], threshold: float) -> float | None:
             return None
     limit = threshold / grid - len(steps)  # absorbs the rounding of each step
     extreme = sum(c for s, c in counts.items() if abs(s) >= limit)
-    return extreme / 2 ** len(steps)
+    return extreme / (1 << len(steps))
 
 
 @dataclass(frozen=True)

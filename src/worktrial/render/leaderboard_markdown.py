@@ -54,6 +54,8 @@ def _ranked_line(row: LeaderboardRow) -> str:
 
 def _unranked_line(row: LeaderboardRow) -> str:
     what = f"**{row.status}**"
+    if row.broken:
+        what = f"**broken** — {cell(row.broken)}; not ranked, since 0% would measure the setup, not the agent"
     if row.error:
         what += f" — {cell(row.error)}"
     if row.run_id and row.status == "interrupted":
@@ -70,7 +72,9 @@ def render_leaderboard_markdown(board: Leaderboard) -> str:
     lines = [f"# worktrial leaderboard: {title}", ""]
     facts = [f"configurations: {len(board.rows)}"]
     if board.attempts is not None:
-        facts.append(f"attempts per task: {board.attempts} · headline k = {k}")
+        facts.append(f"attempts per task: {board.attempts} · every row at k = {k}")
+    if board.clusters is not None:
+        facts.append(f"tests over {board.clusters} task clusters")
     if board.base_commit:
         facts.append(f"base commit `{board.base_commit[:12]}`")
     if board.suite_sha256:
@@ -81,9 +85,10 @@ def render_leaderboard_markdown(board: Leaderboard) -> str:
     if ranked:
         lines += [
             "",
-            f"Sorted by pass@{k}, then pass^{k}, then cost per solve. `≈ #N`: this row's 95% CI of pass@{k} overlaps "
-            f"row N's, so their order is not established. `vs #1` is the paired per-task difference in pass@{k} "
-            "from the top row, with its two-sided p-value (as in `worktrial compare`).",
+            f"Every row at k = {k} (the smallest attempt count among the ranked runs); sorted by pass@{k}, then "
+            f"pass^{k}, then cost per solve. `vs #1` is the paired per-task difference in pass@{k} from the top row "
+            "(exact test, as in `worktrial compare`); its p-value is Holm-corrected over all rows. `≈ #1`: that "
+            "corrected p is at least 0.05, so the data do not establish that this row is behind the top one.",
             "",
             f"| # | tie | agent | model | passed/total | pass@{k} | 95% CI | pass^{k} | 95% CI | vs #1 | p "
             "| cost/solve | tokens/attempt | turns/attempt | over-claim | under-claim | run |",
