@@ -182,8 +182,12 @@ def _row(
         agent=c.agent,
         model=c.model,
         status=c.status,
+<<<<<<< HEAD
         error=c.error,
         broken=broken_reason(env) if c.status == "complete" else None,
+=======
+        error=c.error or (MEASURED_NOTHING if measured_nothing(env) else None),
+>>>>>>> main
         run_id=env.run.id,
         tasks=len(r.tasks),
         attempts=env.run.attempts,
@@ -229,12 +233,26 @@ def _paired(best: _Measured, other: _Measured, k: int) -> stats.PairedDifference
     )
 
 
+MEASURED_NOTHING = "measured nothing: every attempt ended in error (a broken configuration, not a bad agent)"
+
+
+def measured_nothing(envelope: Envelope) -> bool:
+    """Every attempt that ran ended in ``error``: the run says nothing about the agent's ability."""
+    attempts = [a for t in envelope.report.tasks for a in t.attempts]
+    return bool(attempts) and all(a.outcome == "error" for a in attempts)
+
+
 def _rankable(c: Contender) -> bool:
     return (
         c.status == "complete"
         and c.envelope is not None
+<<<<<<< HEAD
         and any(t.total_runs > 0 for t in c.envelope.report.tasks)
         and broken_reason(c.envelope) is None
+=======
+        and c.envelope.report.overall.pass_at_k is not None
+        and not measured_nothing(c.envelope)
+>>>>>>> main
     )
 
 

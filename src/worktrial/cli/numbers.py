@@ -17,7 +17,7 @@ from worktrial.analysis import stats
 from worktrial.analysis.audit import audit_envelope, render_audit
 from worktrial.analysis.compare import compare_runs
 from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
-from worktrial.cli.common import ensure_trust, err
+from worktrial.cli.common import emit, ensure_trust, err
 from worktrial.engine.check import DEFAULT_REPEATS, CheckOptions, check_suite
 from worktrial.errors import BadInputError
 from worktrial.model.suite import LoadedSuite, load_suite
@@ -25,7 +25,6 @@ from worktrial.render.check_markdown import render_check_markdown
 from worktrial.render.compare_markdown import render_comparison_markdown
 from worktrial.state.history import resolve_envelope
 from worktrial.state.roots import state_root
-from worktrial.util import atomic_write_text
 
 EXIT_FINDINGS = 1
 
@@ -43,14 +42,6 @@ _WORKSPACE = click.option(
 def _as_json(model: BaseModel) -> str:
     # allow_nan=False: a NaN would make the document invalid JSON; inputs with one are refused long before this.
     return json.dumps(model.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
-
-
-def _emit(text: str, output: Path | None) -> None:
-    if output:
-        atomic_write_text(output, text)
-        err(f"worktrial: report written to {output}")
-    else:
-        click.echo(text, nl=False)
 
 
 def _load_with_warnings(suite_path: Path) -> LoadedSuite:
@@ -72,7 +63,7 @@ def compare_cmd(
     """Compare runs (envelope files or stored run ids) task by task, with error bars and p-values."""
     loaded = [resolve_envelope(ref, lambda: state_root(workspace)) for ref in runs]
     comparison = compare_runs(loaded, allow_different_suites=allow_different_suites)
-    _emit(_as_json(comparison) if fmt == "json" else render_comparison_markdown(comparison), output)
+    emit(_as_json(comparison) if fmt == "json" else render_comparison_markdown(comparison), output)
 
 
 @click.command("power")
@@ -152,7 +143,7 @@ def check_cmd(
         on_warning=lambda message: err(f"worktrial: warning: {message}"),
     )
     report = check_suite(loaded, options)
-    _emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output)
+    emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output)
     if not report.ok:
         sys.exit(EXIT_FINDINGS)
 

@@ -39,6 +39,7 @@ from worktrial.isolation.workspace import (
     resolve_commit,
 )
 from worktrial.model.bundle import copy_bundle
+from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.selection import reselect, select
@@ -115,6 +116,9 @@ class RunObserver:
     def start(self, task_id: str, attempt: int) -> None:
         """An attempt started on a worker."""
 
+    def phase(self, task_id: str, attempt: int, phase: str) -> None:
+        """A running attempt moved to another phase: ``setup``, ``agent`` or ``verify``."""
+
     def attempt(self, record: AttemptRecord) -> None:
         """An attempt finished; its record is already persisted."""
 
@@ -154,7 +158,7 @@ def choose_agent_name(options: RunOptions) -> str:
     raise BadInputError("choose an agent: --agent oracle|nop|command|..., --agent-cmd CMD, or --model provider/model")
 
 
-def agent_ref(options: RunOptions, config: dict[str, Any] | None = None) -> AgentRef:
+def agent_ref(options: RunOptions, config: Config | None = None) -> AgentRef:
     """The agent the options name, as data: name and options (configured from the merged user and project config)."""
     return AgentRef(
         name=choose_agent_name(options),
@@ -163,12 +167,12 @@ def agent_ref(options: RunOptions, config: dict[str, Any] | None = None) -> Agen
             agent_cmd=options.agent_cmd,
             base_url=options.base_url,
             settings=dict(options.agent_settings),
-            config=config or {},
+            config=config if config is not None else Config(),
         ),
     )
 
 
-def build_agent(options: RunOptions, config: dict[str, Any] | None = None) -> Agent:
+def build_agent(options: RunOptions, config: Config | None = None) -> Agent:
     """The agent the options name, built in this process (matrices preflight every configuration with it)."""
     ref = agent_ref(options, config)
     return create_agent(ref.name, ref.options)
@@ -556,6 +560,9 @@ def _drain(
     aborted: str | None = None
     for event in executor.events():
         job = event.job
+        if event.kind == "phase":
+            observer.phase(job.task.id, job.attempt, event.phase or "")
+            continue
         if event.kind == "start":
             observer.start(job.task.id, job.attempt)
             if not stopping:
