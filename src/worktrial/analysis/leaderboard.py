@@ -116,8 +116,8 @@ def broken_reason(env: Envelope) -> str | None:
     auth = [a for a in attempts if a.error_category in AUTH_ERRORS]
     if auth:
         return f"stopped by an authentication error ({len(auth)} attempt(s)): check the API key"
-    if all(a.outcome == "error" for a in attempts):
-        return f"every attempt ended in an error ({attempts[0].reason or attempts[0].error_category or 'no reason'})"
+    if measured_nothing(env):
+        return MEASURED_NOTHING
     return None
 
 
@@ -182,12 +182,8 @@ def _row(
         agent=c.agent,
         model=c.model,
         status=c.status,
-<<<<<<< HEAD
-        error=c.error,
+        error=c.error or (broken_reason(env) if c.status == "complete" else None),
         broken=broken_reason(env) if c.status == "complete" else None,
-=======
-        error=c.error or (MEASURED_NOTHING if measured_nothing(env) else None),
->>>>>>> main
         run_id=env.run.id,
         tasks=len(r.tasks),
         attempts=env.run.attempts,
@@ -246,13 +242,8 @@ def _rankable(c: Contender) -> bool:
     return (
         c.status == "complete"
         and c.envelope is not None
-<<<<<<< HEAD
         and any(t.total_runs > 0 for t in c.envelope.report.tasks)
         and broken_reason(c.envelope) is None
-=======
-        and c.envelope.report.overall.pass_at_k is not None
-        and not measured_nothing(c.envelope)
->>>>>>> main
     )
 
 

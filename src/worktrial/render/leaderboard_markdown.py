@@ -56,7 +56,7 @@ def _unranked_line(row: LeaderboardRow) -> str:
     what = f"**{row.status}**"
     if row.broken:
         what = f"**broken** — {cell(row.broken)}; not ranked, since 0% would measure the setup, not the agent"
-    if row.error:
+    if row.error and row.error != row.broken:
         what += f" — {cell(row.error)}"
     if row.run_id and row.status == "interrupted":
         what += f" (continue with `worktrial resume {row.run_id}`)"
