@@ -106,6 +106,11 @@ def test_cluster_robust_se_hand_computed_and_against_statsmodels() -> None:
     sums = [1 - 2 * m, 2 - 2 * m, 0.5 - 2 * m]
     expected = math.sqrt(3 / 2 * sum(s * s for s in sums)) / 6
     assert stats.cluster_robust_se(values, clusters) == pytest.approx(expected)
+    assert stats.cluster_count(clusters) == 3 and stats.cluster_count(["a", None, "a"]) == 2
+    assert stats.cluster_count([None, None]) is None
+    d = stats.paired_difference([0.0] * 6, values, clusters=clusters)
+    assert (d.clusters, d.df) == (3, 2)
+    assert d.ci95 == pytest.approx((d.mean - sp.t.ppf(0.975, 2) * expected, d.mean + sp.t.ppf(0.975, 2) * expected))
     import statsmodels.api as sm
 
     groups = np.array([0, 0, 1, 1, 2, 2])
@@ -296,3 +301,57 @@ def test_the_demo_report_has_no_zero_width_interval(cli, repo: Path) -> None:
     assert intervals, result.stdout
     assert all(lo < hi for lo, hi in intervals), result.stdout
     assert "[1.000, 1.000]" not in result.stdout
+
+
+# --- clusters end to end, and the audit of an envelope that predates named intervals ---------------------------
+
+
+def test_clusters_flow_from_the_suite_to_report_compare_and_audit(cli, repo: Path, write_suite, tmp_path: Path) -> None:
+    from tests.conftest import task
+
+    tasks = [task(f"t{i}", cluster=f"repo-{i % 2}") for i in range(4)] + [task("lone")]
+    tasks[1]["solution"] = [{"sh": "echo nope > other.txt"}]  # the oracle fails t1: the numbers have spread
+    suite = write_suite(tasks, attempts=2)
+    result = cli(["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "--format", "json", "-q"], cwd=repo)
+    assert result.exit_code == 0, result.output
+    envelope = json.loads(result.stdout)
+    overall = envelope["report"]["overall"]
+    # repo-0, repo-1 and the task without a cluster (its own): 3 clusters
+    assert overall["clusters"] == 3 and "cluster-robust" in overall["interval"]
+    assert [t["cluster"] for t in envelope["report"]["tasks"]] == ["repo-0", "repo-1", "repo-0", "repo-1", None]
+    path = tmp_path / "clustered.json"
+    path.write_text(json.dumps(envelope))
+    audit = cli(["audit", str(path), "--suite", str(suite), "--no-traces"], cwd=repo)
+    assert audit.exit_code == 0, audit.output
+    compared = cli(["compare", str(path), str(path), "--format", "json"], cwd=repo)
+    assert compared.exit_code == 0, compared.output
+    at1 = json.loads(compared.stdout)["pairs"][0]["overall"]["pass_at_1"]
+    assert at1["clusters"] == 3 and at1["test"].endswith("over 3 clusters")
+
+    # An envelope written before intervals were named published 1.96-SE intervals and no interval/cluster keys:
+    # the audit recomputes it with that rule and finds nothing wrong; a tampered interval is still caught.
+    legacy = json.loads(json.dumps(envelope))
+    for metrics in [legacy["report"]["overall"], *legacy["report"]["categories"].values()]:
+        del metrics["interval"], metrics["clusters"]
+        values = [t["pass_at_k"] for t in legacy["report"]["tasks"]]
+        se = stats.standard_error(values)
+        metrics["stderr"] = {
+            "pass_at_k": se,
+            "pass_power_k": stats.standard_error([t["pass_power_k"] for t in legacy["report"]["tasks"]]),
+        }
+        metrics["ci95"] = {
+            "pass_at_k": list(stats.normal_interval(metrics["pass_at_k"], se) or ()),
+            "pass_power_k": list(
+                stats.normal_interval(metrics["pass_power_k"], metrics["stderr"]["pass_power_k"]) or ()
+            ),
+        }
+    for t in legacy["report"]["tasks"]:
+        del t["cluster"]
+    old = tmp_path / "legacy.json"
+    old.write_text(json.dumps(legacy))
+    audit = cli(["audit", str(old), "--suite", str(suite), "--no-traces"], cwd=repo)
+    assert audit.exit_code == 0, audit.output
+    legacy["report"]["overall"]["ci95"]["pass_at_k"] = [0.0, 1.0]
+    old.write_text(json.dumps(legacy))
+    audit = cli(["audit", str(old), "--suite", str(suite), "--no-traces"], cwd=repo)
+    assert audit.exit_code == 1 and "report.overall.ci95.pass_at_k" in audit.stdout, audit.output

@@ -74,7 +74,7 @@ def cluster_count(clusters: Sequence[str | None] | None) -> int | None:
     """Number of clusters; None when tasks are not clustered (no task names a cluster)."""
     if clusters is None or all(c is None for c in clusters):
         return None
-    return len(_cluster_ids(clusters))
+    return len(set(_cluster_ids(clusters)))
 
 
 def _cluster_ids(clusters: Sequence[str | None]) -> list[str]:

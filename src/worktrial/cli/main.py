@@ -109,6 +109,7 @@ def eval_options(func: F) -> F:
             help="Run only tasks of this category; repeatable.",
         ),
         click.option("--limit", type=click.IntRange(min=1), help="Run only the first N selected tasks."),
+        click.option("--wide", is_flag=True, help="Matrices: every leaderboard column (default: fits 100 columns)."),
         click.option("--label", help="A name for the run, shown in runs, compare, view and matrices."),
         click.option(
             "--no-artifacts", is_flag=True, help="Keep no per-attempt logs or patches (they stay local otherwise)."
@@ -156,6 +157,7 @@ def eval_cmd(
     task_patterns: tuple[str, ...],
     categories: tuple[str, ...],
     limit: int | None,
+    wide: bool,
     label: str | None,
     no_artifacts: bool,
     keep_worktrees: bool,
@@ -197,7 +199,7 @@ def eval_cmd(
         },
     )
     if is_matrix(agent, model):
-        run_matrix_and_report(loaded, agent, model, options, fmt, output, quiet, verbose)
+        run_matrix_and_report(loaded, agent, model, options, fmt, output, quiet, verbose, wide)
         return
     _run_and_report(lambda opts, obs: run_suite(loaded, opts, obs), options, fmt, output, quiet, verbose, junit)
 

@@ -41,6 +41,7 @@ def run_matrix_and_report(
     output: Path | None,
     quiet: bool,
     verbose: bool,
+    wide: bool = False,
 ) -> None:
     """Plan, preflight and run every configuration, then print the leaderboard; exits 130 or 2 when due."""
     if base.resume:
@@ -80,7 +81,7 @@ def run_matrix_and_report(
         }
         text = json.dumps(document, indent=2, allow_nan=False) + "\n"
     else:
-        text = render_leaderboard_markdown(board)
+        text = render_leaderboard_markdown(board, wide=wide)
     emit(text, output, quiet=quiet, what="leaderboard")
     if result.interrupted:
         resume = [o.run_id for o in result.outcomes if o.status == "interrupted" and o.run_id]

@@ -108,6 +108,7 @@ def options_for(base: RunOptions, configuration: Configuration) -> RunOptions:
         agent_cmd=configuration.agent_cmd,
         resume=None,
         agent_settings=dict(base.agent_settings),
+        label=f"{base.label}: {configuration.label}" if base.label else None,
     )
 
 
