@@ -79,6 +79,7 @@ def test_sign_flip_exact_matches_brute_force_and_scipy(seed: int) -> None:
     assert p == pytest.approx(reference, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_sign_flip_large_suites_exact_by_dynamic_programming_or_seeded_monte_carlo() -> None:
     rng = random.Random(7)
     # 60 tasks x 3 attempts: differences are multiples of 1/3, few distinct sums -> exact by dynamic programming
@@ -141,6 +142,7 @@ def test_relative_tolerance_treats_rounding_noise_as_no_spread() -> None:
     assert d.p_value == pytest.approx(0.25)  # 2 of the 8 sign patterns reach |sum| = 1
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 10), st.integers(0, 10)), min_size=1, max_size=40), st.integers(1, 10))
 def test_rate_intervals_are_never_zero_width_and_contain_the_estimate(counts: list[tuple[int, int]], k: int) -> None:
@@ -252,6 +254,7 @@ def test_leaderboard_ranks_at_a_common_k_and_marks_broken_runs() -> None:
     assert "every row at k = 2" in text and "**broken**" in text
 
 
+@pytest.mark.slow
 def test_five_identical_agents_rarely_show_a_row_behind_the_leader() -> None:
     """Holm over exact paired tests: the family-wise false-positive rate stays below alpha (seeded, 200 boards)."""
     rng = random.Random(3)
@@ -291,6 +294,7 @@ def test_nan_and_infinity_in_an_envelope_are_refused(cli, tmp_path: Path) -> Non
     json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} in compare's JSON"))
 
 
+@pytest.mark.slow
 def test_the_demo_report_has_no_zero_width_interval(cli, repo: Path) -> None:
     root = Path(__file__).resolve().parent.parent
     result = cli(
@@ -357,3 +361,18 @@ def test_clusters_flow_from_the_suite_to_report_compare_and_audit(cli, repo: Pat
     old.write_text(json.dumps(legacy))
     audit = cli(["audit", str(old), "--suite", str(suite), "--no-traces"], cwd=repo)
     assert audit.exit_code == 1 and "report.overall.ci95.pass_at_k" in audit.stdout, audit.output
+
+
+def test_compare_never_prints_a_zero_width_interval_for_identical_differences() -> None:
+    """3 tasks that each gain 1 of 3 passes: the old report said p < 0.001 and CI [+0.333, +0.333]."""
+    from worktrial.analysis.compare import LoadedEnvelope, compare_runs
+    from worktrial.render.compare_markdown import render_comparison_markdown
+
+    a, b = _envelope([0, 1, 2], 3, "a"), _envelope([1, 2, 3], 3, "b")
+    comparison = compare_runs([LoadedEnvelope("a", "a.json", a), LoadedEnvelope("b", "b.json", b)])
+    at1 = comparison.pairs[0].overall.pass_at_1
+    assert at1.difference == pytest.approx(1 / 3) and at1.ci95 is None and at1.ci_note is not None
+    assert at1.p_value == pytest.approx(0.25) and at1.minimum_detectable is None
+    text = render_comparison_markdown(comparison)
+    assert "| +0.333 | 0.000 | — (no spread) | 0.250 | sign-flip |" in text
+    assert "[+0.333, +0.333]" not in text
