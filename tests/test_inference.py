@@ -380,7 +380,8 @@ def test_compare_never_prints_a_zero_width_interval_for_identical_differences() 
 
 def test_the_cluster_field_is_an_optional_non_empty_string() -> None:
     from tests.conftest import task
-    from worktrial.model.suite import SuiteError, parse_suite
+    from worktrial.errors import SuiteError
+    from worktrial.model.suite import parse_suite
 
     suite = parse_suite({"id": "s", "tasks": [task("a", cluster="repo-x"), task("b")]})
     assert [t.cluster for t in suite.tasks] == ["repo-x", None]
