@@ -139,7 +139,7 @@ def test_remove_tree_of_unreadable_and_deep_dirs_without_root(tmp_path: Path) ->
 
     from tests.hostile_support import PROJECT
 
-    top = Path(tempfile.mkdtemp(prefix="wt-unpriv-"))
+    top = Path(tempfile.mkdtemp(prefix="wt-unpriv-", dir="/tmp"))  # reachable by an unprivileged user
     try:
         if os.geteuid() == 0:
             if shutil.which("setpriv") is None:
