@@ -214,6 +214,13 @@ def _task_bases(loaded: LoadedSuite, ws: _Workspace) -> dict[str, TaskBase]:
     return bases
 
 
+def resolve_task_bases(
+    loaded: LoadedSuite, workspace: Path | None, base_commit: str | None = None
+) -> dict[str, TaskBase]:
+    """Where each task's attempts start, resolved as a run would (``check`` rebuilds results on them)."""
+    return _task_bases(loaded, _resolve_workspace(loaded, workspace, base_commit))
+
+
 def state_root_for(workspace: Path | None) -> Path:
     """Where runs are stored: the git repository containing ``workspace`` (or the current directory)."""
     return find_workspace(workspace)
