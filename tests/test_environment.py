@@ -128,8 +128,8 @@ def test_suite_dir_reaches_setup_and_verify_but_not_the_agent(cli, repo: Path, t
         "tasks": [
             task(
                 "t1",
-                # The agent has no $WORKTRIAL_SUITE_DIR; the verifier reads the declared file, not the undeclared one.
-                solution=[{"sh": 'test -z "$WORKTRIAL_SUITE_DIR" && echo 42 > answer.txt'}],
+                # The oracle may apply shipped files; the verifier reads the declared file, not the undeclared one.
+                solution=[{"sh": 'test -d "$WORKTRIAL_SUITE_DIR/hidden" && echo 42 > answer.txt'}],
                 verify_commands=[
                     {"sh": 'sh "$WORKTRIAL_SUITE_DIR/hidden/check.sh"'},
                     {"sh": 'test ! -e "$WORKTRIAL_SUITE_DIR/undeclared.txt"'},
@@ -144,3 +144,15 @@ def test_suite_dir_reaches_setup_and_verify_but_not_the_agent(cli, repo: Path, t
     result = _eval(cli, repo, suite)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 1, result.stdout
+
+
+def test_an_agent_under_test_is_not_told_the_suite_dir(cli, repo: Path, tmp_path: Path) -> None:
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hidden" / "answer.txt").write_text("42\n")
+    data = {"id": "s", "files": ["hidden/*"], "tasks": [task("t1", verify_commands=["test -f answer.txt"])]}
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps(data))
+    peek = 'test -z "$WORKTRIAL_SUITE_DIR" && touch answer.txt'
+    result = cli(["eval", "--suite", str(suite), "--agent-cmd", peek, "--trust", "--format", "json"], cwd=repo)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 1

@@ -186,6 +186,7 @@ def _run_in(
         env=dict(env),
         scratch=scratch,
         scope=scope,
+        suite_dir=Path(job.spec.suite_dir) if job.spec.suite_dir else None,
     )
     try:
         result = agent.run(ctx)

@@ -116,7 +116,7 @@ class Rebuilder:
                 "changes (git status/diff may give the answer away); move them to `environment.setup`, whose "
                 "result is committed into the base, or ignore them in .gitignore"
             )
-        agent_env = proc.clean_env()
+        agent_env = self.env()  # as the oracle runs solutions: with the suite directory (shipped patches)
         for command in task.solution or []:
             result = run_command(command, cwd=worktree, env=agent_env, timeout=task.timeout_secs)
             if not result.ok:
