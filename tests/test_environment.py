@@ -156,3 +156,21 @@ def test_an_agent_under_test_is_not_told_the_suite_dir(cli, repo: Path, tmp_path
     result = cli(["eval", "--suite", str(suite), "--agent-cmd", peek, "--trust", "--format", "json"], cwd=repo)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 1
+
+
+def test_a_suite_committed_in_the_repository_is_removed_from_the_agents_base(cli, repo: Path) -> None:
+    evals = repo / "evals"
+    (evals / "hidden").mkdir(parents=True)
+    (evals / "hidden" / "answer.txt").write_text("42\n")
+    solution = [{"sh": f'test ! -e evals && {CLEAN} && cp "$WORKTRIAL_SUITE_DIR/hidden/answer.txt" .'}]
+    data = {
+        "id": "s",
+        "files": ["hidden/*"],
+        "tasks": [task("t1", solution=solution, verify_commands=[{"sh": "grep -qx 42 answer.txt"}])],
+    }
+    (evals / "suite.json").write_text(json.dumps(data))
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "suite")
+    result = _eval(cli, repo, evals / "suite.json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 1, result.stdout

@@ -313,9 +313,10 @@ def validate_cmd(suite_path: Path) -> None:
 
 def _register_number_commands() -> None:
     """compare, power, check and audit live in their own module; imported late to keep imports one-way."""
+    from worktrial.cli.init import COMMANDS as INIT_COMMANDS
     from worktrial.cli.numbers import COMMANDS
 
-    for command in COMMANDS:
+    for command in (*COMMANDS, *INIT_COMMANDS):
         main.add_command(command)
 
 

@@ -42,13 +42,13 @@ def slot_preparer(
     base: TaskBase, spec: AttemptSpec, scope: proc.ProcessScope | None
 ) -> Callable[[AttemptWorkspace], str] | None:
     """What a slot runs once on its fresh checkout: the task base's environment setup, committed as the base."""
-    environment = base.environment
-    if environment is None:
+    if not base.prepared:
         return None
     env = suite_env(proc.clean_env(None, spec.env), spec)
 
     def prepare(ws: AttemptWorkspace) -> str:
-        return run_setup(ws, environment, env, scope=scope, log=setup_log(spec))
+        log = setup_log(spec) if base.environment else None
+        return run_setup(ws, base.environment, env, scope=scope, log=log, hide=base.hide)
 
     return prepare
 
@@ -111,8 +111,9 @@ def run_attempt(
             else:
                 base = job.resolved_base()
                 workspace = create_attempt_workspace(source, base.commit, root)
-                if base.environment is not None:
-                    run_setup(workspace, base.environment, suite_env(env, spec), scope=scope, log=setup_log(spec))
+                if base.prepared:
+                    log = setup_log(spec) if base.environment else None
+                    run_setup(workspace, base.environment, suite_env(env, spec), scope=scope, log=log, hide=base.hide)
                 (workspace.root / "scratch").mkdir()
         except EnvironmentSetupError as exc:
             progress.reason, progress.category = str(exc).splitlines()[0], "environment"

@@ -78,13 +78,12 @@ class Rebuilder:
     def _slot(self, base: TaskBase) -> Slot:
         if base.key not in self._slots:
             source = materialize_source(base.source.kind, base.source.location, self.work_root / "source")
-            environment = base.environment
             prepare = None
-            if environment is not None:
+            if base.prepared:
                 env = self.env()
 
                 def prepare(ws: AttemptWorkspace) -> str:
-                    return run_setup(ws, environment, env, scope=self.scope)
+                    return run_setup(ws, base.environment, env, scope=self.scope, hide=base.hide)
 
             self._slots[base.key] = Slot(source, base.commit, self.work_root / f"slot-{len(self._slots)}", prepare)
         return self._slots[base.key]

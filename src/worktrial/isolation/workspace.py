@@ -98,6 +98,12 @@ def resolve_commit(repo: Path, ref: str = "HEAD") -> str:
     return result.stdout_tail.decode().strip()
 
 
+def tracked_in(repo: Path, commit: str, rel: str) -> bool:
+    """Whether ``commit`` holds anything at ``rel`` (a file or a directory)."""
+    result = git(["ls-tree", "--name-only", commit, "--", rel], repo)
+    return result.ok and bool(result.stdout_tail.strip())
+
+
 def is_dirty(repo: Path) -> bool:
     """Uncommitted changes (tracked or untracked, not ignored) in the user's working tree."""
     out = _git_out(["status", "--porcelain", "--untracked-files=normal"], repo, f"{repo}: git status")
