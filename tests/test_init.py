@@ -4,7 +4,6 @@ plain repositories."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,6 @@ def test_init_python_project(cli, tmp_path: Path) -> None:
     assert setup[0] == "python3 -m venv .venv" and any("-e ." in step for step in setup)
 
 
-@pytest.mark.skipif(shutil.which("npm") is None, reason="npm is installed by the Makefile bootstrap")
 def test_init_node_project(cli, tmp_path: Path) -> None:
     package = json.dumps({"name": "fresh-node-demo", "version": "1.0.0", "private": True})
     repo = _fresh(tmp_path, {"package.json": package, "index.js": "module.exports = 1;\n"})
