@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean fmt
+.PHONY: demo test lint typecheck unit bench clean fmt browser
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "worktrial needs Python 3.11 or newer")'
@@ -30,7 +30,13 @@ fmt: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+# The view tests drive Debian's chromium (never a downloaded browser build); installed once, skipped when present.
+browser:
+	@command -v chromium >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null) \
+		|| echo "warning: chromium could not be installed; the browser tests will be skipped"
+
+unit: $(STAMP) browser
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

@@ -34,6 +34,7 @@ from worktrial.analysis.leaderboard import Contender, build_leaderboard, interva
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.engine.matrix import Configuration, plan_configurations
 from worktrial.errors import BadInputError
+from worktrial.model.config import Config, parse_config
 from worktrial.model.envelope import Envelope, RunInfo, WorkspaceInfo
 from worktrial.model.records import AttemptRecord, Tokens
 from worktrial.render.leaderboard_markdown import render_leaderboard_markdown
@@ -167,7 +168,7 @@ def test_interrupted_and_mismatched_runs_are_flagged_not_ranked() -> None:
 
 def test_plan_is_the_cartesian_product_with_model_free_agents_once() -> None:
     dotted = "tests.agents_for_tests:FlakyInfraAgent"
-    plan = plan_configurations(["oracle", "builtin", dotted], ["p/a", "p/b"], None, {})
+    plan = plan_configurations(["oracle", "builtin", dotted], ["p/a", "p/b"], None, Config())
     assert plan == [
         Configuration("oracle"),
         Configuration("builtin", "p/a"),
@@ -175,15 +176,15 @@ def test_plan_is_the_cartesian_product_with_model_free_agents_once() -> None:
         Configuration(dotted, "p/a"),
         Configuration(dotted, "p/b"),
     ]
-    assert plan_configurations([], ["p/a", "p/b"], None, {}) == [
+    assert plan_configurations([], ["p/a", "p/b"], None, Config()) == [
         Configuration("builtin", "p/a"),
         Configuration("builtin", "p/b"),
     ]
-    assert plan_configurations(["command", "nop"], [], "run-me", {}) == [
+    assert plan_configurations(["command", "nop"], [], "run-me", Config()) == [
         Configuration("command", None, "run-me"),
         Configuration("nop"),
     ]
-    config = {"agents": {"flagged": {"command": "x", "model_flag": "-m"}, "plain": {"command": "y"}}}
+    config = parse_config({"agents": {"flagged": {"command": "x", "model_flag": "-m"}, "plain": {"command": "y"}}})
     assert plan_configurations(["plain", "flagged"], ["p/a", "p/b"], None, config) == [
         Configuration("plain"),
         Configuration("flagged", "p/a"),
@@ -205,7 +206,7 @@ def test_plan_rejects_meaningless_matrices(
     agents: list[str], models: list[str], agent_cmd: str | None, needle: str
 ) -> None:
     with pytest.raises(BadInputError, match=None) as info:
-        plan_configurations(agents, models, agent_cmd, {})
+        plan_configurations(agents, models, agent_cmd, Config())
     assert needle in str(info.value)
 
 

@@ -179,7 +179,7 @@ def test_credentials_in_a_base_url_are_never_stored(cli, repo: Path, write_suite
     url = "http://user:s3cret@127.0.0.1:9/v1?key=abc123"
     envelope = eval_json(cli, repo, suite, "--agent-cmd", "touch done.txt", "--base-url", url)
     run_dir = repo / ".worktrial" / "runs" / envelope["run"]["id"]
-    stored = "".join(p.read_text() for p in run_dir.iterdir())
+    stored = "".join(p.read_text() for p in run_dir.rglob("*") if p.is_file())  # artifacts included
     assert "s3cret" not in stored and "abc123" not in stored
     assert json.loads((run_dir / "run.json").read_text())["base_url"] == "http://127.0.0.1:9/v1"
     refused = cli(["resume", envelope["run"]["id"]], cwd=repo)

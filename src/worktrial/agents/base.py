@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from worktrial.isolation import proc
+from worktrial.model.config import Config
 from worktrial.model.records import Usage
 from worktrial.model.suite import Task
 
@@ -26,7 +27,7 @@ class AgentOptions:
     base_url: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     """Agent-specific settings from the command line (e.g. max turns)."""
-    config: dict[str, Any] = field(default_factory=dict)
+    config: Config = field(default_factory=Config)
     """The merged user + project configuration (``worktrial.state.config.load_config``)."""
 
 
@@ -76,6 +77,20 @@ def launch_error(result: proc.ProcResult, label: str) -> AgentError | None:
     return None
 
 
+@dataclass(frozen=True)
+class AgentOutput:
+    """Tails of what the agent's program printed, with the full sizes: kept as local artifacts, never published."""
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+
+    @classmethod
+    def of(cls, result: proc.ProcResult) -> AgentOutput:
+        return cls(result.stdout_tail, result.stderr_tail, result.stdout_bytes, result.stderr_bytes)
+
+
 @dataclass
 class AgentResult:
     claimed: bool | None
@@ -84,6 +99,8 @@ class AgentResult:
     timed_out: bool = False
     reason: str | None = None
     """Short, content-free explanation of a claimed failure or missing claim."""
+    output: AgentOutput | None = None
+    """The program's stdout/stderr tails, for the attempt's artifacts (agents without a program leave it None)."""
 
 
 @runtime_checkable

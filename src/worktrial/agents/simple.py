@@ -13,6 +13,7 @@ from worktrial.agents.base import (
     AgentContext,
     AgentError,
     AgentOptions,
+    AgentOutput,
     AgentResult,
     AgentSpec,
     launch_error,
@@ -21,6 +22,7 @@ from worktrial.agents.registry import hookimpl
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
 from worktrial.isolation.proc import run_command
+from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.commands import SHELL, display
 from worktrial.model.records import Tokens, Usage
 from worktrial.model.suite import SUITE_DIR_ENV
@@ -173,16 +175,18 @@ class CommandAgent:
             timeout=ctx.remaining(),
             stdin=ctx.task.prompt.encode("utf-8"),
             scope=ctx.scope,
+            tail_bytes=STREAM_TAIL_BYTES,
         )
         usage = read_usage_file(usage_file)
         usage.output_bytes = result.output_bytes
+        output = AgentOutput.of(result)
         if result.timed_out:
-            return AgentResult(claimed=None, usage=usage, timed_out=True)
+            return AgentResult(claimed=None, usage=usage, timed_out=True, output=output)
         if (error := launch_error(result, "agent")) is not None:
-            return AgentResult(claimed=None, usage=usage, error=error)
+            return AgentResult(claimed=None, usage=usage, error=error, output=output)
         if result.ok:
-            return AgentResult(claimed=True, usage=usage)
-        return AgentResult(claimed=False, usage=usage, reason=result.describe_failure("agent"))
+            return AgentResult(claimed=True, usage=usage, output=output)
+        return AgentResult(claimed=False, usage=usage, reason=result.describe_failure("agent"), output=output)
 
 
 _BUNDLED: list[tuple[str, str, Callable[[AgentOptions], Agent]]] = [

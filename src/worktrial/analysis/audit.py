@@ -117,6 +117,18 @@ def _forbidden(value: Any, path: str = "$") -> list[str]:
     return found
 
 
+def _trace_root(envelope_path: Path, recorded: Path) -> Path:
+    """Trace paths are relative to the state root that stored the run: ``<root>/.worktrial/runs/<id>/envelope.json``.
+
+    For a run of a suite pinned to another repository that root is not the recorded workspace (the pinned clone),
+    so an envelope still inside its run store names its root by where it sits; elsewhere the recorded path is used.
+    """
+    parents = envelope_path.resolve().parents
+    if len(parents) > 3 and parents[1].name == "runs" and parents[2].name == ".worktrial":
+        return parents[3]
+    return recorded
+
+
 def _trace_problems(record: AttemptRecord, workspace: Path) -> list[str]:
     assert record.trace is not None
     where = f"report.tasks[{record.task_id}].attempts[{record.attempt}].trace"
@@ -208,7 +220,7 @@ def audit_envelope(
         notes.append(f"not recomputable by this harness version (skipped): {', '.join(differ.unknown[:8])}")
     traces = 0
     if check_traces:
-        root = workspace or Path(envelope.run.workspace.path)
+        root = workspace or _trace_root(envelope_path, Path(envelope.run.workspace.path))
         for record in records:
             if record.trace is not None:
                 traces += 1

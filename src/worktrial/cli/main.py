@@ -15,15 +15,19 @@ from rich.table import Table
 
 from worktrial.cli.common import ensure_trust, err
 from worktrial.cli.matrix import run_matrix_and_report
+from worktrial.cli.outputs import write_ci_outputs
 from worktrial.cli.progress import ProgressReporter
 from worktrial.engine.matrix import is_matrix
-from worktrial.engine.run import RunObserver, RunOptions, RunResult, default_jobs, resume_run, run_suite, state_root_for
+from worktrial.engine.run import RunObserver, RunOptions, RunResult, default_jobs, resume_run, run_suite
 from worktrial.errors import RunAborted, WorktrialError
 from worktrial.isolation.workspace import find_workspace
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
+from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, stored_envelope
+from worktrial.state.roots import state_root
+from worktrial.state.store import runs_dir
 from worktrial.util import atomic_write_text
 from worktrial.version import __version__
 
@@ -83,6 +87,28 @@ def eval_options(func: F) -> F:
         ),
         click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True),
         click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here."),
+        click.option(
+            "--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI)."
+        ),
+        click.option(
+            "--task",
+            "task_patterns",
+            multiple=True,
+            metavar="ID",
+            help="Run only tasks whose id matches (glob patterns like 'parse-*'); repeatable.",
+        ),
+        click.option(
+            "--category",
+            "categories",
+            multiple=True,
+            type=click.Choice(["capability", "regression"]),
+            help="Run only tasks of this category; repeatable.",
+        ),
+        click.option("--limit", type=click.IntRange(min=1), help="Run only the first N selected tasks."),
+        click.option("--label", help="A name for the run, shown in runs, compare, view and matrices."),
+        click.option(
+            "--no-artifacts", is_flag=True, help="Keep no per-attempt logs or patches (they stay local otherwise)."
+        ),
         click.option("--keep-worktrees", is_flag=True, help="Keep each attempt's worktree and print its path."),
         click.option("--verify-always", is_flag=True, help="Also verify claimed failures and timeouts (diagnosis)."),
         click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered)."),
@@ -122,6 +148,12 @@ def eval_cmd(
     workspace: Path | None,
     fmt: str,
     output: Path | None,
+    junit: Path | None,
+    task_patterns: tuple[str, ...],
+    categories: tuple[str, ...],
+    limit: int | None,
+    label: str | None,
+    no_artifacts: bool,
     keep_worktrees: bool,
     verify_always: bool,
     trust: bool,
@@ -149,6 +181,11 @@ def eval_cmd(
         jobs=jobs,
         retry_errors=retry_errors,
         resume=resume_id,
+        artifacts=not no_artifacts,
+        label=label,
+        tasks=task_patterns,
+        categories=categories,
+        limit=limit,
         agent_settings={
             key: value
             for key, value in {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}.items()
@@ -158,7 +195,7 @@ def eval_cmd(
     if is_matrix(agent, model):
         run_matrix_and_report(loaded, agent, model, options, fmt, output, quiet, verbose)
         return
-    _run_and_report(lambda opts, obs: run_suite(loaded, opts, obs), options, fmt, output, quiet, verbose)
+    _run_and_report(lambda opts, obs: run_suite(loaded, opts, obs), options, fmt, output, quiet, verbose, junit)
 
 
 def _run_and_report(
@@ -168,6 +205,7 @@ def _run_and_report(
     output: Path | None,
     quiet: bool,
     verbose: bool,
+    junit: Path | None = None,
 ) -> None:
     progress = ProgressReporter(quiet=quiet, verbose=verbose, on_warning=lambda m: err(f"worktrial: warning: {m}"))
     try:
@@ -176,7 +214,8 @@ def _run_and_report(
         progress.close()
     if result.status == "aborted":
         raise RunAborted(result.error or "the run was aborted")
-    _emit(result.envelope, fmt, output, quiet)
+    _emit(result.envelope, fmt, output, quiet, result.store_dir)
+    write_ci_outputs(result.envelope, result.store_dir, junit, quiet)
     if result.kept_root is not None:
         err(f"worktrial: worktrees kept under {result.kept_root}")
     if not quiet:
@@ -189,8 +228,12 @@ def _run_and_report(
         sys.exit(EXIT_INTERRUPTED)
 
 
-def _emit(envelope: Envelope, fmt: str, output: Path | None, quiet: bool) -> None:
-    text = render_json(envelope) if fmt == "json" else render_markdown(envelope)
+def _emit(envelope: Envelope, fmt: str, output: Path | None, quiet: bool, run_dir: Path | None = None) -> None:
+    if fmt == "json":
+        text = render_json(envelope)
+    else:
+        keys = [(t.task_id, a.attempt) for t in envelope.report.tasks for a in t.attempts if a.outcome == "fail"]
+        text = render_markdown(envelope, read_run_artifacts(run_dir, keys) if run_dir else None)
     if output:
         atomic_write_text(output, text)
         if not quiet:
@@ -218,6 +261,7 @@ exec_group.add_command(eval_cmd)
 @click.option("--base-url", help="The provider base URL again, when it held credentials (they are never stored).")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
 @click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason.")
 def resume_cmd(
@@ -228,19 +272,22 @@ def resume_cmd(
     base_url: str | None,
     fmt: str,
     output: Path | None,
+    junit: Path | None,
     quiet: bool,
     verbose: bool,
 ) -> None:
     """Run only the attempts a stored run is missing, then report on the whole run."""
     options = RunOptions(workspace=workspace, jobs=jobs, retry_errors=retry_errors, base_url=base_url)
-    _run_and_report(lambda opts, obs: resume_run(run_id, opts, observer=obs), options, fmt, output, quiet, verbose)
+    _run_and_report(
+        lambda opts, obs: resume_run(run_id, opts, observer=obs), options, fmt, output, quiet, verbose, junit
+    )
 
 
 @main.command("runs")
 @click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the runs.")
 def runs_cmd(workspace: Path | None) -> None:
     """List stored runs: id, suite, agent/model, date, done/total, pass@1."""
-    rows = list_runs(state_root_for(workspace))
+    rows = list_runs(state_root(workspace))
     if not rows:
         click.echo("no runs yet; `worktrial eval --suite SUITE ...` stores one")
         return
@@ -258,9 +305,13 @@ def runs_cmd(workspace: Path | None) -> None:
 @click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the run.")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
-def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | None) -> None:
+@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI).")
+def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | None, junit: Path | None) -> None:
     """Render a stored run again (also one that was interrupted or crashed)."""
-    _emit(stored_envelope(state_root_for(workspace), run_id), fmt, output, quiet=True)
+    root = state_root(workspace)
+    envelope = stored_envelope(root, run_id)
+    _emit(envelope, fmt, output, quiet=True, run_dir=runs_dir(root) / envelope.run.id)
+    write_ci_outputs(envelope, runs_dir(root) / envelope.run.id, junit, quiet=True)
 
 
 @main.command("schema")
@@ -315,8 +366,9 @@ def _register_number_commands() -> None:
     """compare, power, check and audit live in their own module; imported late to keep imports one-way."""
     from worktrial.cli.init import COMMANDS as INIT_COMMANDS
     from worktrial.cli.numbers import COMMANDS
+    from worktrial.cli.view import show_cmd, view_cmd
 
-    for command in (*COMMANDS, *INIT_COMMANDS):
+    for command in (*COMMANDS, show_cmd, view_cmd, *INIT_COMMANDS):
         main.add_command(command)
 
 

@@ -20,11 +20,11 @@ from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, rende
 from worktrial.cli.common import ensure_trust, err
 from worktrial.engine.check import DEFAULT_REPEATS, CheckOptions, check_suite
 from worktrial.errors import BadInputError
-from worktrial.isolation.workspace import find_workspace
 from worktrial.model.suite import LoadedSuite, load_suite
 from worktrial.render.check_markdown import render_check_markdown
 from worktrial.render.compare_markdown import render_comparison_markdown
 from worktrial.state.history import resolve_envelope
+from worktrial.state.roots import state_root
 from worktrial.util import atomic_write_text
 
 EXIT_FINDINGS = 1
@@ -69,7 +69,7 @@ def compare_cmd(
     runs: tuple[str, ...], allow_different_suites: bool, workspace: Path | None, fmt: str, output: Path | None
 ) -> None:
     """Compare runs (envelope files or stored run ids) task by task, with error bars and p-values."""
-    loaded = [resolve_envelope(ref, lambda: find_workspace(workspace)) for ref in runs]
+    loaded = [resolve_envelope(ref, lambda: state_root(workspace)) for ref in runs]
     comparison = compare_runs(loaded, allow_different_suites=allow_different_suites)
     _emit(_as_json(comparison) if fmt == "json" else render_comparison_markdown(comparison), output)
 
@@ -115,7 +115,7 @@ def power_cmd(
     """Plan a comparison: the detectable difference, or the tasks / attempts needed to detect --delta."""
     if len(sources) > 2:
         raise BadInputError("--from takes one envelope, or two runs of the same suite")
-    loaded = [resolve_envelope(ref, lambda: find_workspace(workspace)) for ref in sources]
+    loaded = [resolve_envelope(ref, lambda: state_root(workspace)) for ref in sources]
     model = variance_model([(item.label, item.envelope) for item in loaded], omega2=omega2, sigma2=sigma2)
     if loaded:
         tasks = tasks or len(loaded[0].envelope.report.tasks)

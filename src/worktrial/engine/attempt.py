@@ -2,25 +2,37 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from worktrial.agents.base import Agent, AgentContext, AgentError, AgentResult
+from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOutput, AgentResult
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
 from worktrial.isolation import proc
 from worktrial.isolation.environment import EnvironmentSetupError, run_setup
+from worktrial.isolation.patch import PatchData, agent_patch
 from worktrial.isolation.pool import Slot
-from worktrial.isolation.proc import run_command
+from worktrial.isolation.proc import ProcResult, run_command
 from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo, create_attempt_workspace, remove_tree
-from worktrial.model.commands import display
+from worktrial.model.artifacts import (
+    COMMAND_TAIL_BYTES,
+    PATCH_MAX_BYTES,
+    AttemptArtifacts,
+    CommandLog,
+    Patch,
+    StreamTail,
+)
+from worktrial.model.commands import Command, display
 from worktrial.model.records import AttemptRecord, Outcome, Usage
 from worktrial.model.suite import SUITE_DIR_ENV, Task
 from worktrial.model.trace import build_trace, trace_filename
+from worktrial.redaction import Redactor
 
 # An agent that returns this long after its deadline overran it, whatever it says.
 DEADLINE_GRACE_SECS = 2.0
@@ -79,6 +91,10 @@ class _Progress:
     claimed: bool | None = None
     verified: bool | None = None
     fatal: AgentError | None = None
+    commands: list[CommandLog] = field(default_factory=list)
+    output: AgentOutput | None = None
+    patch: PatchData | None = None
+    agent_ran: bool = False
 
 
 def run_attempt(
@@ -153,7 +169,60 @@ def run_attempt(
         error_category=progress.category,
         worktree=str(workspace.worktree) if spec.keep_worktrees and workspace else None,
     )
-    return AttemptResult(record=record, trace=trace, fatal=progress.fatal, worker=worker)
+    artifacts = _artifacts(task.id, attempt, progress, env) if spec.artifacts else None
+    return AttemptResult(record=record, trace=trace, fatal=progress.fatal, worker=worker, artifacts=artifacts)
+
+
+def _command_log(phase: Literal["setup", "verify"], index: int, command: Command, result: ProcResult) -> CommandLog:
+    output = result.stdout_tail + (b"\n" if result.stdout_tail and result.stderr_tail else b"") + result.stderr_tail
+    return CommandLog(
+        phase=phase,
+        index=index,
+        command=display(command),
+        exit_code=result.returncode,
+        timed_out=result.timed_out,
+        duration_secs=round(result.duration_secs, 3),
+        output_tail=output[-COMMAND_TAIL_BYTES:].decode("utf-8", "replace"),
+        output_bytes=result.output_bytes,
+    )
+
+
+def _artifacts(task_id: str, attempt: int, progress: _Progress, env: dict[str, str]) -> AttemptArtifacts:
+    """The attempt's logs and patch, with every secret of the harness's and the attempt's environment redacted."""
+    redactor = Redactor.from_environment(os.environ, env)
+    count = 0
+
+    def clean(text: str) -> str:
+        nonlocal count
+        text, found = redactor.redact(text)
+        count += found
+        return text
+
+    def stream(data: bytes, total: int) -> StreamTail:
+        return StreamTail(text=clean(data.decode("utf-8", "replace")), total_bytes=total, truncated=total > len(data))
+
+    commands = [
+        c.model_copy(update={"output_tail": clean(c.output_tail), "command": clean(c.command)})
+        for c in progress.commands
+    ]
+    output = progress.output
+    patch = progress.patch
+    return AttemptArtifacts(
+        task_id=task_id,
+        attempt=attempt,
+        commands=commands,
+        agent_stdout=stream(output.stdout, output.stdout_bytes) if output else None,
+        agent_stderr=stream(output.stderr, output.stderr_bytes) if output else None,
+        patch=Patch(
+            diff=clean(patch.diff.decode("utf-8", "replace")),
+            total_bytes=patch.total_bytes,
+            truncated=patch.truncated,
+            files=[clean(f) for f in patch.files],
+        )
+        if patch
+        else None,
+        redactions=count,
+    )
 
 
 def _run_in(
@@ -170,8 +239,14 @@ def _run_in(
     harness_env = suite_env(env, job.spec)
     for i, command in enumerate(task.setup_commands, start=1):
         setup = run_command(
-            command, cwd=workspace.worktree, env=harness_env, timeout=task.verify_timeout_secs, scope=scope
+            command,
+            cwd=workspace.worktree,
+            env=harness_env,
+            timeout=task.verify_timeout_secs,
+            scope=scope,
+            tail_bytes=COMMAND_TAIL_BYTES,
         )
+        progress.commands.append(_command_log("setup", i, command, setup))
         if not setup.ok:
             progress.reason = f"setup failed: {setup.describe_failure(f'step {i} ({display(command)})')}"
             progress.category = "setup"
@@ -195,6 +270,10 @@ def _run_in(
         result = AgentResult(claimed=None, error=AgentError("crashed", f"agent crashed: {type(exc).__name__}: {exc}"))
     progress.agent_secs = time.monotonic() - agent_start
     progress.usage = result.usage
+    progress.output = result.output
+    if job.spec.artifacts:
+        # Taken before verification, which may leave caches behind that are not the agent's work.
+        progress.patch = agent_patch(workspace.worktree, job.spec.base_commit, PATCH_MAX_BYTES)
     overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS
     progress.outcome, progress.reason, verify_decides = _decide(task, result, overran)
     progress.claimed = None if progress.outcome == "timeout" else result.claimed
@@ -203,7 +282,11 @@ def _run_in(
         if result.error.fatal:
             progress.fatal = result.error
     if verify_decides or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
-        check: VerifyResult = run_verify(task, workspace.worktree, harness_env, scope)
+        check: VerifyResult = run_verify(task, workspace.worktree, harness_env, scope, tail_bytes=COMMAND_TAIL_BYTES)
+        progress.commands += [
+            _command_log("verify", i, command, run)
+            for i, (command, run) in enumerate(zip(task.verify_commands, check.runs, strict=False), start=1)
+        ]
         progress.verify_secs = check.secs
         progress.verified = check.passed
         if verify_decides and not check.passed:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from worktrial.agents.base import AgentError, AgentOptions
+from worktrial.model.artifacts import AttemptArtifacts
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Environment, Task
 from worktrial.model.trace import Trace
@@ -76,6 +77,8 @@ class AttemptSpec:
     keep_worktrees: bool = False
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment for the attempt's processes (never credentials: workers add their own)."""
+    artifacts: bool = True
+    """Keep per-attempt artifacts (command output, agent output, patch); off with --no-artifacts."""
     suite_dir: str | None = None
     """The run's read-only copy of the suite's declared files: ``$WORKTRIAL_SUITE_DIR`` for setup and verify."""
     artifacts_dir: str | None = None
@@ -112,6 +115,8 @@ class AttemptResult:
     """Set when the agent broke in a way that would repeat on every attempt (e.g. a rejected API key)."""
     worker: str | None = None
     """Where it ran (a thread, a node), for diagnostics only."""
+    artifacts: AttemptArtifacts | None = None
+    """Logs and patch, already bounded and redacted; the driver stores them locally (never in the envelope)."""
 
 
 @dataclass(frozen=True)

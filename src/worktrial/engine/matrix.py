@@ -19,7 +19,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from worktrial.agents import agent_specs
 from worktrial.agents.custom import custom_tables
@@ -34,6 +33,7 @@ from worktrial.engine.run import (
 )
 from worktrial.errors import BadInputError, RunAborted, WorktrialError
 from worktrial.isolation.workspace import find_workspace
+from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import LoadedSuite
@@ -56,14 +56,14 @@ class Configuration:
         return self.agent if self.model is None else f"{self.agent} ({self.model})"
 
 
-def uses_model(agent: str, config: dict[str, Any]) -> bool:
+def uses_model(agent: str, config: Config) -> bool:
     """Whether ``--model`` reaches the agent; plugins and dotted paths get it in their options, so they may."""
     spec = agent_specs().get(agent)
     if spec is not None:
         return spec.uses_model
     table = custom_tables(config).get(agent)
     if table is not None:
-        return bool(table.get("model_flag")) or "{model_args}" in str(table.get("command", ""))
+        return bool(table.model_flag) or "{model_args}" in (table.command or "")
     return True
 
 
@@ -73,7 +73,7 @@ def is_matrix(agents: Sequence[str], models: Sequence[str]) -> bool:
 
 
 def plan_configurations(
-    agents: Sequence[str], models: Sequence[str], agent_cmd: str | None, config: dict[str, Any]
+    agents: Sequence[str], models: Sequence[str], agent_cmd: str | None, config: Config
 ) -> list[Configuration]:
     """The configurations of a matrix, in the order given (agents outer, models inner); bad input says why."""
     for flag, values in (("--agent", agents), ("--model", models)):
@@ -121,7 +121,7 @@ def _state_root(workspace: Path | None) -> Path:
         return (workspace or Path.cwd()).resolve()
 
 
-def matrix_config(workspace: Path | None) -> dict[str, Any]:
+def matrix_config(workspace: Path | None) -> Config:
     """The merged user and project configuration the agents of a matrix are built with."""
     return load_config(_state_root(workspace))
 

@@ -40,11 +40,15 @@ from worktrial.isolation.workspace import (
     tracked_in,
 )
 from worktrial.model.bundle import copy_bundle
+from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
+from worktrial.model.selection import reselect, select
 from worktrial.model.suite import LoadedSuite, Task, load_suite
+from worktrial.state.artifacts import write_artifacts
 from worktrial.state.config import cache_dir, load_config
 from worktrial.state.history import envelope_from_records
+from worktrial.state.roots import state_root
 from worktrial.state.store import RunMeta, RunStore, TaskMeta
 from worktrial.state.traces import write_trace
 from worktrial.util import public_url, utc_now
@@ -87,6 +91,14 @@ class RunOptions:
     agent_settings: Mapping[str, Any] = field(default_factory=dict)
     executor: ExecutorFactory = local_executor
     """Where attempts run: the local thread executor unless another one is plugged in."""
+    artifacts: bool = True
+    """Keep each attempt's logs and patch in the run store (--no-artifacts turns it off)."""
+    label: str | None = None
+    """The user's name for the run (--label), shown in runs, compare, view and matrices."""
+    tasks: tuple[str, ...] = ()
+    """--task glob patterns over task ids (empty: every task)."""
+    categories: tuple[str, ...] = ()
+    limit: int | None = None
 
 
 class RunObserver:
@@ -144,7 +156,7 @@ def choose_agent_name(options: RunOptions) -> str:
     raise BadInputError("choose an agent: --agent oracle|nop|command|..., --agent-cmd CMD, or --model provider/model")
 
 
-def agent_ref(options: RunOptions, config: dict[str, Any] | None = None) -> AgentRef:
+def agent_ref(options: RunOptions, config: Config | None = None) -> AgentRef:
     """The agent the options name, as data: name and options (configured from the merged user and project config)."""
     return AgentRef(
         name=choose_agent_name(options),
@@ -153,12 +165,12 @@ def agent_ref(options: RunOptions, config: dict[str, Any] | None = None) -> Agen
             agent_cmd=options.agent_cmd,
             base_url=options.base_url,
             settings=dict(options.agent_settings),
-            config=config or {},
+            config=config if config is not None else Config(),
         ),
     )
 
 
-def build_agent(options: RunOptions, config: dict[str, Any] | None = None) -> Agent:
+def build_agent(options: RunOptions, config: Config | None = None) -> Agent:
     """The agent the options name, built in this process (matrices preflight every configuration with it)."""
     ref = agent_ref(options, config)
     return create_agent(ref.name, ref.options)
@@ -176,18 +188,15 @@ def _resolve_workspace(loaded: LoadedSuite, workspace: Path | None, base_commit:
     pin = loaded.suite.workspace
     if pin is not None and pin.repo:
         repo = fetch_pinned(pin.repo, pin.ref, loaded.path.resolve().parent, cache_dir())
-        try:
-            state_root = find_workspace(workspace)
-        except BadInputError:
-            state_root = (workspace or Path.cwd()).resolve()
-        user_repo = repo == state_root
+        root = state_root(workspace)
+        user_repo = repo == root
     else:
         repo = find_workspace(workspace)
-        state_root = repo
+        root = repo
         user_repo = True
     base = resolve_commit(repo, base_commit or (pin.ref if pin is not None and pin.ref else "HEAD"))
     dirty = is_dirty(repo) if user_repo and not (pin and pin.ref) else False
-    return _Workspace(state_root=state_root, source=open_source(repo), base_commit=base, dirty=dirty)
+    return _Workspace(state_root=root, source=open_source(repo), base_commit=base, dirty=dirty)
 
 
 def _task_bases(loaded: LoadedSuite, ws: _Workspace) -> dict[str, TaskBase]:
@@ -236,8 +245,8 @@ def resolve_task_bases(
 
 
 def state_root_for(workspace: Path | None) -> Path:
-    """Where runs are stored: the git repository containing ``workspace`` (or the current directory)."""
-    return find_workspace(workspace)
+    """Where runs are stored: one rule for every command (see ``worktrial.state.roots``)."""
+    return state_root(workspace)
 
 
 def new_run_id() -> str:
@@ -307,6 +316,7 @@ def run_suite(
     loaded = suite if isinstance(suite, LoadedSuite) else load_suite(suite)
     if options.resume:
         return resume_run(options.resume, options, loaded, observer)
+    loaded, selection = select(loaded, options.tasks, options.categories, options.limit)
     attempts, k, jobs = _validate_counts(loaded, options)
     ws = _resolve_workspace(loaded, options.workspace, options.base_commit)
     ref = agent_ref(options, load_config(ws.state_root))
@@ -349,6 +359,9 @@ def run_suite(
             verify_always=options.verify_always,
             retry_errors=options.retry_errors,
             work_root=str(work_root),
+            label=options.label,
+            selection=selection,
+            artifacts=options.artifacts,
         )
         store = RunStore.create(ws.state_root, meta)
         settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir)
@@ -374,6 +387,7 @@ def resume_run(
             loaded = load_suite(meta.suite_path)
         except SuiteError as exc:
             raise BadInputError(f"cannot resume {run_id}: {exc}") from None
+    loaded = reselect(loaded, meta.selection)
     ws = _resolve_workspace(loaded, Path(meta.workspace))
     bases = _task_bases(loaded, ws)
     differences = _differences(loaded, ws, meta, options)
@@ -480,6 +494,7 @@ def _settings(
         agent=ref,
         verify_always=meta.verify_always,
         keep_worktrees=keep_worktrees,
+        artifacts=meta.artifacts,
         suite_dir=str(suite_dir),
         artifacts_dir=str(store_dir),
     )
@@ -592,6 +607,11 @@ def _drain(
         if reasons:
             update |= {"retries": len(reasons), "retry_reasons": list(reasons)}
         record = record.model_copy(update=update)
+        if result.artifacts is not None:
+            try:
+                write_artifacts(store.dir, result.artifacts)
+            except OSError as exc:  # a full disk costs the logs, never the result
+                observer.warning(f"could not store the artifacts of {job.task.id} #{job.attempt}: {exc.strerror}")
         store.append(record)
         records.append(record)
         observer.attempt(record)

@@ -87,6 +87,16 @@ class WorkspaceInfo(BaseModel):
     dirty: bool
 
 
+class Selection(BaseModel):
+    """Which tasks a run covered when it did not run the whole suite (``--task``, ``--category``, ``--limit``)."""
+
+    tasks: list[str] = Field(default_factory=list, description="--task patterns (globs over task ids).")
+    categories: list[str] = Field(default_factory=list)
+    limit: int | None = None
+    task_ids: list[str] = Field(default_factory=list, description="The ids the selection chose, in suite order.")
+    suite_tasks: int = Field(description="Tasks in the whole suite.")
+
+
 class SuiteFileInfo(BaseModel):
     """A file the suite declares (``files``), part of the bundle digest."""
 
@@ -106,6 +116,8 @@ class RunInfo(BaseModel):
     jobs: int
     verify_always: bool = False
     host: dict[str, Any] = Field(default_factory=dict)
+    label: str | None = Field(default=None, description="The user's name for the run (--label).")
+    selection: Selection | None = Field(default=None, description="None when the run covered every task.")
     task_base_commits: dict[str, str] = Field(
         default_factory=dict,
         description="Task id -> the commit its attempts started from, when tasks are pinned to their own commits.",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
+from worktrial.model.artifacts import AttemptArtifacts, last_lines
 from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
 from worktrial.render.format import cell, ci, num, rate, usd
@@ -21,7 +23,37 @@ def _group_row(label: str, m: Metrics) -> str:
     )
 
 
-def render_markdown(envelope: Envelope) -> str:
+MAX_FAILURES_SHOWN = 20
+FAILURE_TAIL_LINES = 15
+
+
+def _failures(envelope: Envelope, artifacts: Mapping[tuple[str, int], AttemptArtifacts]) -> list[str]:
+    """For failed attempts with artifacts: the first failing verify command and the last lines of its output."""
+    lines: list[str] = []
+    shown = 0
+    failed = [(t, a) for t in envelope.report.tasks for a in t.attempts if a.outcome == "fail"]
+    for task, record in failed:
+        extra = artifacts.get((task.task_id, record.attempt))
+        failing = extra.first_failing_verify() if extra else None
+        if failing is None:
+            continue
+        if shown == MAX_FAILURES_SHOWN:
+            lines.append(f"- … more failed attempts: `worktrial show {envelope.run.id} TASK ATTEMPT`")
+            break
+        shown += 1
+        status = "timed out" if failing.timed_out else f"exited {failing.exit_code}"
+        lines += [
+            f"**`{task.task_id}` #{record.attempt}**: verify {failing.index} `{failing.command}` {status}",
+            "",
+            "```",
+            last_lines(failing.output_tail, FAILURE_TAIL_LINES).replace("```", "ˋˋˋ") or "(no output)",
+            "```",
+            "",
+        ]
+    return ["", "## Failed verification", "", *lines] if lines else []
+
+
+def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], AttemptArtifacts] | None = None) -> str:
     report, run = envelope.report, envelope.run
     k = report.k
     model = f"{envelope.provider}/{envelope.model}" if envelope.provider else (envelope.model or "—")
@@ -64,6 +96,7 @@ def render_markdown(envelope: Envelope) -> str:
         lines += [
             f"- `{t.task_id}` #{a.attempt}: **{a.outcome}** — {cell(a.reason or 'no reason')}" for t, a in problems
         ]
+    lines += _failures(envelope, artifacts or {})
     kept = [a.worktree for t in report.tasks for a in t.attempts if a.worktree]
     if kept:
         lines += ["", "## Kept worktrees", ""] + [f"- `{w}`" for w in kept]

@@ -49,7 +49,9 @@ def list_runs(state_root: Path) -> list[RunRow]:
             RunRow(
                 id=meta.id,
                 suite=meta.suite_display_path,
-                agent=meta.agent + (f" / {meta.model}" if meta.model else ""),
+                agent=(f"{meta.label} — " if meta.label else "")
+                + meta.agent
+                + (f" / {meta.model}" if meta.model else ""),
                 started_at=meta.started_at,
                 done=len(records),
                 total=meta.attempts * len(meta.tasks),
@@ -94,6 +96,8 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         jobs=meta.jobs,
         verify_always=meta.verify_always,
         host=host_info(),
+        label=meta.label,
+        selection=meta.selection,
         task_base_commits=dict(meta.task_base_commits),
     )
     tasks = [TaskInfo(t.id, t.name, t.category) for t in meta.tasks]

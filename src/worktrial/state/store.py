@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from worktrial.errors import BadInputError
-from worktrial.model.envelope import Envelope, SuiteFileInfo
+from worktrial.model.envelope import Envelope, Selection, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
 from worktrial.util import atomic_write_text
@@ -68,6 +68,9 @@ class RunMeta(BaseModel):
     retry_errors: int = 0
     work_root: str | None = None
     """Temp directory of the run's worktrees, removed on resume if a crash left it behind."""
+    label: str | None = None
+    selection: Selection | None = None
+    artifacts: bool = True
 
 
 def runs_dir(state_root: Path) -> Path:

@@ -1,0 +1,180 @@
+"""Rich renderables for the terminal: ``worktrial show`` (a run, a task, an attempt) and tables on a terminal.
+
+These are the human views; markdown stays the format for files and pipes. Text from agents is passed to rich
+as ``Text`` (never as markup), so a log that contains ``[bold]`` prints literally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from worktrial.model.artifacts import AttemptArtifacts, StreamTail
+from worktrial.model.envelope import Envelope, TaskReport
+from worktrial.model.records import AttemptRecord
+from worktrial.render.format import ci, num, usd
+from worktrial.render.markdown import outcome_summary
+
+STYLE = {"pass": "green", "fail": "red", "timeout": "yellow", "error": "magenta"}
+SHOW_LOG_LINES = 200
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 attempt``, ``2 attempts`` (``many`` for irregular plurals)."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
+def _outcome(outcome: str) -> Text:
+    return Text(outcome, style=f"bold {STYLE.get(outcome, '')}")
+
+
+def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
+    """Header facts, group metrics and the task table of one run."""
+    report, run = envelope.report, envelope.run
+    k = report.k
+    model = f"{envelope.provider}/{envelope.model}" if envelope.provider else (envelope.model or "—")
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="dim")
+    facts.add_column()
+    facts.add_row("suite", Text(f"{report.suite_name} ({report.suite_id}) · {envelope.suite_path}"))
+    facts.add_row("agent", Text(f"{envelope.agent.get('name', '?')} · model {model}"))
+    facts.add_row("run", Text(f"{run.id}" + (f" · {run.label}" if run.label else "") + f" · {run.started_at}"))
+    facts.add_row(
+        "base commit", Text(run.workspace.base_commit[:12] + (" (dirty workspace)" if run.workspace.dirty else ""))
+    )
+    facts.add_row(
+        "attempts",
+        Text(f"{plural(run.attempts, 'attempt')} per task · k = {k}" + ("" if run.complete else " · incomplete")),
+    )
+    facts.add_row("cost", Text(f"{usd(report.cost_usd)} · per solve {usd(report.cost_per_solve)}"))
+    groups = Table(title=None, show_edge=False, header_style="bold")
+    for column in ("group", "tasks", "passed/total", f"pass@{k}", "95% CI", f"pass^{k}", "95% CI "):
+        groups.add_column(column, justify="right" if column not in ("group", "95% CI", "95% CI ") else "left")
+    for name, m in [("overall", report.overall), *report.categories.items()]:
+        groups.add_row(
+            name,
+            str(m.tasks),
+            f"{m.passed_runs}/{m.total_runs}",
+            num(m.pass_at_k),
+            ci(m.ci95.pass_at_k),
+            num(m.pass_power_k),
+            ci(m.ci95.pass_power_k),
+        )
+    tasks = Table(show_edge=False, header_style="bold")
+    for column in ("task", "category", "passed/total", "outcomes", "first problem"):
+        tasks.add_column(column, overflow="fold")
+    for task in report.tasks:
+        problem = next((a for a in task.attempts if a.outcome != "pass"), None)
+        why = Text(f"#{problem.attempt} {problem.reason or problem.outcome}") if problem else Text("")
+        tasks.add_row(
+            Text(task.task_id), task.category, f"{task.passed_runs}/{task.total_runs}", outcome_summary(task), why
+        )
+    hint = (
+        "worktrial show RUN TASK [ATTEMPT] shows an attempt's logs and patch"
+        if has_artifacts
+        else "no artifacts stored for this run (--no-artifacts, or an envelope from elsewhere)"
+    )
+    return Group(facts, Text(""), groups, Text(""), tasks, Text(""), Text(hint, style="dim"))
+
+
+def task_view(task: TaskReport, artifacts: Mapping[tuple[str, int], AttemptArtifacts]) -> RenderableType:
+    table = Table(show_edge=False, header_style="bold", title=f"{task.task_id} · {task.category}")
+    for column in ("#", "outcome", "claimed", "verified", "time", "tokens", "cost", "reason / first failing command"):
+        table.add_column(column, overflow="fold")
+    for record in task.attempts:
+        extra = artifacts.get((task.task_id, record.attempt))
+        failing = extra.first_failure() if extra else None
+        why = record.reason or ""
+        if failing is not None:
+            why += f"\n{failing.phase} {failing.index}: {failing.command} → " + (
+                "timed out" if failing.timed_out else f"exit {failing.exit_code}"
+            )
+        tokens = record.tokens.total()
+        table.add_row(
+            str(record.attempt),
+            _outcome(record.outcome),
+            _yes_no(record.claimed),
+            _yes_no(record.verified),
+            f"{record.duration_secs:.1f}s",
+            "—" if tokens is None else f"{tokens:,}",
+            usd(record.cost_usd),
+            Text(why),
+        )
+    return table
+
+
+def _yes_no(value: bool | None) -> str:
+    return "—" if value is None else ("yes" if value else "no")
+
+
+def _tail(title: str, stream: StreamTail | None) -> RenderableType | None:
+    if stream is None or not stream.text:
+        return None
+    lines = stream.text.rstrip("\n").splitlines()
+    shown = "\n".join(lines[-SHOW_LOG_LINES:])
+    note = f" (last {min(len(lines), SHOW_LOG_LINES)} lines of {stream.total_bytes:,} bytes)"
+    return Panel(Text(shown), title=title + note, title_align="left", border_style="dim")
+
+
+def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> RenderableType:
+    """Everything about one attempt: facts, setup/verify commands with output, agent output, patch."""
+    head = Text.assemble(f"{record.task_id} #{record.attempt}: ", _outcome(record.outcome))
+    if record.reason:
+        head.append(f" — {record.reason}")
+    facts = Text(
+        f"claimed {_yes_no(record.claimed)} · verified {_yes_no(record.verified)} · total {record.duration_secs:.1f}s"
+        f" · agent {record.agent_secs:.1f}s · verify {record.verify_secs:.1f}s · cost {usd(record.cost_usd)}",
+        style="dim",
+    )
+    parts: list[RenderableType] = [head, facts]
+    if artifacts is None:
+        parts.append(Text("no artifacts stored for this attempt", style="dim"))
+        return Group(*parts)
+    for command in artifacts.commands:
+        status = "timed out" if command.timed_out else f"exit {command.exit_code}"
+        style = "green" if command.ok else "red"
+        title = f"{command.phase} {command.index}: {command.command} → {status} ({command.duration_secs:.1f}s)"
+        body = "\n".join(command.output_tail.rstrip("\n").splitlines()[-SHOW_LOG_LINES:]) or "(no output)"
+        parts.append(Panel(Text(body), title=Text(title), title_align="left", border_style=style))
+    for title, stream in (("agent stdout", artifacts.agent_stdout), ("agent stderr", artifacts.agent_stderr)):
+        panel = _tail(title, stream)
+        if panel is not None:
+            parts.append(panel)
+    patch = artifacts.patch
+    if patch is None:
+        parts.append(Text("no patch recorded (the agent never ran)", style="dim"))
+    elif not patch.diff:
+        parts.append(Text("the agent changed nothing", style="dim"))
+    else:
+        title = f"patch: {plural(len(patch.files), 'file')}" + (" (truncated)" if patch.truncated else "")
+        parts.append(
+            Panel(Syntax(patch.diff, "diff", theme="ansi_dark", word_wrap=True), title=title, title_align="left")
+        )
+    if artifacts.redactions:
+        parts.append(Text(f"{plural(artifacts.redactions, 'secret value')} redacted", style="dim"))
+    return Group(*parts)
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A markdown table for pipes and files (cells escaped)."""
+
+    def esc(value: str) -> str:
+        return value.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def rich_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    table = Table(show_edge=False, header_style="bold")
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(c) for c in row))
+    return table
