@@ -127,3 +127,22 @@ def test_selection_label_and_resume(cli: Cli, repo: Path, write_suite: SuiteWrit
     assert [t["task_id"] for t in json.loads(resumed.stdout)["report"]["tasks"]] == ids
     bad = cli(["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "--task", "nope*"], cwd=repo)
     assert bad.exit_code == 2 and "--task 'nope*' matches no task id" in bad.output
+
+
+def test_a_pinned_suite_run_from_outside_git_is_found_where_it_was_started(
+    cli: Cli, repo: Path, write_suite: SuiteWriter, tmp_path: Path
+) -> None:
+    suite = write_suite([task("t1"), task("t2", verify_commands=[VERIFY])], workspace={"repo": str(repo)})
+    outside = tmp_path / "not-a-repo"
+    outside.mkdir()
+    result = cli(["eval", "--suite", str(suite), "--trust", "-q", "--format", "json", "--agent", "oracle"], cwd=outside)
+    assert result.exit_code == 0, result.output
+    run_id = json.loads(result.stdout)["run"]["id"]
+    run_dir = outside / ".worktrial" / "runs" / run_id
+    assert (run_dir / "envelope.json").is_file()
+    assert run_id in cli(["runs"], cwd=outside).stdout
+    assert cli(["report", run_id], cwd=outside).exit_code == 0
+    assert "expected 4" in cli(["show", run_id, "t2", "1"], cwd=outside).stdout
+    assert cli(["view", run_id], cwd=outside).exit_code == 0
+    audit = cli(["audit", str(run_dir / "envelope.json"), "--suite", str(suite)], cwd=outside)
+    assert audit.exit_code == 0, audit.output

@@ -37,9 +37,9 @@ def comparable(envelope: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
-def eval_json(cli, repo: Path, suite: Path, *extra: str) -> dict[str, Any]:
+def eval_json(cli, repo: Path, suite: Path, *extra: str, exit_code: int = 0) -> dict[str, Any]:
     result = cli(["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", *extra], cwd=repo)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == exit_code, result.output
     return json.loads(result.stdout)
 
 
@@ -151,7 +151,8 @@ def test_retry_errors_only_retries_infrastructure(cli, repo: Path, write_suite) 
 def test_without_retry_errors_infrastructure_errors_stand(cli, repo: Path, write_suite) -> None:
     FlakyInfraAgent.calls.clear()
     suite = write_suite([task("infra")], attempts=1)
-    envelope = eval_json(cli, repo, suite, "--agent", "tests.agents_for_tests:FlakyInfraAgent")
+    # Its only attempt errs, so the run measured nothing: exit 1, with the report still printed.
+    envelope = eval_json(cli, repo, suite, "--agent", "tests.agents_for_tests:FlakyInfraAgent", exit_code=1)
     attempt = envelope["report"]["tasks"][0]["attempts"][0]
     assert attempt["outcome"] == "error" and attempt["error_category"] == "crashed" and attempt["retries"] == 0
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import shlex
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -139,6 +143,59 @@ def read_usage_file(path: Path) -> Usage:
     return usage
 
 
+_SHELL_WORDS = frozenset(
+    [
+        "!",
+        "{",
+        "(",
+        "[",
+        "[[",
+        ".",
+        ":",
+        "cd",
+        "case",
+        "command",
+        "eval",
+        "exec",
+        "exit",
+        "export",
+        "for",
+        "function",
+        "if",
+        "read",
+        "set",
+        "source",
+        "test",
+        "then",
+        "time",
+        "trap",
+        "true",
+        "false",
+        "ulimit",
+        "umask",
+        "unset",
+        "until",
+        "while",
+    ]
+)
+
+
+def command_program(cmd: str) -> str | None:
+    """The program a simple command line starts, or None when the shell decides (builtins, syntax, variables)."""
+    try:
+        words = shlex.split(cmd, comments=True)
+    except ValueError:
+        return None
+    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        words = words[1:]  # VAR=value prefixes
+    if not words:
+        return None
+    first = words[0]
+    if first in _SHELL_WORDS or any(ch in first for ch in "$`*?;&|<>(){}") or first.startswith("~"):
+        return None
+    return first
+
+
 class CommandAgent:
     """Any program: ``/bin/sh -c CMD`` in the worktree, prompt on stdin; exit 0 claims success."""
 
@@ -154,7 +211,19 @@ class CommandAgent:
         return {"name": self.name, "command": self.cmd}
 
     def preflight(self) -> None:
-        return None
+        """Refuse before the first attempt when the command's program does not resolve (not installed, typo)."""
+        program = command_program(self.cmd)
+        if program is None:
+            return
+        if "/" in program:
+            path = Path(program)
+            if path.is_absolute() and not (path.is_file() and os.access(path, os.X_OK)):
+                raise BadInputError(f"--agent-cmd: {program} does not exist or is not executable")
+            return
+        if shutil.which(program) is None:
+            raise BadInputError(
+                f"--agent-cmd: {program!r} is not installed or not on PATH; install it, or give its full path"
+            )
 
     def run(self, ctx: AgentContext) -> AgentResult:
         usage_file = ctx.scratch / "usage.json"

@@ -24,6 +24,7 @@ from worktrial.isolation.workspace import find_workspace
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
+from worktrial.render.terminal import markdown_table, rich_table
 from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, stored_envelope
 from worktrial.state.roots import state_root
@@ -33,6 +34,7 @@ from worktrial.version import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_INTERRUPTED = 130
+EXIT_MEASURED_NOTHING = 1
 
 
 class _Group(click.Group):
@@ -220,6 +222,13 @@ def _run_and_report(
         err(f"worktrial: worktrees kept under {result.kept_root}")
     if not quiet:
         err(f"worktrial: run stored in {result.store_dir}")
+    attempts = [a for t in result.envelope.report.tasks for a in t.attempts]
+    if result.status == "complete" and attempts and all(a.outcome == "error" for a in attempts):
+        err(
+            f"worktrial: error: every attempt ended in error, so the run measured nothing "
+            f"(first: {attempts[0].reason or attempts[0].error_category}); fix the setup and run again"
+        )
+        sys.exit(EXIT_MEASURED_NOTHING)
     if result.interrupted:
         err(
             f"worktrial: interrupted; the report covers the attempts that finished. "
@@ -247,7 +256,7 @@ main.add_command(eval_cmd)
 
 @main.group("exec")
 def exec_group() -> None:
-    """Long forms of commands (``worktrial exec eval`` = ``worktrial eval``)."""
+    """Long forms of commands: 'worktrial exec eval' is 'worktrial eval'."""
 
 
 exec_group.add_command(eval_cmd)
@@ -328,7 +337,14 @@ def schema_cmd(which: str) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="Read custom [agents.NAME] from this repository's worktrial.toml (default: the current one).",
 )
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "markdown", "json"]),
+    default="table",
+    show_default=True,
+    help="table: a terminal table (markdown when piped); markdown; json.",
+)
 def agents_cmd(workspace: Path | None, fmt: str) -> None:
     """List every agent --agent accepts, whether its program is installed, and its version."""
     from worktrial.agents.listing import list_agents
@@ -342,13 +358,16 @@ def agents_cmd(workspace: Path | None, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps([row.__dict__ for row in rows], indent=2))
         return
-    click.echo("| agent | kind | installed | version | what |")
-    click.echo("|---|---|---|---|---|")
+    headers = ["agent", "kind", "installed", "version", "what"]
+    cells = []
     for row in rows:
         installed = {True: "yes", False: "no", None: "—"}[row.installed]
         hint = f" — install: {row.install}" if row.installed is False and row.install else ""
-        cells = [row.name, row.kind, installed, row.version or "—", f"{row.summary}{hint}"]
-        click.echo("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        cells.append([row.name, row.kind, installed, row.version or "—", f"{row.summary}{hint}"])
+    if fmt == "table" and sys.stdout.isatty():
+        Console(highlight=False).print(rich_table(headers, cells))  # no escaping: commands copy-paste as shown
+    else:
+        click.echo(markdown_table(headers, cells), nl=False)
 
 
 @main.command("validate")
