@@ -174,3 +174,25 @@ def test_a_suite_committed_in_the_repository_is_removed_from_the_agents_base(cli
     result = _eval(cli, repo, evals / "suite.json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 1, result.stdout
+
+
+def test_cache_key_reuses_a_setup_across_runs(cli, repo: Path, write_suite, tmp_path: Path) -> None:
+    counter = tmp_path / "setups.txt"
+    setup = [
+        {"sh": f"echo x >> {counter}"},
+        {"sh": "mkdir -p .venv/lib && echo dep > .venv/lib/dep.txt && touch -d 2001-01-01 .venv/lib/dep.txt"},
+        {"sh": "rm README.md"},
+    ]
+    # The agent sees the restored files, with their modification times, and the deletion, in a clean tree.
+    check = 'test "$(stat -c %Y .venv/lib/dep.txt)" = "$(date -d 2001-01-01 +%s)" && test ! -e README.md'
+    solution = [{"sh": f"{CLEAN} && {check} && echo done > done.txt"}]
+    environment = {"setup": setup, "cache_key": "v1"}
+    suite = write_suite([task("t1", solution=solution)], attempts=2, environment=environment)
+    for _ in range(2):
+        result = _eval(cli, repo, suite, "--jobs", "1")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 2, result.stdout
+    assert len(counter.read_text().splitlines()) == 1  # the second run restored the first one's result
+    changed = write_suite([task("t1", solution=solution)], attempts=1, environment={**environment, "cache_key": "v2"})
+    assert _eval(cli, repo, changed).exit_code == 0
+    assert len(counter.read_text().splitlines()) == 2  # a new cache_key is a miss

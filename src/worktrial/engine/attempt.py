@@ -15,6 +15,7 @@ from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, Ta
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
 from worktrial.isolation import proc
+from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import EnvironmentSetupError, run_setup
 from worktrial.isolation.patch import PatchData, agent_patch
 from worktrial.isolation.pool import Slot
@@ -43,6 +44,10 @@ def suite_env(env: dict[str, str], spec: AttemptSpec) -> dict[str, str]:
     return {**env, SUITE_DIR_ENV: spec.suite_dir} if spec.suite_dir else dict(env)
 
 
+def environment_cache(spec: AttemptSpec) -> EnvironmentCache | None:
+    return EnvironmentCache(Path(spec.environment_cache)) if spec.environment_cache else None
+
+
 def setup_log(spec: AttemptSpec) -> Path | None:
     """A new file for one environment setup's output, kept with the run's records."""
     if not spec.artifacts_dir:
@@ -60,7 +65,7 @@ def slot_preparer(
 
     def prepare(ws: AttemptWorkspace) -> str:
         log = setup_log(spec) if base.environment else None
-        return run_setup(ws, base.environment, env, scope=scope, log=log, hide=base.hide)
+        return run_setup(ws, base.environment, env, scope=scope, log=log, hide=base.hide, cache=environment_cache(spec))
 
     return prepare
 
@@ -130,7 +135,15 @@ def run_attempt(
                 workspace = create_attempt_workspace(source, base.commit, root)
                 if base.prepared:
                     log = setup_log(spec) if base.environment else None
-                    run_setup(workspace, base.environment, suite_env(env, spec), scope=scope, log=log, hide=base.hide)
+                    run_setup(
+                        workspace,
+                        base.environment,
+                        suite_env(env, spec),
+                        scope=scope,
+                        log=log,
+                        hide=base.hide,
+                        cache=environment_cache(spec),
+                    )
                 (workspace.root / "scratch").mkdir()
         except EnvironmentSetupError as exc:
             progress.reason, progress.category = str(exc).splitlines()[0], "environment"

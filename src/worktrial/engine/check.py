@@ -19,11 +19,13 @@ from worktrial.analysis.lint import lint_suite
 from worktrial.analysis.suite_paths import lint_locations
 from worktrial.engine.check_rebuild import Rebuild, rebuilder
 from worktrial.engine.run import RunObserver, RunOptions, resolve_task_bases, run_suite
+from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.workspace import remove_tree
 from worktrial.model.commands import display
 from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import Outcome
 from worktrial.model.suite import LoadedSuite, Task
+from worktrial.state.config import cache_dir
 
 DEFAULT_REPEATS = 3
 
@@ -130,7 +132,7 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
     work_root = Path(tempfile.mkdtemp(prefix="worktrial-check-"))
     checks: list[TaskCheck] = []
     try:
-        with rebuilder(loaded, work_root) as builder:
+        with rebuilder(loaded, work_root, EnvironmentCache(cache_dir() / "environments")) as builder:
             for task in loaded.suite.tasks:
                 repeats = None
                 if task.solution:

@@ -19,6 +19,7 @@ from pathlib import Path
 from worktrial.engine.executor import TaskBase
 from worktrial.errors import WorktrialError
 from worktrial.isolation import proc
+from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import run_setup
 from worktrial.isolation.pool import Slot
 from worktrial.isolation.proc import run_command
@@ -64,8 +65,15 @@ def _named(paths: list[str]) -> str:
 class Rebuilder:
     """Slots keyed by task base (the environment is set up once per base), plus the suite's read-only copy."""
 
-    def __init__(self, loaded: LoadedSuite, work_root: Path, scope: proc.ProcessScope | None = None) -> None:
+    def __init__(
+        self,
+        loaded: LoadedSuite,
+        work_root: Path,
+        cache: EnvironmentCache | None,
+        scope: proc.ProcessScope | None = None,
+    ) -> None:
         self.loaded = loaded
+        self.cache = cache
         self.work_root = work_root
         self.scope = scope
         self.suite_copy = work_root / "suite"
@@ -83,7 +91,7 @@ class Rebuilder:
                 env = self.env()
 
                 def prepare(ws: AttemptWorkspace) -> str:
-                    return run_setup(ws, base.environment, env, scope=self.scope, hide=base.hide)
+                    return run_setup(ws, base.environment, env, scope=self.scope, hide=base.hide, cache=self.cache)
 
             self._slots[base.key] = Slot(source, base.commit, self.work_root / f"slot-{len(self._slots)}", prepare)
         return self._slots[base.key]
@@ -167,8 +175,8 @@ class Rebuilder:
 
 
 @contextlib.contextmanager
-def rebuilder(loaded: LoadedSuite, work_root: Path) -> Iterator[Rebuilder]:
-    builder = Rebuilder(loaded, work_root)
+def rebuilder(loaded: LoadedSuite, work_root: Path, cache: EnvironmentCache | None = None) -> Iterator[Rebuilder]:
+    builder = Rebuilder(loaded, work_root, cache)
     try:
         yield builder
     finally:

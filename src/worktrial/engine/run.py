@@ -500,6 +500,7 @@ def _settings(
         artifacts=meta.artifacts,
         suite_dir=str(suite_dir),
         artifacts_dir=str(store_dir),
+        environment_cache=str(cache_dir() / "environments"),
     )
     return RunSettings(
         loaded=loaded,

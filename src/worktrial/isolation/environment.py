@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from worktrial.errors import WorktrialError
+from worktrial.isolation.env_cache import EnvironmentCache, entry_key
 from worktrial.isolation.proc import ProcessScope, ProcResult, run_command
 from worktrial.isolation.workspace import AttemptWorkspace, git, remove_tree
 from worktrial.model.commands import display
@@ -58,6 +59,7 @@ def run_setup(
     scope: ProcessScope | None = None,
     log: Path | None = None,
     hide: tuple[str, ...] = (),
+    cache: EnvironmentCache | None = None,
 ) -> str:
     """Run the setup commands in ``ws``'s worktree, commit the result, and return the new base commit.
 
@@ -68,6 +70,14 @@ def run_setup(
     """
     for rel in hide:
         remove_tree(ws.worktree / rel)
+    key = None
+    pinned = ""
+    if cache is not None and environment is not None:
+        pinned = _head(ws)
+        key = entry_key(pinned, environment, hide)
+        if key is not None and cache.restore(key, ws):
+            _log(log, f"restored from the environment cache ({key[:12]}), setup commands not run\n")
+            return commit_result(ws)
     commands = environment.setup if environment is not None else []
     timeout = environment.timeout_secs if environment is not None else 0
     for i, command in enumerate(commands, start=1):
@@ -81,7 +91,15 @@ def run_setup(
                 f"environment setup failed at step {i} ({display(command)}): {why}; output tail:\n{output.rstrip()}",
                 output,
             )
-    return commit_result(ws)
+    commit = commit_result(ws)
+    if cache is not None and key is not None:
+        cache.store(key, ws, pinned, commit)
+    return commit
+
+
+def _head(ws: AttemptWorkspace) -> str:
+    result = git(["-C", str(ws.worktree), "rev-parse", "HEAD"], ws.worktree)
+    return result.stdout_tail.decode().strip() if result.ok else ""
 
 
 def commit_result(ws: AttemptWorkspace) -> str:
