@@ -21,12 +21,14 @@ import tarfile
 import uuid
 from pathlib import Path
 
-from worktrial.isolation.workspace import AttemptWorkspace, git, remove_tree
+from worktrial.isolation import proc
+from worktrial.isolation.workspace import AttemptWorkspace, remove_tree
 from worktrial.model.suite import Environment
 
 CACHE_FORMAT = 1
 _FILES = "files.tar"
 _DELETED = "deleted.json"
+_LIST_LIMIT = 64 * 1024 * 1024
 
 
 def entry_key(pinned_commit: str, environment: Environment, hide: tuple[str, ...]) -> str | None:
@@ -71,11 +73,10 @@ class EnvironmentCache:
 
     def store(self, key: str, ws: AttemptWorkspace, pinned_commit: str, commit: str) -> None:
         """Record what ``commit`` (the setup's result) changed relative to ``pinned_commit``; best effort."""
-        result = git(
-            ["-C", str(ws.worktree), "diff", "--name-status", "--no-renames", "-z", pinned_commit, commit], ws.worktree
-        )
-        if not result.ok:
-            return
+        argv = ["git", "-C", str(ws.worktree), "diff", "--name-status", "--no-renames", "-z", pinned_commit, commit]
+        result = proc.run(argv, cwd=ws.worktree, env=proc.clean_env(), timeout=600, sweep=False, tail_bytes=_LIST_LIMIT)
+        if not result.ok or result.stdout_bytes >= _LIST_LIMIT:
+            return  # a listing that does not fit is not cached: a miss next time, never a wrong entry
         fields = result.stdout_tail.decode("utf-8", "surrogateescape").split("\0")
         changed: list[str] = []
         deleted: list[str] = []
