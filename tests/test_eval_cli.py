@@ -18,11 +18,13 @@ from tests.conftest import git, task
 def run_json(cli, repo: Path, suite: Path, *extra: str) -> dict[str, Any]:
     result = cli(["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", *extra], cwd=repo)
     assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    envelope: dict[str, Any] = json.loads(result.stdout)
+    return envelope
 
 
 def attempts_of(envelope: dict[str, Any], task_index: int = 0) -> list[dict[str, Any]]:
-    return envelope["report"]["tasks"][task_index]["attempts"]
+    attempts: list[dict[str, Any]] = envelope["report"]["tasks"][task_index]["attempts"]
+    return attempts
 
 
 # --- exit codes and messages -------------------------------------------------------------------------
@@ -325,3 +327,17 @@ def test_a_matrix_marks_a_row_that_measured_nothing(cli, repo: Path, write_suite
     assert "measured nothing: every attempt ended in error" in result.stdout, result.output
     ranked = result.stdout.split("## Not ranked")[0]
     assert "oracle" in ranked and "command" not in ranked.split("|", 1)[1].split("oracle")[0]
+
+
+def test_a_model_server_that_is_down_is_exit_2_before_any_attempt(cli, repo: Path, write_suite) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nothing listens on once this socket is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    suite = write_suite([task()])
+    args = ["eval", "--suite", str(suite), "--trust", "--model", "openai-compatible/local-model"]
+    result = cli([*args, "--base-url", f"http://127.0.0.1:{port}/v1"], cwd=repo)
+    assert_clean_error(result, 2, f"nothing answers at http://127.0.0.1:{port}/v1 (connection refused)")
+    runs = repo / ".worktrial" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
