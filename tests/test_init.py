@@ -31,7 +31,7 @@ def _init_and_check(cli: Any, repo: Path, kind: str) -> dict[str, Any]:
     assert result.exit_code == 0, result.output
     assert f"wrote a {kind} starter suite" in result.stdout
     suite = repo / "evals" / "suite.json"
-    data = json.loads(suite.read_text())
+    data: dict[str, Any] = json.loads(suite.read_text())
     assert data["files"] and data["environment"]["setup"]
     assert {t["category"] for t in data["tasks"]} == {"capability", "regression"}
     check = cli(["check", str(suite), "--trust", "--format", "json", "-q", "--repeats", "1"], cwd=repo)
