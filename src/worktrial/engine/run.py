@@ -53,7 +53,8 @@ from worktrial.state.traces import write_trace
 from worktrial.util import public_url, utc_now
 
 # Error categories caused by infrastructure, not by the agent's work: retrying them does not bias results.
-INFRA_ERROR_CATEGORIES = frozenset({"worktree", "crashed", "provider_server", "provider_rate_limit"})
+# ``worker_lost``: a remote executor lost the worker process or node an attempt was running on.
+INFRA_ERROR_CATEGORIES = frozenset({"worktree", "crashed", "provider_server", "provider_rate_limit", "worker_lost"})
 JOIN_TIMEOUT_SECS = 30.0
 
 
@@ -476,6 +477,7 @@ def _settings(
         artifacts=meta.artifacts,
         suite_dir=str(suite_dir),
         artifacts_dir=str(store_dir),
+        suite_digest=meta.suite_bundle_sha256 or meta.suite_sha256,
     )
     return RunSettings(
         loaded=loaded,
