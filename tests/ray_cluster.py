@@ -11,6 +11,7 @@ their environment, so a node can be killed by PID (never by name).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -148,10 +149,8 @@ class ContainedCluster:
         """SIGKILL every process of one node (raylet, its workers, their agents); how many were signalled."""
         pids = self.node_pids(name)
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         return len(pids)
 
     def stop(self) -> None:

@@ -23,11 +23,12 @@ import contextlib
 import importlib
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, ExecutorEvent, RepoSource, TaskBase
 from worktrial.engine.ray_worker import BUNDLE_PREFIX, SUITE_PREFIX, SlotWorker, error_result, node_dir, pack_suite_dir
@@ -124,6 +125,7 @@ class RayExecutor:
         self._shipped: dict[tuple[str, str], str] = {}  # (repository path, commit) -> shipment name
         self._refs: dict[str, Any] = {}  # shipment name -> ObjectRef
         self._wire_specs: dict[int, tuple[AttemptSpec, AttemptSpec]] = {}
+        self._stdout: TextIO | None = None
         self._connect()
 
     # -- connection and pool -------------------------------------------------------------------------------------
@@ -133,9 +135,13 @@ class RayExecutor:
         if ray.is_initialized():
             return
         address = self.settings.address or os.environ.get("RAY_ADDRESS") or None
+        # Ray's driver prints cluster events ("raylet died") to sys.stdout from a thread of its own, which would
+        # corrupt a JSON report on stdout: while this executor is connected they go to stderr with the progress.
+        self._stdout, sys.stdout = sys.stdout, sys.stderr
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
+            self._restore_stdout()
             where = address or "a new local Ray instance"
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BadInputError(
@@ -284,9 +290,14 @@ class RayExecutor:
         self._refs.clear()
         if self._owns_connection:
             with contextlib.suppress(Exception):
-                ray.shutdown()
+                ray.shutdown()  # joins Ray's printing threads before stdout is given back
             self._owns_connection = False
+        self._restore_stdout()
         return clean and not self._inflight
+
+    def _restore_stdout(self) -> None:
+        if self._stdout is not None:
+            sys.stdout, self._stdout = self._stdout, None
 
     # -- shipping ------------------------------------------------------------------------------------------------
 
