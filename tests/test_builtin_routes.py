@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -121,7 +122,12 @@ def test_agent_describe_and_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY")
     with pytest.raises(BadInputError, match="set OPENAI_API_KEY"):
         BuiltinAgent(AgentOptions(model="openai/gpt-5.1")).preflight()
-    BuiltinAgent(AgentOptions(model="ollama/qwen3:8b")).preflight()
+    # A local model server that is down fails every attempt alike: preflight refuses before the first.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    with pytest.raises(BadInputError, match=r"nothing answers at .* \(connection refused\)"):
+        BuiltinAgent(AgentOptions(model="ollama/qwen3:8b", base_url=closed)).preflight()
 
 
 def test_settings_merge_and_validation() -> None:

@@ -128,7 +128,10 @@ def test_cost_per_solve_breaks_a_full_tie_and_unknown_cost_sorts_last() -> None:
     unknown = envelope([4, 2], cost=None, run_id="unknown")
     board = build_leaderboard([Contender(e.run.id, None, "complete", e) for e in (unknown, dear, cheap)])
     assert [(r.run_id, r.tied_with) for r in board.rows] == [("cheap", None), ("dear", 1), ("unknown", 2)]
-    text = render_leaderboard_markdown(board)
+    compact = render_leaderboard_markdown(board)
+    assert "| 2 ≈1 |" in compact and "| 3 ≈2 |" in compact
+    assert max(len(line) for line in compact.splitlines() if line.startswith("|")) <= 100
+    text = render_leaderboard_markdown(board, wide=True)
     assert "| 2 | ≈ #1 |" in text and "| 3 | ≈ #2 |" in text
     third = next(line for line in text.splitlines() if line.startswith("| 3 |"))
     cells = [cell.strip() for cell in third.split("|")[1:-1]]
@@ -281,7 +284,7 @@ def test_agent_matrix_ranks_marks_ties_and_reports_cost_and_honesty(
     assert sorted(p.parent.name for p in stored_runs(repo)) == sorted(r["run_id"] for r in rows)
     assert len({e["run"]["workspace"]["base_commit"] for e in envelopes}) == 1
     # Markdown (two of the agents, to a file): order, honesty columns and the runs to compare.
-    text = cli([*args, *agents[:4], "--output", str(tmp_path / "board.md")], cwd=repo)
+    text = cli([*args, *agents[:4], "--wide", "--output", str(tmp_path / "board.md")], cwd=repo)
     assert text.exit_code == 0, text.output
     board = (tmp_path / "board.md").read_text()
     assert board.startswith("# worktrial leaderboard: Test suite (`test-suite`)")
@@ -401,12 +404,17 @@ def test_interrupt_stops_the_matrix_and_prints_what_finished(repo: Path, tmp_pat
     agents = ["--agent", "quick", "--agent", "slow", "--agent", "never"]
     harness = subprocess.Popen([*command, *agents], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     runs = repo / ".worktrial" / "runs"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not sleeping.exists():  # the second configuration's agent is running
-        time.sleep(0.05)
-    assert sleeping.exists(), "the slow agent never started"
-    harness.send_signal(signal.SIGINT)
-    out, err = harness.communicate(timeout=30)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not sleeping.exists():  # the second configuration's agent runs
+            time.sleep(0.05)
+        assert sleeping.exists(), "the slow agent never started"
+        harness.send_signal(signal.SIGINT)
+        out, err = harness.communicate(timeout=60)
+    finally:
+        if harness.poll() is None:  # a failed wait above must not leave the matrix and its agent running
+            harness.kill()
+            harness.communicate(timeout=30)
     assert harness.returncode == 130, err.decode()
     rows = json.loads(out)["leaderboard"]
     assert [(r["agent"], r["status"], r["rank"]) for r in rows] == [

@@ -21,7 +21,7 @@ from typing import Any
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentResult, launch_error
 from worktrial.agents.presets import PARSERS
 from worktrial.agents.presets.parsing import ExitInfo, OutputParser, Verdict, exit_reason
-from worktrial.agents.simple import read_usage_file
+from worktrial.agents.simple import USAGE_FILE, command_env, read_usage_file
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
 from worktrial.model.commands import SHELL
@@ -41,7 +41,7 @@ class UsageFileParser:
         return None
 
     def finish(self, exit_info: ExitInfo) -> Verdict:
-        usage = read_usage_file(exit_info.scratch / "usage.json")
+        usage = read_usage_file(exit_info.scratch / USAGE_FILE)
         if exit_info.timed_out:
             return Verdict(claimed=None, usage=usage)
         if exit_info.returncode == 0:
@@ -124,17 +124,7 @@ class CustomAgent:
         return PARSERS[self.parser_name]()
 
     def run(self, ctx: AgentContext) -> AgentResult:
-        env = dict(ctx.env)
-        env.update(
-            {
-                "WORKTRIAL_PROMPT": ctx.task.prompt,
-                "WORKTRIAL_TASK_ID": ctx.task.id,
-                "WORKTRIAL_ATTEMPT": str(ctx.attempt),
-                "WORKTRIAL_WORKTREE": str(ctx.worktree),
-                "WORKTRIAL_SCRATCH": str(ctx.scratch),
-                "WORKTRIAL_USAGE_FILE": str(ctx.scratch / "usage.json"),
-            }
-        )
+        env = command_env(ctx)
         env.update(self.env)
         parser = self.new_parser()
         result = proc.run(

@@ -117,6 +117,9 @@ class RunObserver:
     def start(self, task_id: str, attempt: int) -> None:
         """An attempt started on a worker."""
 
+    def phase(self, task_id: str, attempt: int, phase: str) -> None:
+        """A running attempt moved to another phase: ``setup``, ``agent`` or ``verify``."""
+
     def attempt(self, record: AttemptRecord) -> None:
         """An attempt finished; its record is already persisted."""
 
@@ -559,6 +562,9 @@ def _drain(
     aborted: str | None = None
     for event in executor.events():
         job = event.job
+        if event.kind == "phase":
+            observer.phase(job.task.id, job.attempt, event.phase or "")
+            continue
         if event.kind == "start":
             observer.start(job.task.id, job.attempt)
             if not stopping:

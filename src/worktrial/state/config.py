@@ -7,6 +7,7 @@ workspace root (the project's). Tables merge key by key, the project winning, so
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 from worktrial.errors import BadInputError
 from worktrial.model.config import Config, parse_config
 
+log = logging.getLogger(__name__)
 PROJECT_FILE = "worktrial.toml"
 USER_FILE = "config.toml"
 
@@ -65,9 +67,11 @@ def load_config(workspace: Path | None = None) -> Config:
     """
     user_path = config_dir() / USER_FILE
     data = _read_toml(user_path)
+    log.debug("config: %s %s", user_path, "read" if data else "absent or empty")
     parse_config(data, str(user_path))
     if workspace is not None:
         project = _read_toml(workspace / PROJECT_FILE)
+        log.debug("config: %s %s", workspace / PROJECT_FILE, "read" if project else "absent or empty")
         parse_config(project, PROJECT_FILE)
         data = _merge(data, project)
     return parse_config(data, f"{user_path} + {PROJECT_FILE}")

@@ -69,12 +69,6 @@ class PresetSpec:
     is looked up in the price table (``provider/model`` routes are looked up as given)."""
 
 
-def split_model_route(model: str) -> tuple[str | None, str]:
-    """``provider/model`` -> (provider, model), split at the first "/" like the envelope does."""
-    provider, sep, rest = model.partition("/")
-    return (provider, rest) if sep and provider and rest else (None, model)
-
-
 def first_line(data: bytes, limit: int = 200) -> str | None:
     for line in data.decode("utf-8", "replace").splitlines():
         if line.strip():
