@@ -49,7 +49,8 @@ def _suite(tmp_path: Path, write_suite, ids: list[str], attempts: int) -> Path:
     (tmp_path / "hidden").mkdir(exist_ok=True)
     (tmp_path / "hidden" / "expected.txt").write_text("ok\n")
     verify = [{"sh": 'cmp done.txt "$WORKTRIAL_SUITE_DIR/hidden/expected.txt"'}]
-    return write_suite([task(i, verify_commands=verify) for i in ids], attempts=attempts, files=["hidden/*"])
+    suite: Path = write_suite([task(i, verify_commands=verify) for i in ids], attempts=attempts, files=["hidden/*"])
+    return suite
 
 
 def _agent_cmd(marks: Path, nap: float) -> str:
