@@ -30,7 +30,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, ExecutorEvent, RepoSource, TaskBase
+from worktrial.engine.executor import (
+    AgentRef,
+    AttemptJob,
+    AttemptResult,
+    AttemptSpec,
+    ExecutorEvent,
+    RepoSource,
+    TaskBase,
+)
 from worktrial.engine.ray_worker import BUNDLE_PREFIX, SUITE_PREFIX, SlotWorker, error_result, node_dir, pack_suite_dir
 from worktrial.errors import BadInputError, HarnessError
 from worktrial.isolation.gitbundle import create_bundle
@@ -225,17 +233,11 @@ class RayExecutor:
 
     def events(self) -> Iterator[ExecutorEvent]:
         ray = self.ray
-        lost_errors = _lost_errors(ray)
         while self._pending > 0:
             if self._stopping and self._queue:
                 self._pending -= len(self._queue)  # abandoned: they rerun on resume
                 self._queue.clear()
-            while self._queue and self._idle and not self._stopping:
-                job = self._queue.popleft()
-                actor = self._idle.pop()
-                wire, refs = self._wire(job)
-                self._inflight[actor.run.remote(wire, refs)] = (actor, job, time.monotonic())
-                yield ExecutorEvent("start", job)
+            yield from self._dispatch()
             if not self._inflight:
                 if self._pending > 0 and not self._actors:
                     raise HarnessError(
@@ -244,30 +246,41 @@ class RayExecutor:
                     )
                 continue
             ready, _ = ray.wait(list(self._inflight), num_returns=1, timeout=_POLL_SECS)
-            for ref in ready:
-                actor, job, started = self._inflight.pop(ref)
-                self._pending -= 1
-                try:
-                    result = ray.get(ref)
-                except lost_errors as exc:
-                    self._drop(actor)
-                    self.lost += 1
-                    node = self._nodes.get(actor, "?")[:12]
-                    reason = f"Ray worker lost on node {node}: {_first_line(exc)}"
-                    result = error_result(job, "worker_lost", reason, worker=f"ray:{node}")
-                    result = replace(
-                        result,
-                        record=result.record.model_copy(update={"duration_secs": round(time.monotonic() - started, 3)}),
-                    )
-                except ray.exceptions.RayTaskError as exc:
-                    self.stop()
-                    raise HarnessError(f"internal error in a Ray worker: {_first_line(exc)}") from None
-                else:
-                    self._idle.append(actor)
-                    self.placements[self._nodes.get(actor, "?")] += 1
-                if self._stopping:
-                    continue  # ended by the stop: not a result, it reruns on resume
-                yield ExecutorEvent("done", job, result)
+            finished = [self._collect(ref) for ref in ready]
+            yield from self._dispatch()  # freed workers start their next attempt before the driver persists this one
+            for job, result in finished:
+                if not self._stopping:  # a job ended by the stop is not a result: it reruns on resume
+                    yield ExecutorEvent("done", job, result)
+
+    def _dispatch(self) -> Iterator[ExecutorEvent]:
+        while self._queue and self._idle and not self._stopping:
+            job = self._queue.popleft()
+            actor = self._idle.pop()
+            wire, refs = self._wire(job)
+            self._inflight[actor.run.remote(wire, refs)] = (actor, job, time.monotonic())
+            yield ExecutorEvent("start", job)
+
+    def _collect(self, ref: Any) -> tuple[AttemptJob, AttemptResult]:
+        """The result of a finished call; a call whose actor or node died becomes a ``worker_lost`` error."""
+        ray = self.ray
+        actor, job, started = self._inflight.pop(ref)
+        self._pending -= 1
+        try:
+            result: AttemptResult = ray.get(ref)
+        except _lost_errors(ray) as exc:
+            self._drop(actor)
+            self.lost += 1
+            node = self._nodes.get(actor, "?")[:12]
+            reason = f"Ray worker lost on node {node}: {_first_line(exc)}"
+            lost = error_result(job, "worker_lost", reason, worker=f"ray:{node}")
+            elapsed = round(time.monotonic() - started, 3)
+            return job, replace(lost, record=lost.record.model_copy(update={"duration_secs": elapsed}))
+        except ray.exceptions.RayTaskError as exc:
+            self.stop()
+            raise HarnessError(f"internal error in a Ray worker: {_first_line(exc)}") from None
+        self._idle.append(actor)
+        self.placements[self._nodes.get(actor, "?")] += 1
+        return job, result
 
     def stop(self) -> None:
         self._stopping = True
