@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -102,6 +103,42 @@ def test_custom_resources_place_attempts_on_the_nodes_that_have_them(
     missing = cluster.run([*argv, "--ray-resource", "agent_nowhere=1"], repo)
     assert missing.returncode == 2
     assert "no Ray node offers resource 'agent_nowhere'" in missing.stderr
+
+
+def test_ctrl_c_stops_the_workers_and_resume_reconnects(
+    cluster: ContainedCluster, repo: Path, tmp_path: Path, write_suite
+) -> None:
+    ids = [f"good-{i}" for i in range(4)]
+    suite = _suite(tmp_path, write_suite, ids, attempts=2)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    driver = cluster.popen(_ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(marks, 2), "--jobs", "2"), repo)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(marks.glob("*.end")):  # one attempt done, others running: then Ctrl-C the driver
+            assert driver.poll() is None, driver.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no attempt finished"
+            time.sleep(0.05)
+        children = Path(f"/proc/{driver.pid}/task/{driver.pid}/children").read_text().split()
+        os.kill(int(children[0]), signal.SIGINT)  # nsenter's child is the worktrial driver
+        out, err = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert driver.returncode == 130, err[-3000:]
+    stopped = json.loads(out)
+    assert not stopped["run"]["complete"]
+    stored = sum(len(t["attempts"]) for t in stopped["report"]["tasks"])
+    assert 1 <= stored < 8
+
+    argv = [sys.executable, "-m", "worktrial", "resume", stopped["run"]["id"], "--format", "json", "-q", "--trust"]
+    resumed = cluster.run([*argv, "--executor", "ray", "--ray-address", cluster.address], repo)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    envelope = json.loads(resumed.stdout)
+    keys = sorted((t["task_id"], a["attempt"]) for t in envelope["report"]["tasks"] for a in t["attempts"])
+    assert keys == sorted((i, n) for i in ids for n in (1, 2))
+    assert envelope["run"]["complete"]
 
 
 def test_losing_a_node_mid_run_retries_its_attempts_on_the_survivors(
