@@ -13,6 +13,7 @@ from tests.conftest import git, task
 from worktrial.agents.base import AgentOptions
 from worktrial.cli.executors import executor_factory, parse_resources
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, RepoSource
+from worktrial.engine.ray_executor import check_shippable
 from worktrial.engine.ray_worker import SlotWorker, SuitePack
 from worktrial.errors import BadInputError
 from worktrial.isolation.gitbundle import create_bundle
@@ -147,6 +148,12 @@ def test_bad_resources_are_one_clear_error(value: str, message: str) -> None:
     with pytest.raises(BadInputError, match="--ray-resource") as info:
         parse_resources((value,))
     assert message in str(info.value)
+
+
+def test_credentials_in_the_base_url_never_travel_to_the_cluster() -> None:
+    with pytest.raises(BadInputError, match="would travel to every Ray node"):
+        check_shippable(AgentRef("builtin", AgentOptions(base_url="https://user:s3cret@llm.example.invalid/v1")))
+    check_shippable(AgentRef("builtin", AgentOptions(base_url="https://llm.example.invalid/v1")))
 
 
 def test_ray_flags_without_ray_executor_are_refused() -> None:

@@ -42,6 +42,7 @@ from worktrial.engine.executor import (
 from worktrial.engine.ray_worker import BUNDLE_PREFIX, SUITE_PREFIX, SlotWorker, error_result, node_dir, pack_suite_dir
 from worktrial.errors import BadInputError, HarnessError
 from worktrial.isolation.gitbundle import create_bundle
+from worktrial.util import public_url
 from worktrial.version import __version__
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,7 @@ class RayExecutor:
 
     def preflight(self, agent: AgentRef) -> dict[str, Any]:
         """Start the actors and build the agent on every one of them (each from its own node's environment)."""
+        check_shippable(agent)
         if not self._actors:
             self._start_actors()
         answers = self.ray.get([actor.preflight.remote(agent) for actor in self._actors])
@@ -369,6 +371,17 @@ class RayExecutor:
         if name not in self._refs:
             self._refs[name] = self.ray.put(pack)
         return name
+
+
+def check_shippable(agent: AgentRef) -> None:
+    """Refuse an agent whose options hold a credential: everything in a job travels to the cluster's nodes."""
+    url = agent.options.base_url
+    if url and public_url(url) != url:
+        raise BadInputError(
+            "--base-url has user info or a query (credentials), which would travel to every Ray node; pass it "
+            "without them and "
+            "give the workers their key in their own environment (see docs/cluster.md)"
+        )
 
 
 def _first_line(exc: BaseException) -> str:
