@@ -115,7 +115,8 @@ def test_ctrl_c_stops_the_workers_and_resume_reconnects(
     driver = cluster.popen(_ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(marks, 2), "--jobs", "2"), repo)
     try:
         deadline = time.monotonic() + 300
-        while not list(marks.glob("*.end")):  # one attempt done, others running: then Ctrl-C the driver
+        # One attempt persisted by the driver, others running: then Ctrl-C the driver.
+        while not any(p.read_text().strip() for p in repo.glob(".worktrial/runs/*/attempts.jsonl")):
             assert driver.poll() is None, driver.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "no attempt finished"
             time.sleep(0.05)
