@@ -13,7 +13,7 @@ from tests.conftest import git, task
 from worktrial.agents.base import AgentOptions
 from worktrial.cli.executors import executor_factory, parse_resources
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, RepoSource
-from worktrial.engine.ray_executor import check_shippable
+from worktrial.engine.ray_executor import RayExecutor, RaySettings, check_shippable
 from worktrial.engine.ray_worker import SlotWorker, SuitePack
 from worktrial.errors import BadInputError
 from worktrial.isolation.gitbundle import create_bundle
@@ -154,6 +154,11 @@ def test_credentials_in_the_base_url_never_travel_to_the_cluster() -> None:
     with pytest.raises(BadInputError, match="would travel to every Ray node"):
         check_shippable(AgentRef("builtin", AgentOptions(base_url="https://user:s3cret@llm.example.invalid/v1")))
     check_shippable(AgentRef("builtin", AgentOptions(base_url="https://llm.example.invalid/v1")))
+
+
+def test_keep_worktrees_is_refused_before_connecting(tmp_path: Path) -> None:
+    with pytest.raises(BadInputError, match="--keep-worktrees"):
+        RayExecutor(2, tmp_path, keep_worktrees=True, settings=RaySettings(address="127.0.0.1:1"))
 
 
 def test_ray_flags_without_ray_executor_are_refused() -> None:

@@ -113,6 +113,11 @@ class RayExecutor:
     def __init__(self, jobs: int, work_root: Path, *, keep_worktrees: bool = False, settings: RaySettings) -> None:
         if jobs < 1:
             raise ValueError("jobs must be at least 1")
+        if keep_worktrees:
+            raise BadInputError(
+                "--keep-worktrees keeps worktrees for inspection on this machine, but Ray attempts run on other "
+                "nodes; rerun the task with the local executor to inspect its worktree"
+            )
         if settings.cpus_per_attempt <= 0:
             raise BadInputError(f"--ray-cpus-per-attempt must be more than 0 (got {settings.cpus_per_attempt})")
         self.ray = import_ray()

@@ -518,7 +518,11 @@ def _differences(loaded: LoadedSuite, ws: _Workspace, meta: RunMeta, options: Ru
 def _started(run_id: str, jobs: int, options: RunOptions) -> Iterator[tuple[Executor, Path]]:
     """The run's private work directory and executor; both are gone when the run ends, however it ends."""
     work_root = Path(tempfile.mkdtemp(prefix=f"worktrial-{run_id}-"))
-    executor = options.executor(jobs, work_root, options.keep_worktrees)
+    try:
+        executor = options.executor(jobs, work_root, options.keep_worktrees)
+    except BaseException:  # e.g. a cluster that cannot be reached: nothing ran, leave nothing behind
+        remove_tree(work_root)
+        raise
     try:
         yield executor, work_root
     except BaseException:
