@@ -15,6 +15,7 @@ from rich.table import Table
 
 from worktrial.cli import logs
 from worktrial.cli.common import emit, ensure_trust, err
+from worktrial.cli.executors import executor_factory, executor_options
 from worktrial.cli.matrix import run_matrix_and_report
 from worktrial.cli.outputs import write_ci_outputs
 from worktrial.cli.progress import ProgressReporter
@@ -147,6 +148,7 @@ def eval_options(func: F) -> F:
 
 @click.command("eval")
 @eval_options
+@executor_options
 def eval_cmd(
     suite_path: Path,
     agent: tuple[str, ...],
@@ -176,6 +178,10 @@ def eval_cmd(
     resume_id: str | None,
     quiet: bool,
     verbose: bool,
+    executor: str,
+    ray_address: str | None,
+    ray_cpus_per_attempt: float,
+    ray_resources: tuple[str, ...],
 ) -> None:
     """Run a suite and print its report; several --agent / --model values run a matrix and print a leaderboard."""
     loaded = load_suite(suite_path)
@@ -197,6 +203,7 @@ def eval_cmd(
         resume=resume_id,
         artifacts=not no_artifacts,
         label=label,
+        executor=executor_factory(executor, ray_address, ray_cpus_per_attempt, ray_resources),
         tasks=task_patterns,
         categories=categories,
         limit=limit,
@@ -281,6 +288,7 @@ exec_group.add_command(eval_cmd)
 @click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
 @click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason.")
 @click.option("--trust", is_flag=True, help="Trust the run's suite to run its commands (remembered).")
+@executor_options
 def resume_cmd(
     run_id: str,
     workspace: Path | None,
@@ -293,13 +301,23 @@ def resume_cmd(
     quiet: bool,
     verbose: bool,
     trust: bool,
+    executor: str,
+    ray_address: str | None,
+    ray_cpus_per_attempt: float,
+    ray_resources: tuple[str, ...],
 ) -> None:
     """Run only the attempts a stored run is missing, then report on the whole run."""
     stored = stored_suite(run_id, workspace)
     if stored.unchanged:  # a changed suite is refused below, with every difference listed
         ensure_trust(stored.loaded, stored.workspace, trust)  # its commands run again: the same trust as eval
     loaded = stored.loaded
-    options = RunOptions(workspace=workspace, jobs=jobs, retry_errors=retry_errors, base_url=base_url)
+    options = RunOptions(
+        workspace=workspace,
+        jobs=jobs,
+        retry_errors=retry_errors,
+        base_url=base_url,
+        executor=executor_factory(executor, ray_address, ray_cpus_per_attempt, ray_resources),
+    )
     _run_and_report(
         lambda opts, obs: resume_run(run_id, opts, loaded, observer=obs), options, fmt, output, quiet, verbose, junit
     )

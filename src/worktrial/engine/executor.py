@@ -83,6 +83,8 @@ class AttemptSpec:
     """The run's read-only copy of the suite's declared files: ``$WORKTRIAL_SUITE_DIR`` for setup and verify."""
     artifacts_dir: str | None = None
     """Where environment setup logs are kept (the run's store directory), when the worker can write there."""
+    suite_digest: str | None = None
+    """The suite bundle digest (suite file plus declared files): a remote worker checks its copy against it."""
     environment_cache: str | None = None
     """Directory of the cache of environment setups across runs (for environments with a ``cache_key``)."""
 
