@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.base import AgentContext, AgentError, AgentOptions, AgentResult
+from worktrial.agents.base import AgentContext, AgentError, AgentOptions, AgentOutput, AgentResult
 from worktrial.agents.presets.parsing import ExitInfo, ParserFactory
 from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
+from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.config import AgentConfig
 
 VERSION_TIMEOUT_SECS = 15.0
@@ -178,21 +179,23 @@ class PresetAgent:
             stdin=ctx.task.prompt.encode("utf-8") if self.spec.stdin_prompt else None,
             on_stdout=parser.feed,
             scope=ctx.scope,
+            tail_bytes=STREAM_TAIL_BYTES,
         )
+        output = AgentOutput.of(result)  # the tails, for the attempt's local artifacts
         if result.not_found or result.start_error:
             message = f"{self.binary} not found" if result.not_found else f"{self.name}: {result.start_error}"
-            return AgentResult(claimed=None, error=AgentError("not_installed", message, fatal=True))
+            return AgentResult(output=output, claimed=None, error=AgentError("not_installed", message, fatal=True))
         verdict = parser.finish(ExitInfo(returncode=result.returncode, timed_out=result.timed_out, scratch=ctx.scratch))
         usage = verdict.usage
         if usage.cost_usd is None and (resolved := self._price()) is not None:
             usage.cost_usd = cost_usd(usage.tokens, resolved[1].price)
         usage.output_bytes = result.output_bytes
         if result.timed_out:
-            return AgentResult(claimed=None, usage=usage, timed_out=True)
+            return AgentResult(output=output, claimed=None, usage=usage, timed_out=True)
         if verdict.error_category:
             error = AgentError(verdict.error_category, verdict.reason or f"{self.name} failed")
-            return AgentResult(claimed=None, usage=usage, error=error)
-        return AgentResult(claimed=verdict.claimed, usage=usage, reason=verdict.reason)
+            return AgentResult(output=output, claimed=None, usage=usage, error=error)
+        return AgentResult(output=output, claimed=verdict.claimed, usage=usage, reason=verdict.reason)
 
     # -- helpers ----------------------------------------------------------------------------------
 
