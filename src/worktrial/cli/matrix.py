@@ -81,7 +81,7 @@ def run_matrix_and_report(
         text = json.dumps(document, indent=2) + "\n"
     else:
         text = render_leaderboard_markdown(board, wide=wide)
-    emit(text, output, quiet=quiet, what="leaderboard")
+    emit(text, output, quiet=quiet, what="leaderboard", fmt=fmt)
     if result.interrupted:
         resume = [o.run_id for o in result.outcomes if o.status == "interrupted" and o.run_id]
         hint = f" Continue the interrupted run with: worktrial resume {resume[0]}" if resume else ""

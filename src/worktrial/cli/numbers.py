@@ -18,7 +18,7 @@ from worktrial.analysis import stats
 from worktrial.analysis.audit import audit_envelope, render_audit
 from worktrial.analysis.compare import LoadedEnvelope, compare_runs
 from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
-from worktrial.cli.common import emit, ensure_trust, err
+from worktrial.cli.common import FORMAT_HELP, emit, ensure_trust, err
 from worktrial.engine.check import DEFAULT_REPEATS, CheckOptions, check_suite
 from worktrial.errors import BadInputError
 from worktrial.model.suite import LoadedSuite, load_suite
@@ -30,7 +30,12 @@ from worktrial.state.roots import state_root
 EXIT_FINDINGS = 1
 
 _FORMAT = click.option(
-    "--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "markdown", "json"]),
+    default="auto",
+    show_default=True,
+    help=FORMAT_HELP,
 )
 _OUTPUT = click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
 _WORKSPACE = click.option(
@@ -69,7 +74,7 @@ def compare_cmd(
     """Compare runs (envelope files or stored run ids) task by task, with error bars and p-values."""
     loaded = [_labelled(resolve_envelope(ref, lambda: state_root(workspace))) for ref in runs]
     comparison = compare_runs(loaded, allow_different_suites=allow_different_suites)
-    emit(_as_json(comparison) if fmt == "json" else render_comparison_markdown(comparison), output)
+    emit(_as_json(comparison) if fmt == "json" else render_comparison_markdown(comparison), output, fmt=fmt)
 
 
 @click.command("power")
