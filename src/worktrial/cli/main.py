@@ -29,6 +29,7 @@ from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, stored_envelope
 from worktrial.state.roots import state_root
 from worktrial.state.store import runs_dir
+from worktrial.util import plural
 from worktrial.version import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -394,7 +395,8 @@ def validate_cmd(suite_path: Path) -> None:
     for warning in loaded.warnings:
         err(f"worktrial: warning: {suite_path}: {warning}")
     tasks = loaded.suite.tasks
-    click.echo(f"{suite_path}: ok — {len(tasks)} tasks, {loaded.suite.attempts} attempts, sha256 {loaded.sha256}")
+    counts = f"{plural(len(tasks), 'task')}, {plural(loaded.suite.attempts, 'attempt')}"
+    click.echo(f"{suite_path}: ok — {counts}, sha256 {loaded.sha256}")
 
 
 def _register_number_commands() -> None:
