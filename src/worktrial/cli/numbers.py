@@ -21,6 +21,7 @@ from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, rende
 from worktrial.cli.common import FORMAT_HELP, emit, ensure_trust, err
 from worktrial.engine.check import DEFAULT_REPEATS, CheckOptions, check_suite
 from worktrial.errors import BadInputError
+from worktrial.model.selection import select
 from worktrial.model.suite import LoadedSuite, load_suite
 from worktrial.render.check_markdown import render_check_markdown
 from worktrial.render.compare_markdown import render_comparison_markdown
@@ -138,15 +139,30 @@ def power_cmd(
 )
 @_WORKSPACE
 @click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered).")
+@click.option("--task", "task_patterns", multiple=True, metavar="ID", help="Check only matching task ids (globs).")
+@click.option("--category", "categories", multiple=True, type=click.Choice(["capability", "regression"]))
+@click.option("--limit", type=click.IntRange(min=1), help="Check only the first N selected tasks.")
 @_FORMAT
 @_OUTPUT
 @click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
 def check_cmd(
-    suite_path: Path, repeats: int, workspace: Path | None, trust: bool, fmt: str, output: Path | None, quiet: bool
+    suite_path: Path,
+    repeats: int,
+    workspace: Path | None,
+    trust: bool,
+    task_patterns: tuple[str, ...],
+    categories: tuple[str, ...],
+    limit: int | None,
+    fmt: str,
+    output: Path | None,
+    quiet: bool,
 ) -> None:
     """Validate a suite by running it: oracle must pass, nop must fail, verifiers must be stable; plus lints."""
     loaded = _load_with_warnings(suite_path)
     ensure_trust(loaded, workspace, trust)
+    loaded, selection = select(loaded, task_patterns, categories, limit)
+    if selection is not None and not quiet:
+        err(f"worktrial: checking {len(selection.task_ids)} of {selection.suite_tasks} tasks (the selection)")
     options = CheckOptions(
         workspace=workspace,
         repeats=repeats,
@@ -154,7 +170,7 @@ def check_cmd(
         on_warning=lambda message: err(f"worktrial: warning: {message}"),
     )
     report = check_suite(loaded, options)
-    emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output)
+    emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output, fmt=fmt)
     if not report.ok:
         sys.exit(EXIT_FINDINGS)
 

@@ -25,6 +25,7 @@ from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import Outcome
 from worktrial.model.suite import LoadedSuite, Task
 from worktrial.model.trace import trace_filename
+from worktrial.util import plural
 
 DEFAULT_REPEATS = 3
 
@@ -158,7 +159,7 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
     lints = lint_suite(loaded.suite)
 
     def run(agent: str) -> Envelope:
-        say(f"running the {agent} agent on {len(loaded.suite.tasks)} tasks")
+        say(f"running the {agent} agent on {plural(len(loaded.suite.tasks), 'task')}")
         opts = RunOptions(agent=agent, attempts=1, k=1, workspace=options.workspace)
         return run_suite(loaded, opts, _Warnings(options.on_warning)).envelope
 
@@ -172,7 +173,7 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
         for task in loaded.suite.tasks:
             repeats = None
             if task.solution:
-                say(f"re-running the verifier of {task.id} {options.repeats} times on the oracle's result")
+                say(f"re-running the verifier of {task.id} {plural(options.repeats, 'time')} on the oracle's result")
                 repeats = _repeat_verify(task, source, base_commit, options.repeats, work_root)
             count = sum(1 for lint in lints if lint.task_id == task.id)
             checks.append(_task_check(task, oracle_tasks[task.id], nop_tasks[task.id], repeats, count))
