@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import Result
@@ -14,15 +15,16 @@ from tests.conftest import SuiteWriter, git, task
 Cli = Callable[..., Result]
 
 
-def _run(cli: Cli, repo: Path, suite: Path, *extra: str) -> tuple[dict, Path]:
+def _run(cli: Cli, repo: Path, suite: Path, *extra: str) -> tuple[dict[str, Any], Path]:
     result = cli(["eval", "--suite", str(suite), "--trust", "-q", "--format", "json", *extra], cwd=repo)
     assert result.exit_code in (0, 1), result.output
     envelope = json.loads(result.stdout)
     return envelope, repo / ".worktrial" / "runs" / envelope["run"]["id"]
 
 
-def _artifacts(run_dir: Path, task_id: str, attempt: int) -> dict:
-    return json.loads((run_dir / "attempts" / task_id / str(attempt) / "artifacts.json").read_text())
+def _artifacts(run_dir: Path, task_id: str, attempt: int) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((run_dir / "attempts" / task_id / str(attempt) / "artifacts.json").read_text())
+    return loaded
 
 
 AGENT = "echo agent-says-$((40+2)); echo agent-complains >&2; echo new > added.txt; echo more >> README.md"

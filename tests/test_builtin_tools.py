@@ -118,10 +118,9 @@ def test_bash_output_keeps_head_and_tail(worktree: Path) -> None:
 
 def test_bash_timeout_is_bounded_by_the_deadline(worktree: Path) -> None:
     tools = toolbox(worktree, remaining=1.0)
-    started = time.monotonic()
     result = tools.execute("bash", {"command": "sleep 30", "timeout_secs": 100})
-    assert result.is_error and "timed out" in result.content
-    assert time.monotonic() - started < 10
+    # The limit used is the attempt's remaining second, not the 100 s asked for (said in the result, not timed).
+    assert result.is_error and result.content.startswith("timed out after 1s")
     assert toolbox(worktree, remaining=0.0).execute("bash", {"command": "true"}).is_error
 
 

@@ -18,11 +18,13 @@ from tests.conftest import git, task
 def run_json(cli, repo: Path, suite: Path, *extra: str) -> dict[str, Any]:
     result = cli(["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", *extra], cwd=repo)
     assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    envelope: dict[str, Any] = json.loads(result.stdout)
+    return envelope
 
 
 def attempts_of(envelope: dict[str, Any], task_index: int = 0) -> list[dict[str, Any]]:
-    return envelope["report"]["tasks"][task_index]["attempts"]
+    attempts: list[dict[str, Any]] = envelope["report"]["tasks"][task_index]["attempts"]
+    return attempts
 
 
 # --- exit codes and messages -------------------------------------------------------------------------

@@ -404,12 +404,17 @@ def test_interrupt_stops_the_matrix_and_prints_what_finished(repo: Path, tmp_pat
     agents = ["--agent", "quick", "--agent", "slow", "--agent", "never"]
     harness = subprocess.Popen([*command, *agents], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     runs = repo / ".worktrial" / "runs"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not sleeping.exists():  # the second configuration's agent is running
-        time.sleep(0.05)
-    assert sleeping.exists(), "the slow agent never started"
-    harness.send_signal(signal.SIGINT)
-    out, err = harness.communicate(timeout=30)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not sleeping.exists():  # the second configuration's agent runs
+            time.sleep(0.05)
+        assert sleeping.exists(), "the slow agent never started"
+        harness.send_signal(signal.SIGINT)
+        out, err = harness.communicate(timeout=60)
+    finally:
+        if harness.poll() is None:  # a failed wait above must not leave the matrix and its agent running
+            harness.kill()
+            harness.communicate(timeout=30)
     assert harness.returncode == 130, err.decode()
     rows = json.loads(out)["leaderboard"]
     assert [(r["agent"], r["status"], r["rank"]) for r in rows] == [
