@@ -108,7 +108,7 @@ def test_report_on_a_terminal_is_drawn_as_tables_and_piped_is_markdown(repo: Pat
     )
     try:
         child.expect(pexpect.EOF)
-        screen = child.before
+        screen = str(child.before)
     finally:
         child.close(force=True)
     assert "|---|" not in screen and "─" * 10 in screen and "t1" in screen
