@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import task
 from tests.hostile_support import PROJECT, run_worktrial
@@ -31,7 +32,7 @@ FORGE = FIND_STORE + (
 )
 
 
-def _forging_run(repo: Path, write_suite, tmp_path: Path, attempts: int = 3) -> dict:
+def _forging_run(repo: Path, write_suite, tmp_path: Path, attempts: int = 3) -> dict[str, Any]:
     agent = tmp_path / "forge.sh"
     agent.write_text(FORGE)
     suite = write_suite([task("t", verify_commands=["false"])], attempts=attempts)
@@ -41,7 +42,7 @@ def _forging_run(repo: Path, write_suite, tmp_path: Path, attempts: int = 3) -> 
         env={"WORKTRIAL_TRUST": "1"},
     )
     assert result.returncode == 0, result.stderr
-    envelope = json.loads(result.stdout)
+    envelope: dict[str, Any] = json.loads(result.stdout)
     envelope["_suite"] = str(suite)
     return envelope
 
