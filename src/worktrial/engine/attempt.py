@@ -15,6 +15,7 @@ from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, Ta
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
 from worktrial.isolation import proc
+from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import EnvironmentSetupError, run_setup
 from worktrial.isolation.patch import PatchData, agent_patch
 from worktrial.isolation.pool import Slot
@@ -43,6 +44,10 @@ def suite_env(env: dict[str, str], spec: AttemptSpec) -> dict[str, str]:
     return {**env, SUITE_DIR_ENV: spec.suite_dir} if spec.suite_dir else dict(env)
 
 
+def environment_cache(spec: AttemptSpec) -> EnvironmentCache | None:
+    return EnvironmentCache(Path(spec.environment_cache)) if spec.environment_cache else None
+
+
 def setup_log(spec: AttemptSpec) -> Path | None:
     """A new file for one environment setup's output, kept with the run's records."""
     if not spec.artifacts_dir:
@@ -54,13 +59,13 @@ def slot_preparer(
     base: TaskBase, spec: AttemptSpec, scope: proc.ProcessScope | None
 ) -> Callable[[AttemptWorkspace], str] | None:
     """What a slot runs once on its fresh checkout: the task base's environment setup, committed as the base."""
-    environment = base.environment
-    if environment is None:
+    if not base.prepared:
         return None
     env = suite_env(proc.clean_env(None, spec.env), spec)
 
     def prepare(ws: AttemptWorkspace) -> str:
-        return run_setup(ws, environment, env, scope=scope, log=setup_log(spec))
+        log = setup_log(spec) if base.environment else None
+        return run_setup(ws, base.environment, env, scope=scope, log=log, hide=base.hide, cache=environment_cache(spec))
 
     return prepare
 
@@ -128,8 +133,17 @@ def run_attempt(
             else:
                 base = job.resolved_base()
                 workspace = create_attempt_workspace(source, base.commit, root)
-                if base.environment is not None:
-                    run_setup(workspace, base.environment, suite_env(env, spec), scope=scope, log=setup_log(spec))
+                if base.prepared:
+                    log = setup_log(spec) if base.environment else None
+                    run_setup(
+                        workspace,
+                        base.environment,
+                        suite_env(env, spec),
+                        scope=scope,
+                        log=log,
+                        hide=base.hide,
+                        cache=environment_cache(spec),
+                    )
                 (workspace.root / "scratch").mkdir()
         except EnvironmentSetupError as exc:
             progress.reason, progress.category = str(exc).splitlines()[0], "environment"
@@ -266,6 +280,7 @@ def _run_in(
         env=dict(env),
         scratch=scratch,
         scope=scope,
+        suite_dir=Path(job.spec.suite_dir) if job.spec.suite_dir else None,
     )
     try:
         result = agent.run(ctx)

@@ -42,11 +42,18 @@ class TaskBase:
     source: RepoSource
     commit: str
     environment: Environment | None = None
+    hide: tuple[str, ...] = ()
+    """Paths removed from the base (the suite's directory when it is committed in the repository under test)."""
 
     @property
     def key(self) -> str:
         env = self.environment.model_dump_json() if self.environment is not None else ""
-        return f"{self.source.kind}:{self.source.location}@{self.commit}#{env}"
+        return f"{self.source.kind}:{self.source.location}@{self.commit}#{env}#{':'.join(self.hide)}"
+
+    @property
+    def prepared(self) -> bool:
+        """Whether the base is a commit the harness makes on top of ``commit`` (environment or hidden paths)."""
+        return self.environment is not None or bool(self.hide)
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,8 @@ class AttemptSpec:
     """The run's read-only copy of the suite's declared files: ``$WORKTRIAL_SUITE_DIR`` for setup and verify."""
     artifacts_dir: str | None = None
     """Where environment setup logs are kept (the run's store directory), when the worker can write there."""
+    environment_cache: str | None = None
+    """Directory of the cache of environment setups across runs (for environments with a ``cache_key``)."""
 
 
 @dataclass(frozen=True)
