@@ -19,13 +19,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentResult, launch_error
+from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentOutput, AgentResult, launch_error
 from worktrial.agents.presets import PARSERS
 from worktrial.agents.presets.parsing import ExitInfo, OutputParser, Verdict, exit_reason
 from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.agents.simple import USAGE_FILE, command_env, read_usage_file
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
+from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.commands import SHELL
 from worktrial.model.config import AgentConfig, Config
 
@@ -152,7 +153,9 @@ class CustomAgent:
             stdin=ctx.task.prompt.encode("utf-8") if self.stdin_prompt else None,
             on_stdout=parser.feed,
             scope=ctx.scope,
+            tail_bytes=STREAM_TAIL_BYTES,
         )
+        output = AgentOutput.of(result)  # the tails, for the attempt's local artifacts
         verdict = parser.finish(ExitInfo(result.returncode, result.timed_out, Path(ctx.scratch), result.stderr_tail))
         usage = verdict.usage
         usage.output_bytes = result.output_bytes
@@ -163,13 +166,13 @@ class CustomAgent:
         if usage.cost_usd is None and self.price is not None:
             usage.cost_usd = cost_usd(usage.tokens, self.price.price)
         if result.timed_out:
-            return AgentResult(claimed=None, usage=usage, timed_out=True)
+            return AgentResult(output=output, claimed=None, usage=usage, timed_out=True)
         if (error := launch_error(result, self.name)) is not None:
-            return AgentResult(claimed=None, usage=usage, error=error)
+            return AgentResult(output=output, claimed=None, usage=usage, error=error)
         if verdict.error_category:
             error = AgentError(verdict.error_category, verdict.reason or f"{self.name} failed", fatal=verdict.fatal)
-            return AgentResult(claimed=None, usage=usage, error=error)
-        return AgentResult(claimed=verdict.claimed, usage=usage, reason=verdict.reason)
+            return AgentResult(output=output, claimed=None, usage=usage, error=error)
+        return AgentResult(output=output, claimed=verdict.claimed, usage=usage, reason=verdict.reason)
 
 
 def create_custom_agent(name: str, options: AgentOptions) -> Agent | None:

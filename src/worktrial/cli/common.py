@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.markdown import Markdown
 
 from worktrial.isolation.workspace import find_workspace
 from worktrial.model.suite import LoadedSuite
@@ -18,12 +20,21 @@ def err(message: str) -> None:
     click.echo(message, err=True)
 
 
-def emit(text: str, output: Path | None, *, quiet: bool = False, what: str = "report") -> None:
-    """A report to ``output`` (atomically: a reader never sees half of it) or to stdout."""
+FORMAT_HELP = "auto: tables on a terminal, markdown when piped; markdown; json."
+
+
+def emit(text: str, output: Path | None, *, quiet: bool = False, what: str = "report", fmt: str = "") -> None:
+    """A report to ``output`` (atomically: a reader never sees half of it) or to stdout.
+
+    With ``fmt="auto"`` a markdown report on a terminal is drawn by rich (tables, headings); piped, or with
+    ``--format markdown``, it stays markdown text that can be pasted anywhere.
+    """
     if output:
         atomic_write_text(output, text)
         if not quiet:
             err(f"worktrial: {what} written to {output}")
+    elif fmt == "auto" and sys.stdout.isatty():
+        Console(highlight=False).print(Markdown(text))
     else:
         click.echo(text, nl=False)
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from worktrial.cli import logs
-from worktrial.cli.common import emit, ensure_trust, err
+from worktrial.cli.common import FORMAT_HELP, emit, ensure_trust, err
 from worktrial.cli.executors import executor_factory, executor_options
 from worktrial.cli.matrix import run_matrix_and_report
 from worktrial.cli.outputs import write_ci_outputs
@@ -38,6 +38,7 @@ from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, stored_envelope
 from worktrial.state.roots import state_root
 from worktrial.state.store import runs_dir
+from worktrial.util import plural
 from worktrial.version import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -98,7 +99,14 @@ def eval_options(func: F) -> F:
             type=click.Path(path_type=Path, file_okay=False),
             help="Git repository to evaluate in (default: the one containing the current directory).",
         ),
-        click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True),
+        click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(["auto", "markdown", "json"]),
+            default="auto",
+            show_default=True,
+            help=FORMAT_HELP,
+        ),
         click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here."),
         click.option(
             "--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI)."
@@ -262,7 +270,7 @@ def _emit(envelope: Envelope, fmt: str, output: Path | None, quiet: bool, run_di
     else:
         keys = [(t.task_id, a.attempt) for t in envelope.report.tasks for a in t.attempts if a.outcome == "fail"]
         text = render_markdown(envelope, read_run_artifacts(run_dir, keys) if run_dir else None)
-    emit(text, output, quiet=quiet)
+    emit(text, output, quiet=quiet, fmt=fmt)
 
 
 main.add_command(eval_cmd)
@@ -282,7 +290,14 @@ exec_group.add_command(eval_cmd)
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Attempts to run at once (default: as stored).")
 @click.option("--retry-errors", type=click.IntRange(min=0), default=0, help="Retry infrastructure errors N times.")
 @click.option("--base-url", help="The provider base URL again, when it held credentials (they are never stored).")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "markdown", "json"]),
+    default="auto",
+    show_default=True,
+    help=FORMAT_HELP,
+)
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
@@ -343,7 +358,14 @@ def runs_cmd(workspace: Path | None) -> None:
 @main.command("report")
 @click.argument("run_id")
 @click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the run.")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "markdown", "json"]),
+    default="auto",
+    show_default=True,
+    help=FORMAT_HELP,
+)
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI).")
 def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | None, junit: Path | None) -> None:
@@ -445,7 +467,8 @@ def validate_cmd(suite_path: Path) -> None:
     for warning in loaded.warnings:
         err(f"worktrial: warning: {suite_path}: {warning}")
     tasks = loaded.suite.tasks
-    click.echo(f"{suite_path}: ok — {len(tasks)} tasks, {loaded.suite.attempts} attempts, sha256 {loaded.sha256}")
+    counts = f"{plural(len(tasks), 'task')}, {plural(loaded.suite.attempts, 'attempt')}"
+    click.echo(f"{suite_path}: ok — {counts}, sha256 {loaded.sha256}")
 
 
 def _register_number_commands() -> None:
