@@ -61,3 +61,29 @@ def test_trace_names_never_collide(repo: Path, write_suite) -> None:
     stored = repo / ".worktrial" / "runs" / envelope["run"]["id"] / "envelope.json"
     audit = run_worktrial(["audit", str(stored), "--suite", str(suite)], cwd=repo)
     assert audit.returncode == 0, audit.stdout
+
+
+def test_planted_secrets_never_reach_stored_artefacts(repo: Path, write_suite, tmp_path: Path) -> None:
+    """A key the agent makes its shell print, or uses as a tool or error name, is redacted everywhere it is stored."""
+    secret = "sk-test-" + "q7Zx" * 8
+    agent = tmp_path / "agent.sh"
+    agent.write_text(
+        'printf \'{"tool_calls": {"%s": 1}, "errors": {"%s": 2}}\' "$OPENAI_API_KEY" "$MY_SERVICE_TOKEN"'
+        ' > "$WORKTRIAL_USAGE_FILE"\n'
+        '"$OPENAI_API_KEY"\n'  # exit 127: "sh: 1: sk-...: not found" becomes the attempt's reason
+    )
+    suite = write_suite([task("t")], attempts=1)
+    result = run_worktrial(
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "-v"],
+        cwd=repo,
+        env={"WORKTRIAL_TRUST": "1", "OPENAI_API_KEY": secret, "MY_SERVICE_TOKEN": secret[::-1]},
+    )
+    assert result.returncode in (0, 1), result.stderr  # 1: every attempt ended in error (the program is missing)
+    envelope = json.loads(result.stdout)
+    attempt = envelope["report"]["tasks"][0]["attempts"][0]
+    assert attempt["outcome"] != "pass" and "[REDACTED]" in (attempt["reason"] or "")
+    report = run_worktrial(["report", envelope["run"]["id"]], cwd=repo)
+    texts = [result.stdout, result.stderr, report.stdout]
+    texts += [p.read_text(errors="replace") for p in (repo / ".worktrial").rglob("*") if p.is_file()]
+    for text in texts:
+        assert secret not in text and secret[::-1] not in text
