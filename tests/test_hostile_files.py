@@ -87,3 +87,28 @@ def test_planted_secrets_never_reach_stored_artefacts(repo: Path, write_suite, t
     texts += [p.read_text(errors="replace") for p in (repo / ".worktrial").rglob("*") if p.is_file()]
     for text in texts:
         assert secret not in text and secret[::-1] not in text
+
+
+def test_fifos_at_the_harness_files_never_hang_it(repo: Path, write_suite, tmp_path: Path) -> None:
+    """FIFOs planted where the next trace and the attempt log live: the run ends, with the honest result."""
+    agent = tmp_path / "agent.sh"
+    agent.write_text(
+        'alt="$(cat "$(git rev-parse --path-format=absolute --git-common-dir)/objects/info/alternates")"\n'
+        'repo="$(dirname "$(dirname "$alt")")"\n'
+        'for d in "$repo"/.worktrial/eval/traces/*/; do for n in 1 2 3; do\n'
+        '  for f in "$d"*; do mkfifo "${f%-*}-$n.json" 2>/dev/null; done; done; done\n'
+        'for f in "$repo"/.worktrial/runs/*/attempts.jsonl; do rm -f "$f"; mkfifo "$f"; done\n'
+        "touch done.txt\n"
+    )
+    suite = write_suite([task("t")], attempts=3)
+    result = run_worktrial(
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "-q", "--jobs", "1"],
+        cwd=repo,
+        env={"WORKTRIAL_TRUST": "1"},
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    envelope = json.loads(result.stdout)
+    assert [a["outcome"] for a in envelope["report"]["tasks"][0]["attempts"]] == ["pass"] * 3
+    report = run_worktrial(["report", envelope["run"]["id"], "--format", "json"], cwd=repo, timeout=60)
+    assert report.returncode == 0 and json.loads(report.stdout)["report"]["overall"]["passed_runs"] == 3
