@@ -1,0 +1,436 @@
+"""Which processes belong to an attempt's process, so that all of them end with it.
+
+A process token in the environment (``WORKTRIAL_PROC_TOKEN``) finds descendants that kept it, but an agent can
+drop it (``env -u``) and leave its session (``setsid``); then nothing about the process says where it came from.
+So each tracked process (a *root*: agent, setup or verify command) is also followed by its place in the process
+tree. The harness makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER``): orphans re-parent to the harness
+instead of init and stay findable. A sampler thread records every descendant of every live root while they are
+still descendants; an orphan that was never sampled (a fast double fork) is a direct child of the harness that the
+harness did not spawn, and it is attributed to the roots that were alive when it was born. At a root's end all of
+it is stopped (SIGSTOP, so nothing forks while it is collected), collected again until nothing new turns up, then
+killed (SIGKILL) and reaped. Where the subreaper is not available (macOS, or ``WORKTRIAL_PROC_DISABLE=subreaper``),
+the process group, the sampled descendants and the token remain, with one warning.
+
+Identities are ``(pid, create time)``: a pid that was reused by an unrelated process is never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import psutil
+
+log = logging.getLogger(__name__)
+TOKEN_VAR = "WORKTRIAL_PROC_TOKEN"
+DISABLE_VAR = "WORKTRIAL_PROC_DISABLE"
+"""Comma-separated features to act as if this platform lacked (``subreaper``): how tests cover other platforms."""
+SAMPLE_SECS = 0.1
+_PR_SET_CHILD_SUBREAPER = 36
+_STOP_ROUNDS = 50
+_CTIME_SLACK = 0.02
+
+
+@dataclass(frozen=True, order=True)
+class ProcIdentity:
+    """One process, as recorded: its pid, its create time (pids are reused) and the token of the root it came from."""
+
+    pid: int
+    create_time: float
+    token: str
+
+
+def disabled(feature: str) -> bool:
+    return feature in {f.strip() for f in os.environ.get(DISABLE_VAR, "").split(",")}
+
+
+_subreaper = False
+_degraded: str | None = None
+"""Why ``enable_subreaper`` failed; warned about once, when the first tracked process starts."""
+
+
+def enable_subreaper() -> bool:
+    """Make this process the reaper of its descendants' orphans (the harness calls it once, at start).
+
+    Returns False where that is impossible; the first tracked process then logs one warning: processes that
+    leave their session and drop the token may outlive their attempt.
+    """
+    global _subreaper, _degraded
+    if _subreaper:
+        return True
+    why = ""
+    if disabled("subreaper"):
+        why = f"disabled by {DISABLE_VAR}"
+    elif not sys.platform.startswith("linux"):
+        why = f"not available on {sys.platform}"
+    else:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+                why = os.strerror(ctypes.get_errno())
+        except (OSError, AttributeError) as exc:
+            why = str(exc)
+    _subreaper = not why
+    _degraded = why or None
+    return _subreaper
+
+
+def _warn_degraded() -> None:
+    global _degraded
+    if _degraded is not None:
+        log.warning(
+            "cannot make worktrial the reaper of its agents' orphans (%s): falling back to process groups and "
+            "the %s marker; a process that leaves its session and drops the marker may outlive its attempt",
+            _degraded,
+            TOKEN_VAR,
+        )
+        _degraded = None
+
+
+def is_subreaper() -> bool:
+    return _subreaper
+
+
+@dataclass
+class _Entry:
+    ppid: int
+    create_time: float
+    zombie: bool
+
+
+def _table() -> dict[int, _Entry]:
+    """Every visible process: parent, create time, zombie or not (one pass over the process table)."""
+    table: dict[int, _Entry] = {}
+    for p in psutil.process_iter(["ppid", "create_time", "status"]):
+        info = p.info
+        if info.get("ppid") is None or info.get("create_time") is None:
+            continue
+        table[p.pid] = _Entry(info["ppid"], info["create_time"], info.get("status") == psutil.STATUS_ZOMBIE)
+    return table
+
+
+def pids_with_token(tokens: Iterable[str]) -> dict[int, str]:
+    """Every live process whose environment carries one of these tokens (pid -> token)."""
+    wanted = {f"{TOKEN_VAR}={t}" for t in tokens}
+    if not wanted:
+        return {}
+    me = os.getpid()
+    found: dict[int, str] = {}
+    for p in psutil.process_iter():
+        if p.pid == me:
+            continue
+        try:
+            env = p.environ()
+        except (psutil.Error, OSError):
+            continue
+        value = env.get(TOKEN_VAR)
+        if value is not None and f"{TOKEN_VAR}={value}" in wanted:
+            found[p.pid] = value
+    return found
+
+
+def _children(table: dict[int, _Entry]) -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for pid, entry in table.items():
+        children.setdefault(entry.ppid, []).append(pid)
+    return children
+
+
+def descendants(starts: Iterable[int], table: dict[int, _Entry]) -> set[int]:
+    """``starts`` (those still in the table) and everything below them."""
+    children = _children(table)
+    todo = [pid for pid in starts if pid in table]
+    seen: set[int] = set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        todo.extend(children.get(pid, ()))
+    return seen
+
+
+def _same(entry: _Entry | None, create_time: float) -> bool:
+    return entry is not None and abs(entry.create_time - create_time) <= _CTIME_SLACK
+
+
+@dataclass
+class _Root:
+    token: str
+    pid: int
+    create_time: float
+    members: dict[int, float] = field(default_factory=dict)
+    on_change: Callable[[], None] | None = None
+
+
+class Tracker:
+    """The harness's process bookkeeping: one per process, shared by every run and thread in it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.spawn_lock = threading.Lock()
+        """Held while a child is spawned and registered, so a fresh child is never mistaken for an orphan."""
+        self._spawned: set[int] = set()
+        self._roots: dict[str, _Root] = {}
+        self._reap: set[int] = set()
+        self._sampler: threading.Thread | None = None
+
+    # -- spawning ------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def spawning(self) -> Iterator[Callable[[int], None]]:
+        """``with tracker.spawning() as spawned: proc = Popen(...); spawned(proc.pid)``."""
+        with self.spawn_lock:
+            yield self._spawned.add
+
+    def reaped(self, pid: int) -> None:
+        """The spawner has waited for its child: the pid may now be reused."""
+        with self.spawn_lock:
+            self._spawned.discard(pid)
+
+    # -- roots ---------------------------------------------------------------------------------------------
+    def start(self, token: str, pid: int, on_change: Callable[[], None] | None = None) -> None:
+        """Follow ``pid`` (just spawned with ``token``) and everything it starts until ``end(token)``."""
+        try:
+            create_time = psutil.Process(pid).create_time()
+        except psutil.Error:
+            create_time = 0.0
+        _warn_degraded()
+        with self._lock:
+            self._roots[token] = _Root(token, pid, create_time, {pid: create_time}, on_change)
+            if self._sampler is None:
+                self._sampler = threading.Thread(target=self._sample_loop, name="worktrial-proc-sampler", daemon=True)
+                self._sampler.start()
+        if on_change is not None:
+            on_change()
+
+    def tracked(self, token: str) -> bool:
+        with self._lock:
+            return token in self._roots
+
+    def identities(self, tokens: Iterable[str]) -> list[ProcIdentity]:
+        """The recorded live processes of these roots (for the leftovers file)."""
+        with self._lock:
+            return sorted(
+                ProcIdentity(pid, ctime, root.token)
+                for token in tokens
+                if (root := self._roots.get(token)) is not None
+                for pid, ctime in root.members.items()
+            )
+
+    def signal(self, token: str, sig: signal.Signals) -> None:
+        """Send ``sig`` to every process of the root (the polite first step before a deadline's SIGKILL)."""
+        with self._lock:
+            root = self._roots.get(token)
+        if root is None:
+            return
+        table = _table()
+        for pid in self._collect(root, table):
+            if not table[pid].zombie:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+
+    def alive(self, token: str) -> bool:
+        """Whether any process of the root is still running."""
+        with self._lock:
+            root = self._roots.get(token)
+        if root is None:
+            return False
+        table = _table()
+        return any(not table[pid].zombie for pid in self._collect(root, table))
+
+    def end(self, token: str) -> list[int]:
+        """End the root's process and every process attributed to it; the pids that survived SIGKILL."""
+        with self._lock:
+            root = self._roots.get(token)
+        if root is None:
+            return []
+        try:
+            _, survivors = kill_all(lambda table: self._collect(root, table), tokens=[token])
+        finally:
+            with self._lock:
+                self._roots.pop(token, None)
+        if root.on_change is not None:
+            root.on_change()
+        return survivors
+
+    def _collect(self, root: _Root, table: dict[int, _Entry]) -> set[int]:
+        """Every process in ``table`` that belongs to ``root`` now (also updates its recorded members)."""
+        with self._lock:
+            known = [pid for pid, ctime in root.members.items() if _same(table.get(pid), ctime)]
+            found = descendants(known, table)
+            if _subreaper:
+                found |= descendants(self._orphans(root, table), table)
+            for pid in found:
+                root.members.setdefault(pid, table[pid].create_time)
+            for pid in [p for p in root.members if p not in found]:
+                del root.members[pid]
+            return found
+
+    def _orphans(self, root: _Root, table: dict[int, _Entry]) -> list[int]:
+        """Direct children of the harness it did not spawn, born while ``root`` lived, and nobody else's."""
+        me = os.getpid()
+        with self.spawn_lock:
+            spawned = set(self._spawned)
+        claimed = {pid for other in self._roots.values() if other is not root for pid in other.members}
+        return [
+            pid
+            for pid, entry in table.items()
+            if entry.ppid == me
+            and pid not in spawned
+            and pid not in claimed
+            and entry.create_time >= root.create_time - _CTIME_SLACK
+        ]
+
+    def _sample_loop(self) -> None:
+        while True:
+            time.sleep(SAMPLE_SECS)
+            with self._lock:
+                if not self._roots:
+                    self._sampler = None
+                    return
+            try:
+                self.sample()
+            except Exception:  # never let bookkeeping kill the harness; the end-of-attempt sweep still runs
+                log.debug("process sampling failed", exc_info=True)
+
+    def sample(self) -> None:
+        """Record the descendants of every live root now, while they are still descendants."""
+        table = _table()
+        changed: list[Callable[[], None]] = []
+        with self._lock:
+            roots = list(self._roots.values())
+            for root in roots:
+                before = set(root.members)
+                self._collect_descendants_only(root, table)
+                if set(root.members) != before and root.on_change is not None:
+                    changed.append(root.on_change)
+        self._reap_orphans(table)
+        for notify in {id(c): c for c in changed}.values():
+            notify()
+
+    def _collect_descendants_only(self, root: _Root, table: dict[int, _Entry]) -> None:
+        """Like ``_collect`` but without claiming unattributed orphans: with several roots alive, which one
+        an orphan belongs to is decided only when a root ends (it then takes every candidate)."""
+        known = [pid for pid, ctime in root.members.items() if _same(table.get(pid), ctime)]
+        found = descendants(known, table)
+        for pid in found:
+            root.members.setdefault(pid, table[pid].create_time)
+        for pid in [p for p in root.members if p not in found]:
+            del root.members[pid]
+            if table.get(pid) is not None and table[pid].zombie:
+                self._reap.add(pid)
+
+    def _reap_orphans(self, table: dict[int, _Entry]) -> None:
+        """Wait for orphans that ended while re-parented to the harness (never for a child someone else waits for)."""
+        if not _subreaper:
+            return
+        me = os.getpid()
+        with self._lock, self.spawn_lock:
+            spawned = set(self._spawned)
+            members = {pid for root in self._roots.values() for pid in root.members}
+            for pid, entry in table.items():
+                if entry.ppid == me and entry.zombie and pid not in spawned and (pid in members or pid in self._reap):
+                    with contextlib.suppress(ChildProcessError, OSError):
+                        os.waitpid(pid, os.WNOHANG)
+                    self._reap.discard(pid)
+
+    def reap_killed(self, pids: Iterable[int]) -> None:
+        """Wait for killed orphans now re-parented to the harness (ignoring children someone else waits for)."""
+        if not _subreaper:
+            return
+        with self.spawn_lock:
+            for pid in pids:
+                if pid in self._spawned:
+                    continue
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, os.WNOHANG)
+
+
+TRACKER = Tracker()
+
+
+def kill_all(
+    collect: Callable[[dict[int, _Entry]], set[int]], tokens: Iterable[str] = ()
+) -> tuple[set[int], list[int]]:
+    """Stop everything ``collect`` finds (and token carriers), collect again until nothing new, then SIGKILL.
+
+    Stopped processes cannot fork, so a process that keeps forking cannot stay ahead of the collection.
+    Returns the pids killed and those still alive (not zombies) after SIGKILL: uninterruptible sleep.
+    """
+    never = _ancestors()
+    stopped: dict[int, float] = {}
+    token_list = list(tokens)
+    for _ in range(_STOP_ROUNDS):
+        table = _table()
+        found = collect(table) | set(pids_with_token(token_list))
+        found |= descendants(found, table)
+        new = {p for p in found - stopped.keys() - never if p in table and not table[p].zombie}
+        if not new:
+            break
+        for pid in new:
+            stopped[pid] = table[pid].create_time
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+    table = _table()
+    for pid, ctime in stopped.items():
+        if _same(table.get(pid), ctime):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    alive: list[int] = []
+    while True:
+        TRACKER.reap_killed(stopped)
+        table = _table()
+        alive = [pid for pid, ctime in stopped.items() if _same(table.get(pid), ctime) and not table[pid].zombie]
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    return set(stopped), alive
+
+
+def _ancestors() -> set[int]:
+    found: set[int] = set()
+    with contextlib.suppress(psutil.Error):
+        found = {p.pid for p in psutil.Process().parents()}
+    return found | {os.getpid(), 0, 1}
+
+
+def end_leftovers(records: Iterable[ProcIdentity]) -> int:
+    """End the processes a killed harness recorded, and everything below them; how many were ended.
+
+    Each record must still name the same process: same pid and create time, and if it carries a token in its
+    environment, the recorded one (a process that dropped its token is identified by pid and create time only,
+    which is why the record itself must come from the harness: the caller checks its signature). This process,
+    its ancestors and init are never touched.
+    """
+    records = list(records)
+    table = _table()
+    never = _ancestors()
+    verified: set[int] = set()
+    for record in records:
+        entry = table.get(record.pid)
+        if record.pid in never or entry is None or entry.zombie or not _same(entry, record.create_time):
+            continue
+        try:
+            value = psutil.Process(record.pid).environ().get(TOKEN_VAR)
+        except (psutil.Error, OSError):
+            continue
+        if value is not None and value != record.token:
+            continue
+        verified.add(record.pid)
+    tokens = {r.token for r in records}
+    if not verified and not pids_with_token(tokens):
+        return 0
+    idents = {pid: table[pid].create_time for pid in verified}
+    killed, survivors = kill_all(lambda t: {p for p, c in idents.items() if _same(t.get(p), c)}, tokens)
+    if survivors:
+        log.warning("leftover processes %s survived SIGKILL (uninterruptible sleep?)", survivors)
+    return len(killed - never)
