@@ -107,7 +107,14 @@ class _Entry:
 
 
 def _table() -> dict[int, _Entry]:
-    """Every visible process: parent, create time, zombie or not (one pass over the process table)."""
+    """Every visible process: parent, create time, zombie or not (one pass over the process table).
+
+    On Linux this reads each ``/proc/<pid>/stat`` once (psutil's ``process_iter`` reads it three times per process,
+    which made a pass ten times slower, and a pass runs at the end of every process); create times are computed
+    exactly as psutil computes them, so identities from either source compare equal. Elsewhere, psutil.
+    """
+    if _PROC_STAT:
+        return _proc_table()
     table: dict[int, _Entry] = {}
     for p in psutil.process_iter(["ppid", "create_time", "status"]):
         info = p.info
@@ -117,24 +124,54 @@ def _table() -> dict[int, _Entry]:
     return table
 
 
+_PROC_STAT = sys.platform.startswith("linux") and os.path.exists("/proc/self/stat")
+_TICKS = os.sysconf("SC_CLK_TCK") if _PROC_STAT else 100
+
+
+def _proc_table() -> dict[int, _Entry]:
+    boot = psutil.boot_time()
+    table: dict[int, _Entry] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            # after the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+            # cutime cstime priority nice threads itrealvalue starttime
+            table[int(name)] = _Entry(int(fields[1]), boot + float(fields[19]) / _TICKS, fields[0] in (b"Z", b"X"))
+        except (OSError, IndexError, ValueError):
+            continue
+    return table
+
+
 def pids_with_token(tokens: Iterable[str]) -> dict[int, str]:
-    """Every live process whose environment carries one of these tokens (pid -> token)."""
-    wanted = {f"{TOKEN_VAR}={t}" for t in tokens}
+    """Every process whose environment carries one of these tokens (pid -> token)."""
+    wanted = {f"{TOKEN_VAR}={t}".encode() for t in tokens}
     if not wanted:
         return {}
     me = os.getpid()
     found: dict[int, str] = {}
-    for p in psutil.process_iter():
-        if p.pid == me:
+    prefix = f"{TOKEN_VAR}=".encode()
+    for pid in psutil.pids():
+        if pid == me:
             continue
         try:
-            env = p.environ()
+            entries = _environ(pid)
         except (psutil.Error, OSError):
             continue
-        value = env.get(TOKEN_VAR)
-        if value is not None and f"{TOKEN_VAR}={value}" in wanted:
-            found[p.pid] = value
+        for entry in entries:
+            if entry in wanted:
+                found[pid] = entry[len(prefix) :].decode()
+                break
     return found
+
+
+def _environ(pid: int) -> list[bytes]:
+    if _PROC_STAT:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return fh.read().split(b"\0")
+    return [f"{k}={v}".encode() for k, v in psutil.Process(pid).environ().items()]
 
 
 def _children(table: dict[int, _Entry]) -> dict[int, list[int]]:
@@ -365,20 +402,25 @@ def kill_all(
     Stopped processes cannot fork, so a process that keeps forking cannot stay ahead of the collection.
     Returns the pids killed and those still alive (not zombies) after SIGKILL: uninterruptible sleep.
     """
-    never = _ancestors()
     stopped: dict[int, float] = {}
-    token_list = list(tokens)
+    carriers = set(pids_with_token(tokens))
+    never: set[int] | None = None
     for _ in range(_STOP_ROUNDS):
         table = _table()
-        found = collect(table) | set(pids_with_token(token_list))
+        found = collect(table) | carriers
         found |= descendants(found, table)
-        new = {p for p in found - stopped.keys() - never if p in table and not table[p].zombie}
+        new = {p for p in found - stopped.keys() if p in table and not table[p].zombie}
+        if new and never is None:
+            never = _ancestors()
+        new -= never or set()
         if not new:
             break
         for pid in new:
             stopped[pid] = table[pid].create_time
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGSTOP)
+    if not stopped:
+        return set(), []
     table = _table()
     for pid, ctime in stopped.items():
         if _same(table.get(pid), ctime):
