@@ -104,6 +104,7 @@ class _Entry:
     ppid: int
     create_time: float
     zombie: bool
+    sid: int = -1
 
 
 def _table() -> dict[int, _Entry]:
@@ -120,7 +121,10 @@ def _table() -> dict[int, _Entry]:
         info = p.info
         if info.get("ppid") is None or info.get("create_time") is None:
             continue
-        table[p.pid] = _Entry(info["ppid"], info["create_time"], info.get("status") == psutil.STATUS_ZOMBIE)
+        sid = -1
+        with contextlib.suppress(OSError):
+            sid = os.getsid(p.pid)
+        table[p.pid] = _Entry(info["ppid"], info["create_time"], info.get("status") == psutil.STATUS_ZOMBIE, sid)
     return table
 
 
@@ -139,7 +143,8 @@ def _proc_table() -> dict[int, _Entry]:
                 fields = fh.read().rsplit(b")", 1)[1].split()
             # after the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
             # cutime cstime priority nice threads itrealvalue starttime
-            table[int(name)] = _Entry(int(fields[1]), boot + float(fields[19]) / _TICKS, fields[0] in (b"Z", b"X"))
+            ctime = boot + float(fields[19]) / _TICKS
+            table[int(name)] = _Entry(int(fields[1]), ctime, fields[0] in (b"Z", b"X"), int(fields[3]))
         except (OSError, IndexError, ValueError):
             continue
     return table
@@ -312,8 +317,13 @@ class Tracker:
             return found
 
     def _orphans(self, root: _Root, table: dict[int, _Entry]) -> list[int]:
-        """Direct children of the harness it did not spawn, born while ``root`` lived, and nobody else's."""
+        """Direct children of the harness it did not spawn, born while ``root`` lived, and nobody else's.
+
+        Every tracked process starts its own session and nothing can join the harness's session from another, so
+        a child still in the harness's session (one a library such as Ray started directly) is never an orphan.
+        """
         me = os.getpid()
+        own_sid = os.getsid(0)
         with self.spawn_lock:
             spawned = set(self._spawned)
         claimed = {pid for other in self._roots.values() if other is not root for pid in other.members}
@@ -321,6 +331,7 @@ class Tracker:
             pid
             for pid, entry in table.items()
             if entry.ppid == me
+            and entry.sid != own_sid
             and pid not in spawned
             and pid not in claimed
             and entry.create_time >= root.create_time - _CTIME_SLACK
