@@ -194,7 +194,9 @@ def _recorded(run_dir: Path) -> set[int]:
     return {pid for pid, _, _ in body["processes"]}
 
 
-def test_kill_9_then_resume_ends_the_leftovers(repo: Path, write_suite: SuiteWriter, tmp_path: Path) -> None:
+@pytest.mark.parametrize("then", ["resume", "eval"])
+def test_kill_9_then_resume_ends_the_leftovers(repo: Path, write_suite: SuiteWriter, tmp_path: Path, then: str) -> None:
+    """After kill -9 of the harness, `resume` of its run, or the next `eval` in the workspace, ends its processes."""
     marker = f"wt-kill9-{uuid.uuid4().hex}"
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
@@ -215,7 +217,12 @@ def test_kill_9_then_resume_ends_the_leftovers(repo: Path, write_suite: SuiteWri
         proc.communicate(timeout=30)
         assert len(alive_with_marker(marker)) == 3
 
-        resumed = harness(repo, "resume", run_dir.name, "--format", "json", marker=marker)
+        if then == "resume":
+            resumed = harness(repo, "resume", run_dir.name, "--format", "json", marker=marker)
+        else:
+            resumed = harness(
+                repo, "eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json", marker=marker
+            )
         out, err = finish(resumed)
         assert resumed.returncode == 0, err.decode()
         # the agent's shell, its two sleepers and the escape
@@ -227,6 +234,27 @@ def test_kill_9_then_resume_ends_the_leftovers(repo: Path, write_suite: SuiteWri
     finally:
         if proc.poll() is None:
             proc.kill()
+        kill_marked(marker)
+
+
+def test_a_live_run_keeps_its_processes_when_another_run_starts(repo: Path, write_suite: SuiteWriter) -> None:
+    """Only runs whose harness is gone (nobody holds the run's lock) are cleaned up by the next run."""
+    marker = f"wt-live-{uuid.uuid4().hex}"
+    slow = write_suite([task("slow", timeout_secs=300)], attempts=1)
+    first = harness(repo, "eval", "--suite", str(slow), "--agent-cmd", sleeper(marker), "-q", marker=marker)
+    try:
+        wait_for(lambda: len(alive_with_marker(marker)) == 1, "the first run's agent")
+        run_dir = _run_dir(repo)
+        wait_for(lambda: set(alive_with_marker(marker)) <= _recorded(run_dir), "its record")
+        quick = write_suite([task("quick")], attempts=1)
+        second = harness(repo, "eval", "--suite", str(quick), "--agent", "oracle", "-q")
+        _, err = finish(second)
+        assert second.returncode == 0, err.decode()
+        assert "killed worktrial" not in err.decode()
+        assert len(alive_with_marker(marker)) == 1 and first.poll() is None
+    finally:
+        first.kill()
+        first.communicate(timeout=30)
         kill_marked(marker)
 
 
