@@ -119,7 +119,9 @@ def test_escaped_process_ends_with_its_attempt(repo: Path, write_suite: SuiteWri
     start = escape if how == "setsid" else double_fork
     agent = start(marker, pid_dir, "$WORKTRIAL_TASK_ID-$WORKTRIAL_ATTEMPT") + "touch done.txt"
     suite = write_suite([task("t", verify_commands=["test -f done.txt", none_alive_verify(marker)])], attempts=2)
-    proc = harness(repo, "eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json", marker=marker)
+    # One at a time: verify must not see the escape of a concurrent attempt (the parallel test covers those).
+    args = ["eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json", "-j", "1"]
+    proc = harness(repo, *args, marker=marker)
     try:
         out, err = finish(proc)
         assert proc.returncode == 0, err.decode()
@@ -286,17 +288,18 @@ def test_a_forged_record_does_not_kill_an_unrelated_process(repo: Path, write_su
 def test_end_leftovers_checks_each_identity() -> None:
     """Create time and token must match: a recycled pid or a process with another token is never killed."""
     marker = f"wt-ident-{uuid.uuid4().hex}"
-    env = {**os.environ, TOKEN_VAR: "a" * 32}
+    token, other = uuid.uuid4().hex, uuid.uuid4().hex  # unique: a concurrent run of this test has its own
+    env = {**os.environ, TOKEN_VAR: token}
     argv = [sys.executable, "-c", "import time; time.sleep(300)", marker]
     procs = [subprocess.Popen(argv, env=env) for _ in range(3)]
     try:
         wait_for(lambda: len(alive_with_marker(marker)) == 3, "three sleepers")
         times = [psutil.Process(p.pid).create_time() for p in procs]
-        wrong_time = ProcIdentity(procs[0].pid, times[0] - 100, "b" * 32)
-        wrong_token = ProcIdentity(procs[1].pid, times[1], "b" * 32)
+        wrong_time = ProcIdentity(procs[0].pid, times[0] - 100, other)
+        wrong_token = ProcIdentity(procs[1].pid, times[1], other)
         assert end_leftovers([wrong_time, wrong_token]) == 0
         assert all(p.poll() is None for p in procs)
-        assert end_leftovers([ProcIdentity(procs[2].pid, times[2], "a" * 32)]) == 3  # the token finds the others
+        assert end_leftovers([ProcIdentity(procs[2].pid, times[2], token)]) == 3  # the token finds the others
         for p in procs:
             p.wait(timeout=30)
     finally:

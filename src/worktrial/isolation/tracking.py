@@ -223,6 +223,8 @@ class Tracker:
         self._spawned: set[int] = set()
         self._roots: dict[str, _Root] = {}
         self._reap: set[int] = set()
+        self._ambiguous: dict[int, tuple[float, set[str]]] = {}
+        """Orphans that could belong to several roots: pid -> (create time, candidate roots), see ``_orphans``."""
         self._sampler: threading.Thread | None = None
 
     # -- spawning ------------------------------------------------------------------------------------------
@@ -299,6 +301,13 @@ class Tracker:
         finally:
             with self._lock:
                 self._roots.pop(token, None)
+                live = set(self._roots)
+                # Two candidates ending at once each saw the other alive: the last one out ends the orphan.
+                left = {pid: c for pid, (c, roots) in self._ambiguous.items() if not roots & live}
+                for pid in left:
+                    del self._ambiguous[pid]
+        if left:
+            kill_all(lambda table: {p for p, c in left.items() if _same(table.get(p), c)})
         if root.on_change is not None:
             root.on_change()
         return survivors
@@ -317,25 +326,38 @@ class Tracker:
             return found
 
     def _orphans(self, root: _Root, table: dict[int, _Entry]) -> list[int]:
-        """Direct children of the harness it did not spawn, born while ``root`` lived, and nobody else's.
+        """Orphans re-parented to the harness that belong to ``root``: nobody recorded them, and ``root`` is the
+        last process still alive of those that were alive when they were born.
 
-        Every tracked process starts its own session and nothing can join the harness's session from another, so
-        a child still in the harness's session (one a library such as Ray started directly) is never an orphan.
+        With one process at a time that is exact. With several, an orphan nobody saw being born could be any of
+        theirs, so it is left alone until every candidate has ended and then ends with the last of them: never
+        earlier than its own attempt. Every tracked process starts its own session and nothing can join the
+        harness's session from another, so a child still in the harness's session (one a library such as Ray
+        started directly) is never an orphan; nor is one born while no tracked process ran.
         """
+        taken = []
+        for pid, candidates in self._candidates(table).items():
+            if root.token in candidates and candidates <= {root.token}:
+                taken.append(pid)
+        return taken
+
+    def _candidates(self, table: dict[int, _Entry]) -> dict[int, set[str]]:
+        """Unrecorded orphans -> the live roots each could have come from (those born before it)."""
         me = os.getpid()
         own_sid = os.getsid(0)
         with self.spawn_lock:
             spawned = set(self._spawned)
-        claimed = {pid for other in self._roots.values() if other is not root for pid in other.members}
-        return [
-            pid
-            for pid, entry in table.items()
-            if entry.ppid == me
-            and entry.sid != own_sid
-            and pid not in spawned
-            and pid not in claimed
-            and entry.create_time >= root.create_time - _CTIME_SLACK
-        ]
+        claimed = {pid for root in self._roots.values() for pid in root.members}
+        found: dict[int, set[str]] = {}
+        for pid, entry in table.items():
+            if entry.ppid != me or entry.sid == own_sid or pid in spawned or pid in claimed:
+                continue
+            roots = {r.token for r in self._roots.values() if r.create_time <= entry.create_time + _CTIME_SLACK}
+            if roots:
+                found[pid] = roots
+                if len(roots) > 1:
+                    self._ambiguous.setdefault(pid, (entry.create_time, roots))
+        return found
 
     def _sample_loop(self) -> None:
         while True:
@@ -355,18 +377,21 @@ class Tracker:
         changed: list[Callable[[], None]] = []
         with self._lock:
             roots = list(self._roots.values())
+            before = {root.token: set(root.members) for root in roots}
+            if _subreaper:  # an orphan that can only be one root's is recorded as that root's now
+                for pid, candidates in self._candidates(table).items():
+                    if len(candidates) == 1:
+                        self._roots[next(iter(candidates))].members[pid] = table[pid].create_time
             for root in roots:
-                before = set(root.members)
                 self._collect_descendants_only(root, table)
-                if set(root.members) != before and root.on_change is not None:
+                if set(root.members) != before[root.token] and root.on_change is not None:
                     changed.append(root.on_change)
         self._reap_orphans(table)
         for notify in {id(c): c for c in changed}.values():
             notify()
 
     def _collect_descendants_only(self, root: _Root, table: dict[int, _Entry]) -> None:
-        """Like ``_collect`` but without claiming unattributed orphans: with several roots alive, which one
-        an orphan belongs to is decided only when a root ends (it then takes every candidate)."""
+        """Like ``_collect`` but without taking orphans whose root is ambiguous (see ``_orphans``)."""
         known = [pid for pid, ctime in root.members.items() if _same(table.get(pid), ctime)]
         found = descendants(known, table)
         for pid in found:
