@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,7 +101,7 @@ def test_bad_suites_through_the_cli_are_one_line_and_exit_2(repo: Path, tmp_path
             assert "Traceback" not in result.stderr
 
 
-def _stored_run(repo: Path, write_suite) -> tuple[Path, dict]:
+def _stored_run(repo: Path, write_suite: Callable[..., Path]) -> tuple[Path, dict[str, Any]]:
     suite = write_suite([task("t")], attempts=1)
     result = run_worktrial(
         ["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "--format", "json", "-q"], cwd=repo
@@ -108,7 +110,7 @@ def _stored_run(repo: Path, write_suite) -> tuple[Path, dict]:
     return suite, json.loads(result.stdout)
 
 
-ENVELOPE_ATTACKS = {
+ENVELOPE_ATTACKS: dict[str, Callable[[dict[str, Any]], str]] = {
     "nested": lambda e: "[" * 100_000 + "]" * 100_000,
     "nested-field": lambda e: json.dumps({**e, "extra": json.loads("[" * 70 + "]" * 70)}),
     "huge-int": lambda e: json.dumps(e).replace('"passed_runs": 1', '"passed_runs": 1' + "0" * 400, 1),
