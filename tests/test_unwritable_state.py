@@ -122,3 +122,57 @@ def test_a_full_disk_under_the_state_directory_is_one_line(
     _one_line(result, "cannot write worktrial's run data", "No space left on device", "free some space")
     assert not marker.exists()
     assert not [name for name in os.listdir(tiny_disk) if "probe" in name], "the write probe is gone again"
+
+
+UNREADABLE_AGENT = """set -e
+mkdir -p locked/inner ../locked-next/inner
+touch locked/inner/f ../locked-next/inner/f done.txt
+chmod 000 locked/inner ../locked-next/inner
+chmod 000 locked ../locked-next
+"""
+
+
+def test_unreadable_directories_left_by_an_agent_are_removed_without_root(shared_dir: Path) -> None:
+    """The whole harness as an unprivileged user: chmod 000 directories in and next to the worktree are removed
+    (no TypeError in the removal, no worktree left in TMPDIR), and every attempt still passes."""
+    repo = shared_dir / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "suite.json").write_text(SUITE)
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "init")
+    home, tmp = shared_dir / "home", shared_dir / "tmp"
+    home.mkdir()
+    tmp.mkdir()
+    (home / "agent.sh").write_text(UNREADABLE_AGENT)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(PROJECT) / "src"),
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        "WORKTRIAL_CONFIG_DIR": str(home / "config"),
+        "WORKTRIAL_CACHE_DIR": str(home / "cache"),
+    }
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("needs setpriv (util-linux) to drop root")
+        for path in [shared_dir, *shared_dir.rglob("*")]:
+            os.lchown(path, 65534, 65534)
+        prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    else:
+        prefix = []
+    for jobs_and_pool in (["--jobs", "1"], ["--jobs", "2"]):
+        args = ["eval", "--suite", "suite.json", "--agent-cmd", f"sh {home / 'agent.sh'}", "--trust", "-q"]
+        result = subprocess.run(
+            [*prefix, sys.executable, "-m", "worktrial", *args, "--attempts", "3", *jobs_and_pool],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            stdin=subprocess.DEVNULL,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr and "could not remove" not in result.stderr, result.stderr
+        assert "3/3" in result.stdout, result.stdout
+        assert sorted(os.listdir(tmp)) == [], "every worktree and slot is gone"
