@@ -51,6 +51,7 @@ BAD_SUITES = {
         "$.tasks[0].timeout_secs: must be at most 604800 seconds (7 days); got 31536000",
     ),
     "verify-timeout-too-long": (suite_text('"verify_timeout_secs": 604801'), "must be at most 604800 seconds"),
+    "attempts-too-many": (suite_text(suite_fields='"attempts": 50000'), "$.attempts: must be at most 10000 per task"),
     "environment-timeout-too-long": (
         suite_text(suite_fields='"environment": {"setup": ["true"], "timeout_secs": 9999999}'),
         "$.environment.timeout_secs: must be at most 604800 seconds (7 days)",

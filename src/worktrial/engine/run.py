@@ -47,7 +47,7 @@ from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.selection import reselect, select
-from worktrial.model.suite import LoadedSuite, Task, load_suite
+from worktrial.model.suite import MAX_ATTEMPTS, LoadedSuite, Task, load_suite
 from worktrial.state.artifacts import write_artifacts
 from worktrial.state.config import cache_dir, load_config
 from worktrial.state.history import envelope_from_records
@@ -60,8 +60,6 @@ from worktrial.util import public_url, utc_now
 # ``worker_lost``: a remote executor lost the worker process or node an attempt was running on.
 INFRA_ERROR_CATEGORIES = frozenset({"worktree", "crashed", "provider_server", "provider_rate_limit", "worker_lost"})
 JOIN_TIMEOUT_SECS = 30.0
-MAX_ATTEMPTS = 10_000
-"""Attempts per task: more is never a statistics question, and a typo (1000000000) must not start a run."""
 MAX_JOBS = 256
 MAX_RETRY_ERRORS = 100
 

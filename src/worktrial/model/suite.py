@@ -29,6 +29,8 @@ CATEGORIES: tuple[Category, ...] = ("capability", "regression")
 DEFAULT_TIMEOUT_SECS = 600
 DEFAULT_VERIFY_TIMEOUT_SECS = 300
 DEFAULT_ENVIRONMENT_TIMEOUT_SECS = 1800
+MAX_ATTEMPTS = 10_000
+"""Attempts per task: more is never a statistics question, and a typo (1000000000) must not start a run."""
 MAX_TIMEOUT_SECS = 7 * 24 * 3600
 """A week: any longer limit is a typo, and a huge one overflows the clock arithmetic of deadlines."""
 SUITE_DIR_ENV = "WORKTRIAL_SUITE_DIR"
@@ -132,7 +134,7 @@ class Suite(BaseModel):
 
     id: NonEmptyId
     name: str | None = None
-    attempts: PositiveInt = Field(default=1, description="Attempts per task.")
+    attempts: Annotated[StrictInt, Field(gt=0, le=MAX_ATTEMPTS)] = Field(default=1, description="Attempts per task.")
     tasks: list[Task] = Field(min_length=1)
     workspace: WorkspacePin | None = None
     files: list[str] = Field(
@@ -195,6 +197,8 @@ def _describe(err: Any) -> str:
         return str(_FRIENDLY[kind])
     if kind == "greater_than":
         return f"must be a positive integer (got {json.dumps(err.get('input'))})"
+    if kind == "less_than_equal" and err["loc"] == ("attempts",):
+        return f"must be at most {MAX_ATTEMPTS} per task; got {json.dumps(err.get('input'))}"
     if kind == "less_than_equal" and "timeout" in str(err["loc"][-1]):
         return f"must be at most {MAX_TIMEOUT_SECS} seconds (7 days); got {json.dumps(err.get('input'))}"
     if kind == "too_short":
