@@ -155,3 +155,24 @@ def test_a_run_json_beyond_the_limits_is_one_line(repo: Path, write_suite) -> No
         result = run_worktrial(["resume", run_id], cwd=repo, timeout=120)
         assert result.returncode == 2, result.stderr
         assert result.stderr.count("\n") == 1 and "run.json" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ('[agents.mine]\ncommand = "my-agent \\u0000 --yes"\n', "$.agents.mine.command: contains a NUL character"),
+        ('[agents.codex]\nargs = ["--x", "a\\u0000"]\n', "$.agents.codex.args[1]: contains a NUL character"),
+        ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", "invalid TOML: nested too deeply"),
+    ],
+)
+def test_config_files_within_the_limits(isolated_state: Path, toml: str, expected: str) -> None:
+    from worktrial.errors import BadInputError
+    from worktrial.state.config import load_config
+
+    path = isolated_state / "config" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(toml)
+    with pytest.raises(BadInputError) as info:
+        load_config()
+    assert str(info.value) == f"{path}: {expected}" or str(info.value).startswith(f"{path}: {expected}")
+    assert "\n" not in str(info.value)
