@@ -176,3 +176,14 @@ def test_config_files_within_the_limits(isolated_state: Path, toml: str, expecte
         load_config()
     assert str(info.value) == f"{path}: {expected}" or str(info.value).startswith(f"{path}: {expected}")
     assert "\n" not in str(info.value)
+
+
+def test_ray_resources_json_within_the_limits() -> None:
+    from worktrial.cli.executors import parse_resources
+    from worktrial.errors import BadInputError
+
+    with pytest.raises(BadInputError, match=r"\$\.gpu: number out of range"):
+        parse_resources(('{"gpu": 1e400}',))
+    with pytest.raises(BadInputError, match="nested deeper than 64"):
+        parse_resources(('{"a": ' + "[" * 5000 + "]" * 5000 + "}",))
+    assert parse_resources(('{"gpu": 2}',)) == {"gpu": 2.0}
