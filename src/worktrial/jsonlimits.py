@@ -12,7 +12,9 @@ files all go through it.
 from __future__ import annotations
 
 import json
+import re
 import sys
+from itertools import accumulate
 from typing import Any
 
 MAX_JSON_DEPTH = 64
@@ -30,18 +32,46 @@ def _refuse_constant(name: str) -> Any:
     raise JsonLimitError(f"{name} is not a valid JSON number (numbers must be finite)")
 
 
-def _parse_int(text: str) -> int | float:
-    # inf marks the literal for the walk below, which reports it with its JSON path.
-    return float("inf") if len(text.lstrip("-")) > MAX_INT_DIGITS else int(text)
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = {code: None for code in range(128) if chr(code) not in "[]{}"}
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in a JSON text, found at C speed (strings dropped first)."""
+    brackets = _STRING.sub("", text).translate(_NOT_BRACKETS)  # valid JSON is ASCII outside its strings
+    return max(accumulate(1 if ch in "[{" else -1 for ch in brackets), default=0)
 
 
 def loads_limited(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, allow_nul: bool = True) -> Any:
-    """``json.loads`` within limits: depth, finite numbers within the float range, and (optionally) no NUL."""
+    """``json.loads`` within limits: depth, finite numbers within the float range, and (optionally) no NUL.
+
+    The common case costs one parse plus a scan of the text; only a text that may break a limit is walked, to
+    name the JSON path of the first problem.
+    """
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    suspect = False
+
+    def parse_int(literal: str) -> int | float:
+        nonlocal suspect
+        if len(literal.lstrip("-")) > MAX_INT_DIGITS:  # before Python's own limit (4300 digits) raises
+            suspect = True
+            return float("inf")  # the walk reports it with its path
+        value = int(literal)
+        suspect = suspect or abs(value) > _FLOAT_MAX
+        return value
+
+    def parse_float(literal: str) -> float:
+        nonlocal suspect
+        value = float(literal)
+        suspect = suspect or not -_FLOAT_MAX <= value <= _FLOAT_MAX
+        return value
+
     try:
-        value = json.loads(data, parse_constant=_refuse_constant, parse_int=_parse_int)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_int=parse_int, parse_float=parse_float)
     except RecursionError:
         raise JsonLimitError(f"$: nested deeper than {max_depth} levels of arrays and objects") from None
-    check_limits(value, max_depth=max_depth, allow_nul=allow_nul)
+    if suspect or _depth(text) > max_depth or (not allow_nul and "\\u0000" in text):
+        check_limits(value, max_depth=max_depth, allow_nul=allow_nul)
     return value
 
 
