@@ -25,6 +25,7 @@ from tests.real_agents.support import (
     evaluate,
     home,
     installed,
+    marker,
     on_path,
     only_attempt,
 )
@@ -33,7 +34,7 @@ from tests.test_real_chat_agents import chat_model, qwen
 from tests.test_real_gemini import gemini, gemini_model
 
 pytestmark = [pytest.mark.agents, pytest.mark.slow]
-__all__ = ["codex", "gemini", "home", "qwen"]  # fixtures used by name
+__all__ = ["codex", "gemini", "home", "marker", "qwen"]  # fixtures used by name
 
 END = "The last line of a very long prompt: 5d1e0c7a."
 
@@ -104,4 +105,4 @@ def test_a_prompt_of_almost_1mib_reaches_the_model(
     attempt = only_attempt(envelope)
     assert attempt["outcome"] == "pass", attempt
     assert bodies and all(END in body for body in bodies), "every model call carried the whole prompt"
-    assert_nothing_left(tool)
+    assert_nothing_left()
