@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from tests.conftest import SuiteWriter, alive_with_marker, task
+from worktrial.isolation import cgroups
 from worktrial.isolation.tracking import DISABLE_VAR, TOKEN_VAR, ProcIdentity, end_leftovers
 
 PY = shlex.quote(sys.executable)
@@ -307,3 +308,84 @@ def test_end_leftovers_checks_each_identity() -> None:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def _cgroup_base() -> Path | None:
+    """This process's cgroup v2 directory when it may create cgroups there (root, or a delegated subtree)."""
+    mount, own = cgroups._v2_mount(), cgroups._own_v2_cgroup()
+    if mount is None or own is None:
+        return None
+    base = mount / own.lstrip("/")
+    return base if os.access(base, os.W_OK) else None
+
+
+needs_cgroup = pytest.mark.skipif(_cgroup_base() is None, reason="no writable cgroup v2 hierarchy on this machine")
+
+
+@needs_cgroup
+@pytest.mark.parametrize("disable", ["subreaper", "subreaper,cgroup"])
+def test_the_cgroup_ends_an_escape_no_other_mechanism_sees(
+    repo: Path, write_suite: SuiteWriter, tmp_path: Path, disable: str
+) -> None:
+    """Without the subreaper, a double fork that drops the token is never seen; its cgroup still ends it.
+
+    The second case turns the cgroup off too and shows the escape then survives its attempt (so the first case
+    passes because of the cgroup, not by luck).
+    """
+    marker = f"wt-cgroup-{uuid.uuid4().hex}"
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    agent = double_fork(marker, pid_dir, "escaped") + "touch done.txt"
+    suite = write_suite([task("t", verify_commands=["test -f done.txt", none_alive_verify(marker)])], attempts=1)
+    args = ["eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json"]
+    proc = harness(repo, *args, marker=marker, extra_env={DISABLE_VAR: disable})
+    try:
+        out, err = finish(proc)
+        outcome = json.loads(out)["report"]["tasks"][0]["attempts"][0]["outcome"]
+        if disable == "subreaper":
+            assert proc.returncode == 0, err.decode()
+            assert outcome == "pass", err.decode()
+            assert alive_with_marker(marker) == []
+        else:
+            assert outcome == "fail" and len(alive_with_marker(marker)) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_marked(marker)
+
+
+@needs_cgroup
+def test_the_next_run_ends_what_a_killed_harness_left_in_its_cgroup(repo: Path, write_suite: SuiteWriter) -> None:
+    """A parent cgroup whose harness is gone is emptied and removed; one made in another PID namespace is not."""
+    base = _cgroup_base()
+    assert base is not None
+    marker = f"wt-stale-{uuid.uuid4().hex}"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid whose process no longer runs, as after kill -9
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    stale = base / f"worktrial-{ns}-{gone.pid}-1"
+    foreign = base / f"worktrial-{ns + 1}-{gone.pid}-1"  # its pid means nothing in this namespace
+    argv = [sys.executable, "-c", "import time; time.sleep(300)", marker]
+    sleepers = []
+    try:
+        for parent in (stale, foreign):
+            (parent / "attempt").mkdir(parents=True)
+            sleeper_proc = subprocess.Popen(argv, start_new_session=True)
+            sleepers.append(sleeper_proc)
+            (parent / "attempt" / "cgroup.procs").write_text(str(sleeper_proc.pid))
+        wait_for(lambda: len(alive_with_marker(marker)) == 2, "two sleepers")
+        suite = write_suite([task("t")], attempts=1)
+        run = harness(repo, "eval", "--suite", str(suite), "--agent", "oracle", "-q")
+        _, err = finish(run)
+        assert run.returncode == 0, err.decode()
+        assert "ended 1 process(es) left in the cgroup of a worktrial killed with kill -9" in err.decode()
+        sleepers[0].wait(timeout=30)
+        assert alive_with_marker(marker) == [sleepers[1].pid]
+        assert not stale.exists() and foreign.exists()
+    finally:
+        for sleeper_proc in sleepers:
+            if sleeper_proc.poll() is None:
+                sleeper_proc.kill()
+            sleeper_proc.wait()
+        for parent in (stale, foreign):
+            cgroups.remove(parent)

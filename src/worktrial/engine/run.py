@@ -29,6 +29,7 @@ from worktrial.agents.base import Agent
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
 from worktrial.errors import BadInputError, SuiteError, WorkspaceError
+from worktrial.isolation import cgroups
 from worktrial.isolation.proc import ProcessScope
 from worktrial.isolation.workspace import (
     SourceRepo,
@@ -498,6 +499,8 @@ def _end_previous(state_root: Path, observer: RunObserver, own: Path | None = No
     """Before anything runs: end what an earlier harness, killed with kill -9, left running here (one line)."""
     if (line := leftovers.describe(leftovers.end_previous(state_root, own=own))) is not None:
         observer.warning(line)
+    if stale := cgroups.end_stale():  # what the signed record missed, or a killed run of another workspace
+        observer.warning(f"ended {stale} process(es) left in the cgroup of a worktrial killed with kill -9")
 
 
 def _remove_crashed_work_root(path: Path, run_id: str, observer: RunObserver) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from worktrial.isolation import cgroups
+from worktrial.isolation.cgroups import CGROUPS
 from worktrial.isolation.tracking import TOKEN_VAR, TRACKER, ProcIdentity, descendants, kill_all
 from worktrial.model.commands import Command, to_argv
 
@@ -229,6 +232,22 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
             proc.send_signal(sig)
 
 
+_JOIN_CGROUP = ("/bin/sh", "-c", '{ echo 0 >"$0"; } 2>/dev/null; exec "$@"')
+"""Joins the cgroup named by ``$0`` (its ``cgroup.procs``), then becomes the real program (same pid): a child that
+joined before it ran cannot fork anything outside it. Best effort: the program runs even if the kernel refuses."""
+
+
+def _unstartable(args: tuple[str, ...], cwd: str | Path, env: Mapping[str, str]) -> ProcResult | None:
+    """What Popen would have refused (missing or non-executable program), for a spawn that goes through a shell."""
+    program = args[0]
+    path = os.path.join(cwd, program) if "/" in program else shutil.which(program, path=env.get("PATH", os.defpath))
+    if path is None or not os.path.exists(path):
+        return ProcResult(args, None, False, 0.0, not_found=program)
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        return ProcResult(args, None, False, 0.0, start_error=f"permission denied: {program}")
+    return None
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -260,10 +279,16 @@ def run(
     start = time.monotonic()
     if not Path(cwd).is_dir():
         return ProcResult(args, None, False, 0.0, start_error=f"working directory does not exist: {cwd}")
+    spawn, cgroup = args, CGROUPS.create(token) if sweep else None
+    if cgroup is not None:
+        if (refused := _unstartable(args, cwd, child_env)) is not None:
+            cgroups.remove(cgroup)
+            return refused
+        spawn = (*_JOIN_CGROUP, str(cgroup / "cgroup.procs"), *args)
     try:
         with TRACKER.spawning() as spawned:
             proc = subprocess.Popen(
-                args,
+                spawn,
                 cwd=cwd,
                 env=child_env,
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -273,6 +298,8 @@ def run(
             )
             spawned(proc.pid)
     except FileNotFoundError:
+        if cgroup is not None:
+            cgroups.remove(cgroup)
         return ProcResult(args, None, False, time.monotonic() - start, not_found=args[0])
     except PermissionError:
         return ProcResult(args, None, False, time.monotonic() - start, start_error=f"permission denied: {args[0]}")
@@ -281,7 +308,7 @@ def run(
     if scope is not None:
         scope.add(token, proc)
     if sweep:
-        TRACKER.start(token, proc.pid, on_change=scope.changed if scope is not None else None)
+        TRACKER.start(token, proc.pid, on_change=scope.changed if scope is not None else None, cgroup=cgroup)
     out, err = _Tail(tail_bytes), _Tail(tail_bytes)
     assert proc.stdout is not None and proc.stderr is not None
     threads = [

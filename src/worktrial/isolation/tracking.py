@@ -26,8 +26,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
+
+from worktrial.isolation.cgroups import kill, remove
 
 log = logging.getLogger(__name__)
 TOKEN_VAR = "WORKTRIAL_PROC_TOKEN"
@@ -211,6 +214,8 @@ class _Root:
     create_time: float
     members: dict[int, float] = field(default_factory=dict)
     on_change: Callable[[], None] | None = None
+    cgroup: Path | None = None
+    """The root's own cgroup v2 where the harness can create one (see ``cgroups.py``): ended by the kernel."""
 
 
 class Tracker:
@@ -240,15 +245,17 @@ class Tracker:
             self._spawned.discard(pid)
 
     # -- roots ---------------------------------------------------------------------------------------------
-    def start(self, token: str, pid: int, on_change: Callable[[], None] | None = None) -> None:
-        """Follow ``pid`` (just spawned with ``token``) and everything it starts until ``end(token)``."""
+    def start(
+        self, token: str, pid: int, on_change: Callable[[], None] | None = None, cgroup: Path | None = None
+    ) -> None:
+        """Follow ``pid`` (just spawned with ``token``, in ``cgroup`` if any) and all it starts until ``end(token)``."""
         try:
             create_time = psutil.Process(pid).create_time()
         except psutil.Error:
             create_time = 0.0
         _warn_degraded()
         with self._lock:
-            self._roots[token] = _Root(token, pid, create_time, {pid: create_time}, on_change)
+            self._roots[token] = _Root(token, pid, create_time, {pid: create_time}, on_change, cgroup)
             if self._sampler is None:
                 self._sampler = threading.Thread(target=self._sample_loop, name="worktrial-proc-sampler", daemon=True)
                 self._sampler.start()
@@ -297,8 +304,12 @@ class Tracker:
         if root is None:
             return []
         try:
+            if root.cgroup is not None:  # the kernel ends all of it; the tree and marker sweep catch the rest
+                self.reap_killed(kill(root.cgroup))
             _, survivors = kill_all(lambda table: self._collect(root, table), tokens=[token])
         finally:
+            if root.cgroup is not None:
+                remove(root.cgroup)
             with self._lock:
                 self._roots.pop(token, None)
                 live = set(self._roots)
