@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from worktrial.cli import logs
-from worktrial.cli.common import FORMAT_HELP, emit, ensure_trust, err
+from worktrial.cli.common import FORMAT_HELP, emit, ensure_project_trust, ensure_trust, err
 from worktrial.cli.executors import executor_factory, executor_options
 from worktrial.cli.matrix import run_matrix_and_report
 from worktrial.cli.outputs import write_ci_outputs
@@ -398,12 +398,25 @@ def schema_cmd(which: str) -> None:
     show_default=True,
     help="table: a terminal table (markdown when piped); markdown; json.",
 )
-def agents_cmd(workspace: Path | None, fmt: str) -> None:
+@click.option("--trust", is_flag=True, help="Trust this repository's worktrial.toml (remembered), like eval --trust.")
+def agents_cmd(workspace: Path | None, fmt: str, trust: bool) -> None:
     """List every agent --agent accepts, whether its program is installed, and its version."""
     from worktrial.agents.listing import list_agents
     from worktrial.state.config import load_config
+    from worktrial.state.project import read_project
 
-    rows = list_agents(load_config(state_root(workspace)))  # the same project config eval would read
+    root = state_root(workspace)
+    if trust:
+        ensure_project_trust(root, trust)
+    project = read_project(root)
+    untrusted = project.untrusted_agents() if project is not None else {}
+    if project is not None and project.needs_trust():
+        # Its binaries and commands are never executed (not even for --version) until it is trusted.
+        err(
+            f"worktrial: {project.path} is not trusted; its {', '.join(project.sensitive_names())} are ignored. "
+            "Review it, then run `worktrial agents --trust`"
+        )
+    rows = list_agents(load_config(root), untrusted)  # the same project config eval would read
     if fmt == "json":
         click.echo(json.dumps([row.__dict__ for row in rows], indent=2))
         return
