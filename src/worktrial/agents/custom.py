@@ -26,6 +26,7 @@ from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.agents.simple import USAGE_FILE, command_env, read_usage_file
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
+from worktrial.isolation.childenv import check_patterns
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.commands import SHELL
 from worktrial.model.config import AgentConfig, Config
@@ -74,6 +75,7 @@ class CustomAgent:
         self.name = name
         self.command = table.command
         self.env: dict[str, str] = dict(table.env)
+        self.pass_env = check_patterns((*options.pass_env, *table.pass_env), "--pass-env")
         self.parser_name: str = parser
         self.model_flag: str | None = table.model_flag
         self.options = options
@@ -100,6 +102,8 @@ class CustomAgent:
             described["model"] = self.options.model
         if self.env:
             described["env_keys"] = sorted(self.env)  # values may be secrets
+        if self.pass_env:
+            described["pass_env"] = sorted(self.pass_env)  # names only
         if self.price is not None:
             described["price"] = {
                 "route": self.price_model,
@@ -142,7 +146,7 @@ class CustomAgent:
         return PARSERS[self.parser_name]()
 
     def run(self, ctx: AgentContext) -> AgentResult:
-        env = command_env(ctx)
+        env = command_env(ctx, self.pass_env)
         env.update(self.env)
         parser = self.new_parser()
         result = proc.run(

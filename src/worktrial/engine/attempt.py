@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -14,7 +14,7 @@ from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOutput, 
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
-from worktrial.isolation import proc
+from worktrial.isolation import childenv, proc
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import EnvironmentSetupError, run_setup
 from worktrial.isolation.patch import PatchData, agent_patch
@@ -39,9 +39,26 @@ from worktrial.redaction import Redactor
 DEADLINE_GRACE_SECS = 2.0
 
 
-def suite_env(env: dict[str, str], spec: AttemptSpec) -> dict[str, str]:
-    """The environment of setup and verify commands: the agent's plus ``$WORKTRIAL_SUITE_DIR`` (never the agent's)."""
-    return {**env, SUITE_DIR_ENV: spec.suite_dir} if spec.suite_dir else dict(env)
+def suite_env(spec: AttemptSpec, root: Path) -> dict[str, str]:
+    """The environment of environment setup, setup and verify commands: a minimal one (never the caller's keys)
+    with ``HOME`` in the attempt's scratch directory under ``root``, plus ``$WORKTRIAL_SUITE_DIR`` (never the
+    agent's)."""
+    extra = {**spec.env, SUITE_DIR_ENV: spec.suite_dir} if spec.suite_dir else dict(spec.env)
+    return childenv.command_env(os.environ, root / "scratch" / "home", extra)
+
+
+def pass_env_patterns(spec: AttemptSpec) -> tuple[str, ...]:
+    """What the user let the agent under test see besides its own provider's keys (--pass-env, ``pass_env``)."""
+    options = spec.agent.options
+    table = options.config.agents.get(spec.agent.name)
+    return (*options.pass_env, *(table.pass_env if table is not None else ()))
+
+
+def attempt_redactor(spec: AttemptSpec, env: Mapping[str, str]) -> Redactor:
+    """Every secret of the harness's and the attempt's environment, and the value of every --pass-env variable."""
+    patterns = pass_env_patterns(spec)
+    names = [name for name in os.environ if childenv.matches(name, patterns)]
+    return Redactor.from_environment(os.environ, env, names=names)
 
 
 def environment_cache(spec: AttemptSpec) -> EnvironmentCache | None:
@@ -61,9 +78,9 @@ def slot_preparer(
     """What a slot runs once on its fresh checkout: the task base's environment setup, committed as the base."""
     if not base.prepared:
         return None
-    env = suite_env(proc.clean_env(None, spec.env), spec)
 
     def prepare(ws: AttemptWorkspace) -> str:
+        env = suite_env(spec, ws.root)
         log = setup_log(spec) if base.environment else None
         return run_setup(ws, base.environment, env, scope=scope, log=log, hide=base.hide, cache=environment_cache(spec))
 
@@ -123,7 +140,7 @@ def run_attempt(
     scope = scope or proc.ProcessScope()
     start = time.monotonic()
     root = work_root / f"{trace_filename(task.id, attempt)[:-5]}-{uuid.uuid4().hex[:8]}"
-    env = proc.clean_env(None, spec.env)
+    env = childenv.agent_env(proc.clean_env(None), spec.env)
     progress = _Progress()
     workspace: AttemptWorkspace | None = None
     try:
@@ -138,13 +155,13 @@ def run_attempt(
                     run_setup(
                         workspace,
                         base.environment,
-                        suite_env(env, spec),
+                        suite_env(spec, workspace.root),
                         scope=scope,
                         log=log,
                         hide=base.hide,
                         cache=environment_cache(spec),
                     )
-                (workspace.root / "scratch").mkdir()
+                (workspace.root / "scratch").mkdir(exist_ok=True)
         except EnvironmentSetupError as exc:
             progress.reason, progress.category = str(exc).splitlines()[0], "environment"
             progress.fatal = AgentError("environment", str(exc), fatal=True)
@@ -156,7 +173,7 @@ def run_attempt(
         if slot is None and not spec.keep_worktrees:
             remove_tree(root)
     duration = round(time.monotonic() - start, 3)
-    _sanitise(progress, env)
+    _sanitise(progress, attempt_redactor(spec, env))
     usage = progress.usage
     trace = build_trace(
         task_id=task.id,
@@ -184,7 +201,7 @@ def run_attempt(
         error_category=progress.category,
         worktree=str(workspace.worktree) if spec.keep_worktrees and workspace else None,
     )
-    artifacts = _artifacts(task.id, attempt, progress, env) if spec.artifacts else None
+    artifacts = _artifacts(task.id, attempt, progress, attempt_redactor(spec, env)) if spec.artifacts else None
     return AttemptResult(record=record, trace=trace, fatal=progress.fatal, worker=worker, artifacts=artifacts)
 
 
@@ -192,13 +209,12 @@ MAX_REASON_CHARS = 1000
 MAX_NAME_CHARS = 200
 
 
-def _sanitise(progress: _Progress, env: dict[str, str]) -> None:
+def _sanitise(progress: _Progress, redactor: Redactor) -> None:
     """Agent-controlled text that goes into the record and trace: bounded and with every secret value redacted.
 
     A shell error can echo an API key (``$OPENAI_API_KEY: not found``), and a usage file can use one as a tool
     name; neither may reach the run store, the envelope or the report.
     """
-    redactor = Redactor.from_environment(os.environ, env)
 
     def clean(text: str, limit: int) -> str:
         text = redactor.redact(text)[0]
@@ -228,9 +244,8 @@ def _command_log(phase: Literal["setup", "verify"], index: int, command: Command
     )
 
 
-def _artifacts(task_id: str, attempt: int, progress: _Progress, env: dict[str, str]) -> AttemptArtifacts:
+def _artifacts(task_id: str, attempt: int, progress: _Progress, redactor: Redactor) -> AttemptArtifacts:
     """The attempt's logs and patch, with every secret of the harness's and the attempt's environment redacted."""
-    redactor = Redactor.from_environment(os.environ, env)
     count = 0
 
     def clean(text: str) -> str:
@@ -278,7 +293,7 @@ def _run_in(
     """Setup, agent and verification inside a created workspace; ``on_phase`` hears each step begin."""
     task = job.task
     scratch = workspace.root / "scratch"
-    harness_env = suite_env(env, job.spec)
+    harness_env = suite_env(job.spec, workspace.root)
     if task.setup_commands:
         on_phase("setup")
     for i, command in enumerate(task.setup_commands, start=1):
@@ -305,6 +320,7 @@ def _run_in(
         worktree=workspace.worktree,
         deadline=deadline,
         env=dict(env),
+        credentials=childenv.credentials(proc.clean_env(None)),
         scratch=scratch,
         scope=scope,
         suite_dir=Path(job.spec.suite_dir) if job.spec.suite_dir else None,

@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from worktrial.agents.base import AgentContext, AgentError, AgentOptions, AgentOutput, AgentResult
+from worktrial.agents.credentials import preset_credentials
 from worktrial.agents.presets.parsing import ExitInfo, ParserFactory
 from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
+from worktrial.isolation.childenv import check_patterns
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.config import AgentConfig
 from worktrial.model.envelope import split_route
@@ -141,6 +143,9 @@ class PresetAgent:
                 f"[agents.{spec.name}]: {', '.join(misplaced)} cannot apply to the {spec.name} preset "
                 "(it overrides only env, args and binary; name a custom agent differently)"
             )
+        self.pass_env = check_patterns((*options.pass_env, *overrides.pass_env), "--pass-env")
+        self.credential_patterns = (*preset_credentials(spec.name), *self.pass_env)
+        """The caller's credential-like variables this CLI receives: its providers' and the user's --pass-env."""
         self.extra_env = dict(overrides.env)
         self.extra_args = list(overrides.args)
         self.binary = overrides.binary or spec.binary
@@ -172,6 +177,8 @@ class PresetAgent:
             described["price"] = {"route": resolved[0], "source": resolved[1].source, "taken_on": resolved[1].taken_on}
         if self.extra_env:
             described["env_keys"] = sorted(self.extra_env)  # values may be secrets
+        if self.pass_env:
+            described["pass_env"] = sorted(self.pass_env)  # names only
         return described
 
     def preflight(self) -> None:
@@ -200,7 +207,7 @@ class PresetAgent:
 
     def run(self, ctx: AgentContext) -> AgentResult:
         invocation = self._invocation(ctx.task.prompt, ctx.scratch, ctx.worktree)
-        env = dict(ctx.env)
+        env = ctx.env_with(self.credential_patterns)
         env.update(self._env(ctx.scratch, ctx.env))
         if self.spec.run_env is not None:
             env.update(self.spec.run_env(invocation, env))
