@@ -9,7 +9,9 @@ it, and its output parser. Spawning, deadlines, bounded capture, version probing
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -24,11 +26,13 @@ from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
 from worktrial.isolation.childenv import check_patterns
+from worktrial.isolation.safefs import read_regular
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.config import AgentConfig
 from worktrial.model.envelope import split_route
 
 VERSION_TIMEOUT_SECS = 15.0
+MAX_CONFIG_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -207,7 +211,7 @@ class PresetAgent:
 
     def run(self, ctx: AgentContext) -> AgentResult:
         invocation = self._invocation(ctx.task.prompt, ctx.scratch, ctx.worktree)
-        env = ctx.env_with(self.credential_patterns)
+        env = ctx.env_with((*self.credential_patterns, *self.named_in_user_config(ctx)))
         env.update(self._env(ctx.scratch, ctx.env))
         if self.spec.run_env is not None:
             env.update(self.spec.run_env(invocation, env))
@@ -274,6 +278,22 @@ class PresetAgent:
             base_url=self.options.base_url,
             settings={k: v for k, v in self.options.settings.items() if k in self.spec.budgets},
         )
+
+    def named_in_user_config(self, ctx: AgentContext) -> list[str]:
+        """Credential variables the user's own CLI configuration names (Codex's ``env_key = "MY_KEY"``, OpenCode's
+        ``{env:MY_KEY}``): the user chose them for this CLI, so it receives them like its provider's own."""
+        if not ctx.credentials:
+            return []
+        texts = []
+        for carry in self.spec.carries:
+            source = user_config_dir(carry, ctx.env, self.config_dir)
+            if source is None:
+                continue
+            for name in carry.files:
+                with contextlib.suppress(OSError, ValueError):
+                    texts.append(read_regular(source / name, MAX_CONFIG_BYTES).decode("utf-8", "replace"))
+        words = set(re.findall(r"[A-Za-z0-9_]+", "\n".join(texts)))
+        return [name for name in ctx.credentials if name in words]
 
     def _check_flags(self) -> None:
         """Refuse what this CLI cannot honour instead of dropping it silently."""
