@@ -6,6 +6,7 @@
     parser = "claude-code"                      # a preset's parser, or "usage-file" (the default)
     model_flag = "--model"                      # how --model reaches the agent (optional)
     price_model = "openai/gpt-5.1"              # price reported tokens by this route when no cost is reported
+    pass_env = ["MY_AGENT_API_KEY"]             # credential variables of the caller it receives (none otherwise)
 
 The command runs with ``/bin/sh -c`` in the worktree, with the same ``WORKTRIAL_*`` variables as the
 command agent plus ``WORKTRIAL_SCRATCH`` (the per-attempt directory where the file-based parsers look:
