@@ -11,6 +11,7 @@ from rich.markdown import Markdown
 
 from worktrial.isolation.workspace import find_workspace
 from worktrial.model.suite import LoadedSuite
+from worktrial.render.terminal import markdown_table, rich_table
 from worktrial.state.project import ensure_project_trusted
 from worktrial.state.roots import state_root
 from worktrial.state.trust import ensure_trusted
@@ -23,6 +24,27 @@ def err(message: str) -> None:
 
 
 FORMAT_HELP = "auto: tables on a terminal, markdown when piped; markdown; json."
+
+table_format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "markdown", "json"]),
+    default="table",
+    show_default=True,
+    help="table: a terminal table (markdown when piped); markdown; json.",
+)
+"""The ``--format`` of listing commands (``agents``, ``prices``): rows, not a report."""
+
+
+def print_table(headers: list[str], cells: list[list[str]], fmt: str) -> None:
+    """Rows as a terminal table when ``fmt`` is ``table`` on a terminal, else as markdown (pipes, files, docs).
+
+    Cells are printed without rich markup escaping so that commands in them copy-paste exactly as shown.
+    """
+    if fmt == "table" and sys.stdout.isatty():
+        Console(highlight=False).print(rich_table(headers, cells))
+    else:
+        click.echo(markdown_table(headers, cells), nl=False)
 
 
 def emit(text: str, output: Path | None, *, quiet: bool = False, what: str = "report", fmt: str = "") -> None:

@@ -14,7 +14,15 @@ from rich.console import Console
 from rich.table import Table
 
 from worktrial.cli import logs
-from worktrial.cli.common import FORMAT_HELP, emit, ensure_project_trust, ensure_trust, err
+from worktrial.cli.common import (
+    FORMAT_HELP,
+    emit,
+    ensure_project_trust,
+    ensure_trust,
+    err,
+    print_table,
+    table_format_option,
+)
 from worktrial.cli.executors import executor_factory, executor_options
 from worktrial.cli.matrix import run_matrix_and_report
 from worktrial.cli.outputs import write_ci_outputs
@@ -33,7 +41,6 @@ from worktrial.errors import EXIT_INTERRUPTED, RunAborted, WorktrialError
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
-from worktrial.render.terminal import markdown_table, rich_table
 from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, stored_envelope
 from worktrial.state.roots import state_root
@@ -399,14 +406,7 @@ def schema_cmd(which: str) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="Read custom [agents.NAME] from this repository's worktrial.toml (default: the current one).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "markdown", "json"]),
-    default="table",
-    show_default=True,
-    help="table: a terminal table (markdown when piped); markdown; json.",
-)
+@table_format_option
 @click.option("--trust", is_flag=True, help="Trust this repository's worktrial.toml (remembered), like eval --trust.")
 def agents_cmd(workspace: Path | None, fmt: str, trust: bool) -> None:
     """List every agent --agent accepts, whether its program is installed, and its version."""
@@ -435,10 +435,7 @@ def agents_cmd(workspace: Path | None, fmt: str, trust: bool) -> None:
         installed = {True: "yes", False: "no", None: "—"}[row.installed]
         hint = f" — install: {row.install}" if row.installed is False and row.install else ""
         cells.append([row.name, row.kind, installed, row.version or "—", f"{row.summary}{hint}"])
-    if fmt == "table" and sys.stdout.isatty():
-        Console(highlight=False).print(rich_table(headers, cells))  # no escaping: commands copy-paste as shown
-    else:
-        click.echo(markdown_table(headers, cells), nl=False)
+    print_table(headers, cells, fmt)
 
 
 @main.command("prices")
@@ -447,14 +444,7 @@ def agents_cmd(workspace: Path | None, fmt: str, trust: bool) -> None:
     type=click.Path(path_type=Path),
     help="Read [pricing] overrides from this repository's worktrial.toml (default: the current one).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "markdown", "json"]),
-    default="table",
-    show_default=True,
-    help="table: a terminal table (markdown when piped); markdown; json.",
-)
+@table_format_option
 def prices_cmd(workspace: Path | None, fmt: str) -> None:
     """List the models worktrial can price (USD per million tokens), from the shipped table or your config."""
     from worktrial.agents.pricing import price_rows, price_table
@@ -475,10 +465,7 @@ def prices_cmd(workspace: Path | None, fmt: str) -> None:
         source = f"table ({row.taken_on})" if row.source == "table" else "your config"
         cells.append([row.route, *prices, source])
     click.echo(f"Shipped prices taken on {taken_on}; any other model is unpriced (cost unknown, never 0).")
-    if fmt == "table" and sys.stdout.isatty():
-        Console(highlight=False).print(rich_table(headers, cells))
-    else:
-        click.echo(markdown_table(headers, cells), nl=False)
+    print_table(headers, cells, fmt)
 
 
 @main.command("validate")
