@@ -82,6 +82,19 @@ def test_a_verify_that_needs_the_callers_key_never_gets_it(cli: Any, repo: Path,
     assert _outcomes(envelope) == {"needs-key": "fail"}
 
 
+def test_verify_runs_with_a_fresh_home_the_agent_never_saw(cli: Any, repo: Path, write_suite: Any) -> None:
+    """An agent that plants files in every home it can find (a ``usercustomize.py`` would make every Python verify
+    import its code) does not reach verification's home: it is made after the agent ended."""
+    plant = (
+        'for d in "$WORKTRIAL_SCRATCH"/home "$WORKTRIAL_SCRATCH"/home-*; do mkdir -p "$d" && '
+        'touch "$d/usercustomize.py"; done; echo done > done.txt'
+    )
+    empty_home = {"sh": 'test -d "$HOME" && test -z "$(ls -A "$HOME")"'}
+    suite = write_suite([task("t", setup_commands=[{"sh": "touch $HOME/from-setup"}], verify_commands=[empty_home])])
+    envelope = _eval(cli, repo, suite, "--agent-cmd", plant)
+    assert _outcomes(envelope) == {"t": "pass"}, _reasons(envelope)
+
+
 def test_a_command_agent_sees_a_credential_only_with_pass_env(
     cli: Any, repo: Path, write_suite: Any, planted: None
 ) -> None:

@@ -41,10 +41,14 @@ DEADLINE_GRACE_SECS = 2.0
 
 def suite_env(spec: AttemptSpec, root: Path) -> dict[str, str]:
     """The environment of environment setup, setup and verify commands: a minimal one (never the caller's keys)
-    with ``HOME`` in the attempt's scratch directory under ``root``, plus ``$WORKTRIAL_SUITE_DIR`` (never the
-    agent's)."""
+    plus ``$WORKTRIAL_SUITE_DIR`` (never the agent's).
+
+    ``HOME`` is a new, empty directory in the attempt's scratch directory under ``root``, made for this phase:
+    verification never runs with a home the agent could have prepared (a ``usercustomize.py``, a ``.gitconfig``
+    alias), since it did not exist while the agent ran.
+    """
     extra = {**spec.env, SUITE_DIR_ENV: spec.suite_dir} if spec.suite_dir else dict(spec.env)
-    return childenv.command_env(os.environ, root / "scratch" / "home", extra)
+    return childenv.command_env(os.environ, root / "scratch" / f"home-{uuid.uuid4().hex[:12]}", extra)
 
 
 def pass_env_patterns(spec: AttemptSpec) -> tuple[str, ...]:
@@ -344,6 +348,7 @@ def _run_in(
             progress.fatal = result.error
     if verify_decides or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
         on_phase("verify")
+        harness_env = suite_env(job.spec, workspace.root)  # a home made after the agent ended
         check: VerifyResult = run_verify(task, workspace.worktree, harness_env, scope, tail_bytes=COMMAND_TAIL_BYTES)
         progress.commands += [
             _command_log("verify", i, command, run)
