@@ -156,15 +156,19 @@ def run_attempt(
                 workspace = create_attempt_workspace(source, base.commit, root)
                 if base.prepared:
                     log = setup_log(spec) if base.environment else None
-                    run_setup(
-                        workspace,
-                        base.environment,
-                        suite_env(spec, workspace.root),
-                        scope=scope,
-                        log=log,
-                        hide=base.hide,
-                        cache=environment_cache(spec),
-                    )
+                    setup_env = suite_env(spec, workspace.root)
+                    try:
+                        run_setup(
+                            workspace,
+                            base.environment,
+                            setup_env,
+                            scope=scope,
+                            log=log,
+                            hide=base.hide,
+                            cache=environment_cache(spec),
+                        )
+                    finally:
+                        remove_tree(Path(setup_env["HOME"]))
                 (workspace.root / "scratch").mkdir(exist_ok=True)
         except EnvironmentSetupError as exc:
             progress.reason, progress.category = str(exc).splitlines()[0], "environment"
@@ -297,23 +301,26 @@ def _run_in(
     """Setup, agent and verification inside a created workspace; ``on_phase`` hears each step begin."""
     task = job.task
     scratch = workspace.root / "scratch"
-    harness_env = suite_env(job.spec, workspace.root)
     if task.setup_commands:
         on_phase("setup")
-    for i, command in enumerate(task.setup_commands, start=1):
-        setup = run_command(
-            command,
-            cwd=workspace.worktree,
-            env=harness_env,
-            timeout=task.verify_timeout_secs,
-            scope=scope,
-            tail_bytes=COMMAND_TAIL_BYTES,
-        )
-        progress.commands.append(_command_log("setup", i, command, setup))
-        if not setup.ok:
-            progress.reason = f"setup failed: {setup.describe_failure(f'step {i} ({display(command)})')}"
-            progress.category = "setup"
-            return
+        harness_env = suite_env(job.spec, workspace.root)
+        try:
+            for i, command in enumerate(task.setup_commands, start=1):
+                setup = run_command(
+                    command,
+                    cwd=workspace.worktree,
+                    env=harness_env,
+                    timeout=task.verify_timeout_secs,
+                    scope=scope,
+                    tail_bytes=COMMAND_TAIL_BYTES,
+                )
+                progress.commands.append(_command_log("setup", i, command, setup))
+                if not setup.ok:
+                    progress.reason = f"setup failed: {setup.describe_failure(f'step {i} ({display(command)})')}"
+                    progress.category = "setup"
+                    return
+        finally:
+            remove_tree(Path(harness_env["HOME"]))  # the agent starts with a scratch directory of its own
 
     on_phase("agent")
     agent_start = time.monotonic()
