@@ -18,6 +18,7 @@ from worktrial.agents.presets import PRESETS, PresetAgent
 from worktrial.errors import BadInputError
 from worktrial.model.config import AgentConfig, Config, parse_config
 from worktrial.state.config import config_dir, load_config
+from worktrial.state.project import read_project
 
 
 def test_project_overlays_user_key_by_key(repo: Path) -> None:
@@ -30,6 +31,11 @@ def test_project_overlays_user_key_by_key(repo: Path) -> None:
         '[agents.mine]\nenv = { B = "project" }\n[providers.corp]\napi = "anthropic"\n'
         '[agents.builtin]\nmax_turns = 3\n[pricing."corp/*"]\ninput = 0\noutput = 0\n'
     )
+    untrusted = load_config(repo).custom_agents()["mine"]
+    assert untrusted.env == {"A": "user", "B": "user"}  # the project's env counts only once its file is trusted
+    project = read_project(repo)
+    assert project is not None
+    project.grant()
     config = load_config(repo)
     assert isinstance(config, Config)
     mine = config.custom_agents()["mine"]

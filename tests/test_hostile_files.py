@@ -13,7 +13,7 @@ from tests.hostile_support import run_worktrial
 USAGE_ATTACKS = {
     "fifo": 'mkfifo "$WORKTRIAL_USAGE_FILE"',
     "dev-zero": 'ln -s /dev/zero "$WORKTRIAL_USAGE_FILE"',
-    "symlink-to-user-file": 'ln -s "$SECRET_FILE" "$WORKTRIAL_USAGE_FILE"',
+    "symlink-to-user-file": 'ln -s "$PLANTED_TARGET_PATH" "$WORKTRIAL_USAGE_FILE"',
     "huge": 'head -c 3000000 /dev/zero | tr "\\0" " " > "$WORKTRIAL_USAGE_FILE"',
     "overflowing-cost": 'echo \'{"cost_usd": 1e308, "input_tokens": 1}\' > "$WORKTRIAL_USAGE_FILE"',
     "nested": "python3 -c \"print('[' * 100000 + ']' * 100000)\" > \"$WORKTRIAL_USAGE_FILE\"",
@@ -30,7 +30,7 @@ def test_usage_file_attacks(repo: Path, write_suite, tmp_path: Path, attack: str
     result = run_worktrial(
         ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "-q"],
         cwd=repo,
-        env={"WORKTRIAL_TRUST": "1", "SECRET_FILE": str(secret)},
+        env={"WORKTRIAL_TRUST": "1", "PLANTED_TARGET_PATH": str(secret)},
         timeout=180,
     )
     assert result.returncode == 0, result.stderr
@@ -73,8 +73,10 @@ def test_planted_secrets_never_reach_stored_artefacts(repo: Path, write_suite, t
         '"$OPENAI_API_KEY"\n'  # exit 127: "sh: 1: sk-...: not found" becomes the attempt's reason
     )
     suite = write_suite([task("t")], attempts=1)
+    passed = ["--pass-env", "OPENAI_API_KEY", "--pass-env", "MY_SERVICE_TOKEN"]
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "-v"],
+        # Passed explicitly: without --pass-env a command agent never sees the caller's keys at all.
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "-v", *passed],
         cwd=repo,
         env={"WORKTRIAL_TRUST": "1", "OPENAI_API_KEY": secret, "MY_SERVICE_TOKEN": secret[::-1]},
     )

@@ -70,7 +70,7 @@ def test_agents_command_lists_every_preset_with_install_state(
 ) -> None:
     install_fake(fake_env.bin_dir, "codex", SCENARIOS["codex"][1])
     (repo / "worktrial.toml").write_text('[agents.mine]\ncommand = "codex exec {prompt}"\nparser = "codex"\n')
-    result = cli(["agents", "--format", "json"], cwd=repo)
+    result = cli(["agents", "--format", "json", "--trust"], cwd=repo)
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert set(PRESETS) <= set(rows)

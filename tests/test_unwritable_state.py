@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -86,17 +88,25 @@ def test_an_unwritable_state_directory_is_one_line(shared_dir: Path) -> None:
     assert not marker.exists(), "no agent runs when its result could not be stored"
 
 
-@pytest.fixture
-def tiny_disk(shared_dir: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs, full: only root can mount one, and only where mounting is allowed."""
+@contextlib.contextmanager
+def _tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size``: only root can mount one, and only where mounting is allowed (else the test skips)."""
     if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tiny tmpfs to fill needs root")
-    mount = shared_dir / "disk"
+        pytest.skip("mounting a small tmpfs needs root")
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def tiny_disk(shared_dir: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs, full."""
+    with _tmpfs(shared_dir / "disk", "64k") as mount:
         fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             while os.write(fd, b"\0" * 4096):
@@ -106,8 +116,6 @@ def tiny_disk(shared_dir: Path) -> Iterator[Path]:
         finally:
             os.close(fd)
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_full_disk_under_the_state_directory_is_one_line(
@@ -122,6 +130,38 @@ def test_a_full_disk_under_the_state_directory_is_one_line(
     _one_line(result, "cannot write worktrial's run data", "No space left on device", "free some space")
     assert not marker.exists()
     assert not [name for name in os.listdir(tiny_disk) if "probe" in name], "the write probe is gone again"
+
+
+FILL_THE_STORE = (
+    'alt="$(cat "$(git rev-parse --path-format=absolute --git-common-dir)/objects/info/alternates")"\n'
+    'repo="$(dirname "$(dirname "$alt")")"\n'
+    'if [ -z "$NO_FILL" ]; then head -c 4000000 /dev/zero > "$repo/.worktrial/fill" 2>/dev/null; fi\n'
+    "touch done.txt\n"
+)
+
+
+def test_a_disk_that_fills_up_during_the_run_is_one_line_and_resumable(
+    repo: Path, write_suite, shared_dir: Path, tmp_path: Path
+) -> None:
+    """An agent fills the disk under the run store: the run stops with one line (exit 1), and once there is space
+    again ``worktrial resume`` finishes it with every attempt counted once."""
+    agent = tmp_path / "fill.sh"
+    agent.write_text(FILL_THE_STORE)
+    suite = write_suite([task("t")], attempts=2)
+    with _tmpfs(shared_dir / "disk", "1m") as disk:
+        (repo / ".worktrial").symlink_to(disk)
+        args = ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--trust", "--jobs", "1", "-q"]
+        result = run_worktrial(args, cwd=repo)
+        assert result.returncode == 1, result.stdout + result.stderr
+        errors = [line for line in result.stderr.splitlines() if not line.lower().startswith("worktrial: warning:")]
+        assert len(errors) == 1 and "No space left on device" in errors[0] and "Traceback" not in result.stderr, errors
+        (run_id,) = os.listdir(disk / "runs")
+        (disk / "fill").unlink()
+        resumed = run_worktrial(["resume", run_id, "--format", "json"], cwd=repo, env={"NO_FILL": "1"})
+        assert resumed.returncode == 0, resumed.stderr
+        attempts = json.loads(resumed.stdout)["report"]["tasks"][0]["attempts"]
+        assert sorted(a["attempt"] for a in attempts) == [1, 2]
+        assert all(a["outcome"] == "pass" for a in attempts)
 
 
 UNREADABLE_AGENT = """set -e

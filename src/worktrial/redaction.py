@@ -27,6 +27,41 @@ _SHAPES = re.compile(
 )
 
 
+# Which variables are credential-like (docs/security.md): a name with one of these words (split at ``_``, any case),
+# anything under ``AWS_``, and a few well-known names that carry no such word. The harness strips them from every
+# child's environment unless that child needs them (an agent's own provider, --pass-env).
+CREDENTIAL_WORDS = frozenset(
+    {
+        "KEY",
+        "KEYS",
+        "APIKEY",
+        "TOKEN",
+        "TOKENS",
+        "SECRET",
+        "SECRETS",
+        "PASSWORD",
+        "PASSWD",
+        "PASSPHRASE",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "AUTH",
+        "COOKIE",
+        "PAT",
+    }
+)
+CREDENTIAL_PREFIXES = ("AWS_",)
+CREDENTIAL_NAMES = frozenset({"PGPASSWORD", "MYSQL_PWD", "GPG_AGENT_INFO"})
+
+
+def is_credential_name(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential (``OPENAI_API_KEY``, ``AWS_REGION``,
+    ``SSH_AUTH_SOCK``, ``GITHUB_TOKEN``, ``GOOGLE_APPLICATION_CREDENTIALS``...)."""
+    upper = name.upper()
+    if upper in CREDENTIAL_NAMES or upper.startswith(CREDENTIAL_PREFIXES):
+        return True
+    return any(word in CREDENTIAL_WORDS for word in upper.split("_"))
+
+
 @dataclass(frozen=True)
 class Redactor:
     """Replaces known secret values and credential-shaped strings; ``redact`` returns the text and a count."""
@@ -34,12 +69,20 @@ class Redactor:
     values: tuple[str, ...]
 
     @classmethod
-    def from_environment(cls, *envs: Mapping[str, str], extra: Iterable[str] = ()) -> Redactor:
-        """Secret values from the given environments (default: this process's) plus ``extra`` values."""
+    def from_environment(
+        cls, *envs: Mapping[str, str], extra: Iterable[str] = (), names: Iterable[str] = ()
+    ) -> Redactor:
+        """Secret values from the given environments (default: this process's) plus ``extra`` values.
+
+        A variable counts when its name looks secret, is credential-like (``is_credential_name``) or is one of
+        ``names`` (the ``--pass-env`` variables, whatever they are called).
+        """
+        chosen = set(names)
         found: set[str] = {v for v in extra if len(v) >= _MIN_SECRET_LEN}
         for env in envs or (os.environ,):
             for name, value in env.items():
-                if _SECRET_NAME.search(name) and len(value) >= _MIN_SECRET_LEN:
+                secret = name in chosen or _SECRET_NAME.search(name) or is_credential_name(name)
+                if secret and len(value) >= _MIN_SECRET_LEN:
                     found.add(value)
         # Longest first, so a secret that contains another is replaced whole.
         return cls(tuple(sorted(found, key=len, reverse=True)))

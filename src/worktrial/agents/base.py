@@ -7,12 +7,12 @@ what it used, and whether it broke.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from worktrial.isolation import proc
+from worktrial.isolation import childenv, proc
 from worktrial.model.config import Config
 from worktrial.model.records import Usage
 from worktrial.model.suite import Task
@@ -27,6 +27,8 @@ class AgentOptions:
     base_url: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     """Agent-specific settings from the command line (e.g. max turns)."""
+    pass_env: tuple[str, ...] = ()
+    """``--pass-env``: credential-like variables (names or ``PREFIX_*``) the agent receives besides its own."""
     config: Config = field(default_factory=Config)
     """The merged user + project configuration (``worktrial.state.config.load_config``)."""
 
@@ -41,7 +43,8 @@ class AgentContext:
     deadline: float
     """``time.monotonic()`` value at which the attempt times out."""
     env: dict[str, str]
-    """Environment for child processes (already stripped of git location variables)."""
+    """Environment for child processes: the caller's without git location and credential-like variables
+    (``worktrial.isolation.childenv``); an agent adds the credentials it needs with ``env_with``."""
     scratch: Path
     """A per-attempt directory outside the worktree for usage files, agent config and session state."""
     scope: proc.ProcessScope = field(default_factory=proc.ProcessScope)
@@ -52,6 +55,13 @@ class AgentContext:
     prompt_file: Path | None = None
     """The task's prompt in a file in ``scratch`` (also ``$WORKTRIAL_PROMPT_FILE`` in ``env``): prompts of any size
     reach an agent this way, where an argument or environment variable has a size limit (``agents.prompt``)."""
+
+    credentials: Mapping[str, str] = field(default_factory=dict)
+    """The caller's credential-like variables, held back from ``env``: pick the ones the agent needs."""
+
+    def env_with(self, patterns: Iterable[str]) -> dict[str, str]:
+        """``env`` plus the credentials the patterns name (``OPENAI_API_KEY``, ``ANTHROPIC_*``)."""
+        return {**self.env, **childenv.selected(self.credentials, patterns)}
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

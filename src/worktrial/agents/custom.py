@@ -7,6 +7,7 @@
     parser = "claude-code"                      # a preset's parser, or "usage-file" (the default)
     model_flag = "--model"                      # how --model reaches the agent (optional)
     price_model = "openai/gpt-5.1"              # price reported tokens by this route when no cost is reported
+    pass_env = ["MY_AGENT_API_KEY"]             # credential variables of the caller it receives (none otherwise)
 
 The command runs with ``/bin/sh -c`` in the worktree, with the same ``WORKTRIAL_*`` variables as the
 command agent plus ``WORKTRIAL_SCRATCH`` (the per-attempt directory where the file-based parsers look:
@@ -28,6 +29,7 @@ from worktrial.agents.prompt import MAX_ARG_BYTES, kib, oversized_argument, prom
 from worktrial.agents.simple import USAGE_FILE, command_env, read_usage_file
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
+from worktrial.isolation.childenv import check_patterns
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.commands import SHELL
 from worktrial.model.config import AgentConfig, Config
@@ -76,6 +78,7 @@ class CustomAgent:
         self.name = name
         self.command = table.command
         self.env: dict[str, str] = dict(table.env)
+        self.pass_env = check_patterns((*options.pass_env, *table.pass_env), "--pass-env")
         self.parser_name: str = parser
         self.model_flag: str | None = table.model_flag
         self.options = options
@@ -102,6 +105,8 @@ class CustomAgent:
             described["model"] = self.options.model
         if self.env:
             described["env_keys"] = sorted(self.env)  # values may be secrets
+        if self.pass_env:
+            described["pass_env"] = sorted(self.pass_env)  # names only
         if self.price is not None:
             described["price"] = {
                 "route": self.price_model,
@@ -146,7 +151,7 @@ class CustomAgent:
         return PARSERS[self.parser_name]()
 
     def run(self, ctx: AgentContext) -> AgentResult:
-        env = command_env(ctx)
+        env = command_env(ctx, self.pass_env)
         env.update(self.env)
         command = self.render(ctx.task.prompt, prompt_file_of(ctx))
         too_big = oversized_argument([command])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from worktrial.agents.base import AgentOptions
@@ -26,9 +27,22 @@ class AgentRow:
     install: str | None = None
 
 
-def list_agents(config: Config | None = None) -> list[AgentRow]:
-    """Every agent ``--agent`` accepts, probing preset binaries (``--version``) and custom commands."""
+UNTRUSTED_HINT = "not trusted: review worktrial.toml, then `worktrial agents --trust`"
+
+
+def list_agents(config: Config | None = None, untrusted: Mapping[str, Sequence[str]] | None = None) -> list[AgentRow]:
+    """Every agent ``--agent`` accepts, probing preset binaries (``--version``) and custom commands.
+
+    ``untrusted`` maps agent names to the keys of their ``[agents.NAME]`` table in an untrusted project file:
+    ``config`` already leaves those out (so nothing they name is executed); the rows say they were ignored.
+    """
     config = config or Config()
+    untrusted = untrusted or {}
+
+    def note(name: str, summary: str) -> str:
+        keys = untrusted.get(name)
+        return f"{summary} ({', '.join(keys)} from worktrial.toml ignored, {UNTRUSTED_HINT})" if keys else summary
+
     options = AgentOptions(config=config)
     rows: list[AgentRow] = []
     for name, spec in agent_specs().items():
@@ -36,10 +50,10 @@ def list_agents(config: Config | None = None) -> list[AgentRow]:
             preset = PRESETS[name]
             agent = PresetAgent(preset, options)
             installed, version = agent.probe()
-            rows.append(AgentRow(name, "preset", installed, version, spec.summary, preset.install))
+            rows.append(AgentRow(name, "preset", installed, version, note(name, spec.summary), preset.install))
         else:
             kind = "bundled" if name in BUNDLED else "plugin"
-            rows.append(AgentRow(name, kind, None, None, spec.summary))
+            rows.append(AgentRow(name, kind, None, None, note(name, spec.summary)))
     specs = agent_specs()
     for name, table in sorted(custom_tables(config).items()):
         if name in specs:
@@ -52,5 +66,8 @@ def list_agents(config: Config | None = None) -> list[AgentRow]:
         program = custom.program()
         found: bool | None = None if program is None else shutil.which(program) is not None
         summary = table.description or f"{custom.command} (parser: {custom.parser_name})"
-        rows.append(AgentRow(name, "custom", found, None, summary))
+        rows.append(AgentRow(name, "custom", found, None, note(name, summary)))
+    listed = {row.name for row in rows}
+    for name in sorted(set(untrusted) - listed):  # a custom agent whose command is not trusted yet
+        rows.append(AgentRow(name, "custom", None, None, f"from worktrial.toml, {UNTRUSTED_HINT}"))
     return rows

@@ -7,7 +7,7 @@ import os
 import re
 import shlex
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,6 +27,7 @@ from worktrial.agents.prompt import inline_prompt_env, prompt_file_env, prompt_f
 from worktrial.agents.registry import hookimpl
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
+from worktrial.isolation.childenv import check_patterns
 from worktrial.isolation.proc import run_command
 from worktrial.isolation.safefs import read_regular
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
@@ -140,13 +141,14 @@ USAGE_FILE = "usage.json"
 """Name of ``$WORKTRIAL_USAGE_FILE`` in the attempt's scratch directory."""
 
 
-def command_env(ctx: AgentContext) -> dict[str, str]:
-    """The environment of a command agent (``--agent-cmd`` or a custom agent): the attempt's plus ``WORKTRIAL_*``.
+def command_env(ctx: AgentContext, pass_env: Sequence[str] = ()) -> dict[str, str]:
+    """The environment of a command agent (``--agent-cmd`` or a custom agent): the attempt's plus ``WORKTRIAL_*``,
+    with no credential-like variable of the caller's but those ``pass_env`` names (``--pass-env``, ``pass_env``).
 
     The one definition of the contract documented in docs/agents.md, so both kinds of command agent see the same.
     """
     return {
-        **ctx.env,
+        **ctx.env_with(pass_env),
         **inline_prompt_env(ctx.task.prompt),
         **prompt_file_env(prompt_file_of(ctx)),
         "WORKTRIAL_TASK_ID": ctx.task.id,
@@ -273,9 +275,13 @@ class CommandAgent:
             raise BadInputError("--agent command needs --agent-cmd CMD (the command line that runs your agent)")
         self.cmd = options.agent_cmd
         self.options = options
+        self.pass_env = check_patterns(options.pass_env, "--pass-env")
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "command": self.cmd}
+        described: dict[str, Any] = {"name": self.name, "command": self.cmd}
+        if self.pass_env:
+            described["pass_env"] = sorted(self.pass_env)  # names only
+        return described
 
     def preflight(self) -> None:
         """Refuse before the first attempt when the command's program does not resolve (not installed, typo)."""
@@ -294,7 +300,7 @@ class CommandAgent:
 
     def run(self, ctx: AgentContext) -> AgentResult:
         usage_file = ctx.scratch / USAGE_FILE
-        env = command_env(ctx)
+        env = command_env(ctx, self.pass_env)
         result = proc.run(
             [SHELL, "-c", self.cmd],
             cwd=ctx.worktree,

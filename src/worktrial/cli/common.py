@@ -12,6 +12,8 @@ from rich.markdown import Markdown
 from worktrial.isolation.workspace import find_workspace
 from worktrial.model.suite import LoadedSuite
 from worktrial.render.terminal import markdown_table, rich_table
+from worktrial.state.project import ensure_project_trusted
+from worktrial.state.roots import state_root
 from worktrial.state.trust import ensure_trusted
 from worktrial.util import atomic_write_text
 
@@ -62,13 +64,25 @@ def emit(text: str, output: Path | None, *, quiet: bool = False, what: str = "re
 
 
 def ensure_trust(loaded: LoadedSuite, workspace: Path | None, trust: bool) -> None:
-    """Trust per workspace and suite digest; asks on a terminal, refuses with instructions elsewhere."""
+    """Trust per workspace and suite digest, and of the workspace's own worktrial.toml when it sets what runs or
+    where credentials go; asks on a terminal, refuses with instructions elsewhere."""
     trust_root = workspace.resolve() if workspace else None
     if loaded.suite.workspace is None or not loaded.suite.workspace.repo:
         trust_root = find_workspace(workspace)
     ensure_trusted(
         loaded,
         trust_root or Path.cwd().resolve(),
+        assume_yes=trust,
+        interactive=sys.stdin.isatty() and sys.stderr.isatty(),
+        confirm=lambda question: click.confirm(question, default=False, err=True),
+    )
+    ensure_project_trust(workspace, trust)
+
+
+def ensure_project_trust(workspace: Path | None, trust: bool) -> None:
+    """The workspace's worktrial.toml: its settings that run programs or route credentials need the user's trust."""
+    ensure_project_trusted(
+        state_root(workspace),
         assume_yes=trust,
         interactive=sys.stdin.isatty() and sys.stderr.isatty(),
         confirm=lambda question: click.confirm(question, default=False, err=True),

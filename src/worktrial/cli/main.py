@@ -15,7 +15,15 @@ from rich.console import Console
 from rich.table import Table
 
 from worktrial.cli import logs
-from worktrial.cli.common import FORMAT_HELP, emit, ensure_trust, err, print_table, table_format_option
+from worktrial.cli.common import (
+    FORMAT_HELP,
+    emit,
+    ensure_project_trust,
+    ensure_trust,
+    err,
+    print_table,
+    table_format_option,
+)
 from worktrial.cli.executors import executor_factory, executor_options
 from worktrial.cli.matrix import run_matrix_and_report
 from worktrial.cli.outputs import write_ci_outputs
@@ -96,6 +104,13 @@ def eval_options(func: F) -> F:
             "--model", multiple=True, help="Model route provider/model (recorded in the envelope); repeat for a matrix."
         ),
         click.option("--base-url", help="Base URL for the model provider (agents that use one)."),
+        click.option(
+            "--pass-env",
+            "pass_env",
+            multiple=True,
+            metavar="NAME",
+            help="Give the agent this credential-like variable of yours (or PREFIX_*); repeatable (docs/security.md).",
+        ),
         click.option("--max-turns", type=click.IntRange(min=1), help="Builtin agent: model calls per attempt (50)."),
         click.option("--max-tokens", type=click.IntRange(min=1), help="Builtin agent: total tokens per attempt."),
         click.option("--temperature", type=click.FloatRange(0.0, 2.0), help="Builtin agent: sampling temperature."),
@@ -170,6 +185,7 @@ def eval_cmd(
     agent_cmd: str | None,
     model: tuple[str, ...],
     base_url: str | None,
+    pass_env: tuple[str, ...],
     max_turns: int | None,
     max_tokens: int | None,
     temperature: float | None,
@@ -208,6 +224,7 @@ def eval_cmd(
         agent_cmd=agent_cmd,
         model=model[0] if model else None,
         base_url=base_url,
+        pass_env=pass_env,
         attempts=attempts,
         k=k,
         workspace=workspace,
@@ -398,12 +415,25 @@ def schema_cmd(which: str) -> None:
     help="Read custom [agents.NAME] from this repository's worktrial.toml (default: the current one).",
 )
 @table_format_option
-def agents_cmd(workspace: Path | None, fmt: str) -> None:
+@click.option("--trust", is_flag=True, help="Trust this repository's worktrial.toml (remembered), like eval --trust.")
+def agents_cmd(workspace: Path | None, fmt: str, trust: bool) -> None:
     """List every agent --agent accepts, whether its program is installed, and its version."""
     from worktrial.agents.listing import list_agents
     from worktrial.state.config import load_config
+    from worktrial.state.project import read_project
 
-    rows = list_agents(load_config(state_root(workspace)))  # the same project config eval would read
+    root = state_root(workspace)
+    if trust:
+        ensure_project_trust(root, trust)
+    project = read_project(root)
+    untrusted = project.untrusted_agents() if project is not None else {}
+    if project is not None and project.needs_trust():
+        # Its binaries and commands are never executed (not even for --version) until it is trusted.
+        err(
+            f"worktrial: {project.path} is not trusted; its {', '.join(project.sensitive_names())} are ignored. "
+            "Review it, then run `worktrial agents --trust`"
+        )
+    rows = list_agents(load_config(root), untrusted)  # the same project config eval would read
     if fmt == "json":
         click.echo(json.dumps([row.__dict__ for row in rows], indent=2))
         return

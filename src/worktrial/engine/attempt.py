@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -15,7 +15,7 @@ from worktrial.agents.prompt import prompt_file_env, write_prompt_file
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
-from worktrial.isolation import proc
+from worktrial.isolation import childenv, proc
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import EnvironmentSetupError, run_setup
 from worktrial.isolation.patch import PatchData, agent_patch
@@ -40,9 +40,30 @@ from worktrial.redaction import Redactor
 DEADLINE_GRACE_SECS = 2.0
 
 
-def suite_env(env: dict[str, str], spec: AttemptSpec) -> dict[str, str]:
-    """The environment of setup and verify commands: the agent's plus ``$WORKTRIAL_SUITE_DIR`` (never the agent's)."""
-    return {**env, SUITE_DIR_ENV: spec.suite_dir} if spec.suite_dir else dict(env)
+def suite_env(spec: AttemptSpec, root: Path) -> dict[str, str]:
+    """The environment of environment setup, setup and verify commands: a minimal one (never the caller's keys)
+    plus ``$WORKTRIAL_SUITE_DIR`` (never the agent's).
+
+    ``HOME`` is a new, empty directory in the attempt's scratch directory under ``root``, made for this phase:
+    verification never runs with a home the agent could have prepared (a ``usercustomize.py``, a ``.gitconfig``
+    alias), since it did not exist while the agent ran.
+    """
+    extra = {**spec.env, SUITE_DIR_ENV: spec.suite_dir} if spec.suite_dir else dict(spec.env)
+    return childenv.command_env(os.environ, root / "scratch" / f"home-{uuid.uuid4().hex[:12]}", extra)
+
+
+def pass_env_patterns(spec: AttemptSpec) -> tuple[str, ...]:
+    """What the user let the agent under test see besides its own provider's keys (--pass-env, ``pass_env``)."""
+    options = spec.agent.options
+    table = options.config.agents.get(spec.agent.name)
+    return (*options.pass_env, *(table.pass_env if table is not None else ()))
+
+
+def attempt_redactor(spec: AttemptSpec, env: Mapping[str, str]) -> Redactor:
+    """Every secret of the harness's and the attempt's environment, and the value of every --pass-env variable."""
+    patterns = pass_env_patterns(spec)
+    names = [name for name in os.environ if childenv.matches(name, patterns)]
+    return Redactor.from_environment(os.environ, env, names=names)
 
 
 def environment_cache(spec: AttemptSpec) -> EnvironmentCache | None:
@@ -62,9 +83,9 @@ def slot_preparer(
     """What a slot runs once on its fresh checkout: the task base's environment setup, committed as the base."""
     if not base.prepared:
         return None
-    env = suite_env(proc.clean_env(None, spec.env), spec)
 
     def prepare(ws: AttemptWorkspace) -> str:
+        env = suite_env(spec, ws.root)
         log = setup_log(spec) if base.environment else None
         return run_setup(ws, base.environment, env, scope=scope, log=log, hide=base.hide, cache=environment_cache(spec))
 
@@ -124,7 +145,7 @@ def run_attempt(
     scope = scope or proc.ProcessScope()
     start = time.monotonic()
     root = work_root / f"{trace_filename(task.id, attempt)[:-5]}-{uuid.uuid4().hex[:8]}"
-    env = proc.clean_env(None, spec.env)
+    env = childenv.agent_env(proc.clean_env(None), spec.env)
     progress = _Progress()
     workspace: AttemptWorkspace | None = None
     try:
@@ -136,16 +157,20 @@ def run_attempt(
                 workspace = create_attempt_workspace(source, base.commit, root)
                 if base.prepared:
                     log = setup_log(spec) if base.environment else None
-                    run_setup(
-                        workspace,
-                        base.environment,
-                        suite_env(env, spec),
-                        scope=scope,
-                        log=log,
-                        hide=base.hide,
-                        cache=environment_cache(spec),
-                    )
-                (workspace.root / "scratch").mkdir()
+                    setup_env = suite_env(spec, workspace.root)
+                    try:
+                        run_setup(
+                            workspace,
+                            base.environment,
+                            setup_env,
+                            scope=scope,
+                            log=log,
+                            hide=base.hide,
+                            cache=environment_cache(spec),
+                        )
+                    finally:
+                        remove_tree(Path(setup_env["HOME"]))
+                (workspace.root / "scratch").mkdir(exist_ok=True)
         except EnvironmentSetupError as exc:
             progress.reason, progress.category = str(exc).splitlines()[0], "environment"
             progress.fatal = AgentError("environment", str(exc), fatal=True)
@@ -157,7 +182,7 @@ def run_attempt(
         if slot is None and not spec.keep_worktrees:
             remove_tree(root)
     duration = round(time.monotonic() - start, 3)
-    _sanitise(progress, env)
+    _sanitise(progress, attempt_redactor(spec, env))
     usage = progress.usage
     trace = build_trace(
         task_id=task.id,
@@ -185,7 +210,7 @@ def run_attempt(
         error_category=progress.category,
         worktree=str(workspace.worktree) if spec.keep_worktrees and workspace else None,
     )
-    artifacts = _artifacts(task.id, attempt, progress, env) if spec.artifacts else None
+    artifacts = _artifacts(task.id, attempt, progress, attempt_redactor(spec, env)) if spec.artifacts else None
     return AttemptResult(record=record, trace=trace, fatal=progress.fatal, worker=worker, artifacts=artifacts)
 
 
@@ -193,13 +218,12 @@ MAX_REASON_CHARS = 1000
 MAX_NAME_CHARS = 200
 
 
-def _sanitise(progress: _Progress, env: dict[str, str]) -> None:
+def _sanitise(progress: _Progress, redactor: Redactor) -> None:
     """Agent-controlled text that goes into the record and trace: bounded and with every secret value redacted.
 
     A shell error can echo an API key (``$OPENAI_API_KEY: not found``), and a usage file can use one as a tool
     name; neither may reach the run store, the envelope or the report.
     """
-    redactor = Redactor.from_environment(os.environ, env)
 
     def clean(text: str, limit: int) -> str:
         text = redactor.redact(text)[0]
@@ -229,9 +253,8 @@ def _command_log(phase: Literal["setup", "verify"], index: int, command: Command
     )
 
 
-def _artifacts(task_id: str, attempt: int, progress: _Progress, env: dict[str, str]) -> AttemptArtifacts:
+def _artifacts(task_id: str, attempt: int, progress: _Progress, redactor: Redactor) -> AttemptArtifacts:
     """The attempt's logs and patch, with every secret of the harness's and the attempt's environment redacted."""
-    redactor = Redactor.from_environment(os.environ, env)
     count = 0
 
     def clean(text: str) -> str:
@@ -279,23 +302,26 @@ def _run_in(
     """Setup, agent and verification inside a created workspace; ``on_phase`` hears each step begin."""
     task = job.task
     scratch = workspace.root / "scratch"
-    harness_env = suite_env(env, job.spec)
     if task.setup_commands:
         on_phase("setup")
-    for i, command in enumerate(task.setup_commands, start=1):
-        setup = run_command(
-            command,
-            cwd=workspace.worktree,
-            env=harness_env,
-            timeout=task.verify_timeout_secs,
-            scope=scope,
-            tail_bytes=COMMAND_TAIL_BYTES,
-        )
-        progress.commands.append(_command_log("setup", i, command, setup))
-        if not setup.ok:
-            progress.reason = f"setup failed: {setup.describe_failure(f'step {i} ({display(command)})')}"
-            progress.category = "setup"
-            return
+        harness_env = suite_env(job.spec, workspace.root)
+        try:
+            for i, command in enumerate(task.setup_commands, start=1):
+                setup = run_command(
+                    command,
+                    cwd=workspace.worktree,
+                    env=harness_env,
+                    timeout=task.verify_timeout_secs,
+                    scope=scope,
+                    tail_bytes=COMMAND_TAIL_BYTES,
+                )
+                progress.commands.append(_command_log("setup", i, command, setup))
+                if not setup.ok:
+                    progress.reason = f"setup failed: {setup.describe_failure(f'step {i} ({display(command)})')}"
+                    progress.category = "setup"
+                    return
+        finally:
+            remove_tree(Path(harness_env["HOME"]))  # the agent starts with a scratch directory of its own
 
     try:
         prompt_file = write_prompt_file(scratch, task.prompt)
@@ -311,6 +337,7 @@ def _run_in(
         worktree=workspace.worktree,
         deadline=deadline,
         env={**env, **prompt_file_env(prompt_file)},
+        credentials=childenv.credentials(proc.clean_env(None)),
         scratch=scratch,
         scope=scope,
         suite_dir=Path(job.spec.suite_dir) if job.spec.suite_dir else None,
@@ -335,6 +362,7 @@ def _run_in(
             progress.fatal = result.error
     if verify_decides or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
         on_phase("verify")
+        harness_env = suite_env(job.spec, workspace.root)  # a home made after the agent ended
         check: VerifyResult = run_verify(task, workspace.worktree, harness_env, scope, tail_bytes=COMMAND_TAIL_BYTES)
         progress.commands += [
             _command_log("verify", i, command, run)

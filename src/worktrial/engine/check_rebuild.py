@@ -12,13 +12,14 @@ directory, e.g. an editable install of another checkout, or measures too little)
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from worktrial.engine.executor import TaskBase
 from worktrial.errors import WorktrialError
-from worktrial.isolation import proc
+from worktrial.isolation import childenv, proc
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import run_setup
 from worktrial.isolation.pool import Slot
@@ -81,7 +82,9 @@ class Rebuilder:
         self._slots: dict[str, Slot] = {}
 
     def env(self, suite_dir: Path | None = None) -> dict[str, str]:
-        return proc.clean_env(None, {SUITE_DIR_ENV: str(suite_dir or self.suite_copy)})
+        """The minimal environment suite commands get in a run (``worktrial.isolation.childenv``)."""
+        extra = {SUITE_DIR_ENV: str(suite_dir or self.suite_copy)}
+        return childenv.command_env(os.environ, self.work_root / "home", extra)
 
     def _slot(self, base: TaskBase) -> Slot:
         if base.key not in self._slots:
@@ -123,7 +126,8 @@ class Rebuilder:
                 "changes (git status/diff may give the answer away); move them to `environment.setup`, whose "
                 "result is committed into the base, or ignore them in .gitignore"
             )
-        agent_env = self.env()  # as the oracle runs solutions: with the suite directory (shipped patches)
+        # As the oracle runs solutions in a run: an agent's environment, with the suite directory (shipped patches).
+        agent_env = childenv.agent_env(proc.clean_env(None), {SUITE_DIR_ENV: str(self.suite_copy)})
         for command in task.solution or []:
             result = run_command(command, cwd=worktree, env=agent_env, timeout=task.timeout_secs)
             if not result.ok:

@@ -87,6 +87,8 @@ class RunOptions:
     agent_cmd: str | None = None
     model: str | None = None
     base_url: str | None = None
+    pass_env: tuple[str, ...] = ()
+    """--pass-env: credential-like variables (names or ``PREFIX_*``) the agent receives besides its own."""
     attempts: int | None = None
     k: int | None = None
     workspace: Path | None = None
@@ -177,6 +179,7 @@ def agent_ref(options: RunOptions, config: Config | None = None) -> AgentRef:
             agent_cmd=options.agent_cmd,
             base_url=options.base_url,
             settings=dict(options.agent_settings),
+            pass_env=tuple(options.pass_env),
             config=config if config is not None else Config(),
         ),
     )
@@ -381,6 +384,7 @@ def run_suite(
             base_url=public_url(options.base_url) if options.base_url else None,
             base_url_redacted=bool(options.base_url) and public_url(options.base_url or "") != options.base_url,
             agent_settings=dict(options.agent_settings),
+            pass_env=list(options.pass_env),
             attempts=attempts,
             k=k,
             jobs=jobs,
@@ -476,6 +480,7 @@ def _resume(
         model=meta.model,
         base_url=options.base_url or meta.base_url,
         agent_settings=meta.agent_settings,
+        pass_env=tuple(meta.pass_env),
     )
     ref = agent_ref(stored, load_config(ws.state_root))
     jobs = options.jobs or meta.jobs

@@ -111,6 +111,9 @@ class AgentConfig(Table):
     """Presets: extra arguments placed before the prompt."""
     binary: NonEmptyStr | None = None
     """Presets: a different executable name or path."""
+    pass_env: list[NonEmptyStr] = Field(default_factory=list)
+    """Credential-like variables of the caller's environment this agent receives (names, or ``PREFIX_*``); see
+    docs/security.md. Presets receive their own provider's without it; this adds more."""
     config_dir: bool | NonEmptyStr = True
     """Presets: ``true`` a fresh config directory per attempt with the user's settings copied in; ``false`` the
     user's own config directory; a path: copy the settings from there."""

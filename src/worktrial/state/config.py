@@ -2,13 +2,13 @@
 
 Configuration is TOML: ``<config dir>/config.toml`` (the user's) overlaid by ``worktrial.toml`` at the
 workspace root (the project's). Tables merge key by key, the project winning, so a project can add an
-``[agents.NAME]`` or ``[pricing."provider/model"]`` entry without repeating the user's.
+``[agents.NAME]`` or ``[pricing."provider/model"]`` entry without repeating the user's; the project's settings that
+run programs or route credentials count only once its file is trusted (``worktrial.state.project``).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -16,26 +16,12 @@ from typing import Any
 from worktrial.errors import BadInputError
 from worktrial.jsonlimits import JsonLimitError, check_limits
 from worktrial.model.config import Config, parse_config
+from worktrial.state.dirs import cache_dir, config_dir
+from worktrial.state.project import PROJECT_FILE, read_project
 
+__all__ = ["PROJECT_FILE", "USER_FILE", "cache_dir", "config_dir", "load_config"]
 log = logging.getLogger(__name__)
-PROJECT_FILE = "worktrial.toml"
 USER_FILE = "config.toml"
-
-
-def config_dir() -> Path:
-    """``$WORKTRIAL_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/worktrial``, else ``~/.config/worktrial``."""
-    if explicit := os.environ.get("WORKTRIAL_CONFIG_DIR"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "worktrial"
-
-
-def cache_dir() -> Path:
-    """``$WORKTRIAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/worktrial``, else ``~/.cache/worktrial``."""
-    if explicit := os.environ.get("WORKTRIAL_CACHE_DIR"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "worktrial"
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -69,6 +55,9 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def load_config(workspace: Path | None = None) -> Config:
     """The user's config overlaid by the project's ``worktrial.toml`` (when a workspace is given).
 
+    Of the project's file, the settings that run programs or route credentials count only once the user has
+    trusted it (``worktrial.state.project``); until then they are left out and the user's own apply.
+
     Each file is validated on its own first, so an error names the file it is in; the merge is validated again
     (it only combines tables that were each valid, so that cannot fail on a key the user did not write).
     """
@@ -77,8 +66,11 @@ def load_config(workspace: Path | None = None) -> Config:
     log.debug("config: %s %s", user_path, "read" if data else "absent or empty")
     parse_config(data, str(user_path))
     if workspace is not None:
-        project = _read_toml(workspace / PROJECT_FILE)
-        log.debug("config: %s %s", workspace / PROJECT_FILE, "read" if project else "absent or empty")
-        parse_config(project, PROJECT_FILE)
-        data = _merge(data, project)
+        project = read_project(workspace)
+        log.debug("config: %s %s", workspace / PROJECT_FILE, "read" if project else "absent")
+        if project is not None:
+            parse_config(project.data, PROJECT_FILE)
+            if project.needs_trust():
+                log.info("config: %s is not trusted; ignoring %s", project.path, ", ".join(project.sensitive_names()))
+            data = _merge(data, project.effective())
     return parse_config(data, f"{user_path} + {PROJECT_FILE}")

@@ -83,6 +83,8 @@ class RunMeta(BaseModel):
     """Without user info, query or fragment; ``base_url_redacted`` says whether anything was removed."""
     base_url_redacted: bool = False
     agent_settings: dict[str, Any] = Field(default_factory=dict)
+    pass_env: list[str] = Field(default_factory=list)
+    """--pass-env names (never values): resume gives the agent the same variables again."""
     attempts: int
     k: int
     jobs: int

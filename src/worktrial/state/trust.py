@@ -1,5 +1,8 @@
 """Trust records: a suite runs commands on this machine, so each suite file (by digest) in each workspace
-must be trusted once. Editing the suite changes its digest and asks again."""
+must be trusted once. Editing the suite changes its digest and asks again.
+
+The same records hold the trust given to a project's ``worktrial.toml`` (``worktrial.state.project``), under a
+``worktrial.toml:`` prefix so a suite and a project file can never stand for one another."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from pathlib import Path
 from worktrial.errors import TrustError
 from worktrial.model.commands import display
 from worktrial.model.suite import LoadedSuite
-from worktrial.state.config import config_dir
+from worktrial.state.dirs import config_dir
 from worktrial.util import atomic_write_text, utc_now
 
 TRUST_ENV = "WORKTRIAL_TRUST"
@@ -21,7 +24,8 @@ def _store() -> Path:
     return config_dir() / "trust.json"
 
 
-def _load() -> dict[str, dict[str, dict[str, str]]]:
+def load_records() -> dict[str, dict[str, dict[str, str]]]:
+    """Workspace path -> trusted digest -> what was trusted and when."""
     try:
         data = json.loads(_store().read_text())
     except (OSError, json.JSONDecodeError):
@@ -30,16 +34,23 @@ def _load() -> dict[str, dict[str, dict[str, str]]]:
 
 
 def is_trusted(sha256: str, workspace: Path) -> bool:
-    return sha256 in _load().get(str(workspace.resolve()), {})
+    return sha256 in load_records().get(str(workspace.resolve()), {})
+
+
+def add_record(workspace: Path, key: str, record: dict[str, str]) -> None:
+    """Remember that ``key`` (a digest) is trusted in ``workspace``."""
+    data = load_records()
+    data.setdefault(str(workspace.resolve()), {})[key] = {**record, "granted_at": utc_now()}
+    atomic_write_text(_store(), json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def trust_from_environment() -> bool:
+    """``WORKTRIAL_TRUST=1`` accepts every trust question, like ``--trust``."""
+    return os.environ.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def grant(loaded: LoadedSuite, workspace: Path) -> None:
-    data = _load()
-    data.setdefault(str(workspace.resolve()), {})[loaded.digest] = {
-        "suite": str(loaded.path.resolve()),
-        "granted_at": utc_now(),
-    }
-    atomic_write_text(_store(), json.dumps(data, indent=2, sort_keys=True) + "\n")
+    add_record(workspace, loaded.digest, {"suite": str(loaded.path.resolve())})
 
 
 def _files_note(loaded: LoadedSuite) -> str:
@@ -73,7 +84,7 @@ def ensure_trusted(
     """Return when the suite may run; remember granted trust; raise TrustError otherwise."""
     if is_trusted(loaded.digest, workspace):
         return
-    if assume_yes or os.environ.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes"):
+    if assume_yes or trust_from_environment():
         grant(loaded, workspace)
         return
     if not interactive:

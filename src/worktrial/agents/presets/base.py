@@ -9,7 +9,9 @@ it, and its output parser. Spawning, deadlines, bounded capture, version probing
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -18,16 +20,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 from worktrial.agents.base import AgentContext, AgentError, AgentOptions, AgentOutput, AgentResult
+from worktrial.agents.credentials import preset_credentials
 from worktrial.agents.presets.parsing import ExitInfo, ParserFactory
 from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.agents.prompt import MAX_ARG_BYTES, fits_inline, kib, oversized_argument, prompt_file_of
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
+from worktrial.isolation.childenv import check_patterns
+from worktrial.isolation.safefs import read_regular
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.config import AgentConfig
 from worktrial.model.envelope import split_route
 
 VERSION_TIMEOUT_SECS = 15.0
+MAX_CONFIG_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,9 @@ class PresetAgent:
                 f"[agents.{spec.name}]: {', '.join(misplaced)} cannot apply to the {spec.name} preset "
                 "(it overrides only env, args and binary; name a custom agent differently)"
             )
+        self.pass_env = check_patterns((*options.pass_env, *overrides.pass_env), "--pass-env")
+        self.credential_patterns = (*preset_credentials(spec.name), *self.pass_env)
+        """The caller's credential-like variables this CLI receives: its providers' and the user's --pass-env."""
         self.extra_env = dict(overrides.env)
         self.extra_args = list(overrides.args)
         self.binary = overrides.binary or spec.binary
@@ -211,6 +220,8 @@ class PresetAgent:
             described["price"] = {"route": resolved[0], "source": resolved[1].source, "taken_on": resolved[1].taken_on}
         if self.extra_env:
             described["env_keys"] = sorted(self.extra_env)  # values may be secrets
+        if self.pass_env:
+            described["pass_env"] = sorted(self.pass_env)  # names only
         return described
 
     def preflight(self) -> None:
@@ -239,7 +250,7 @@ class PresetAgent:
 
     def run(self, ctx: AgentContext) -> AgentResult:
         invocation = self._invocation(ctx.task.prompt, ctx.scratch, ctx.worktree)
-        env = dict(ctx.env)
+        env = ctx.env_with((*self.credential_patterns, *self.named_in_user_config(ctx)))
         env.update(self._env(ctx.scratch, ctx.env))
         if self.spec.run_env is not None:
             env.update(self.spec.run_env(invocation, env))
@@ -328,6 +339,22 @@ class PresetAgent:
             base_url=self.options.base_url,
             settings={k: v for k, v in self.options.settings.items() if k in self.spec.budgets},
         )
+
+    def named_in_user_config(self, ctx: AgentContext) -> list[str]:
+        """Credential variables the user's own CLI configuration names (Codex's ``env_key = "MY_KEY"``, OpenCode's
+        ``{env:MY_KEY}``): the user chose them for this CLI, so it receives them like its provider's own."""
+        if not ctx.credentials:
+            return []
+        texts = []
+        for carry in self.spec.carries:
+            source = user_config_dir(carry, ctx.env, self.config_dir)
+            if source is None:
+                continue
+            for name in carry.files:
+                with contextlib.suppress(OSError, ValueError):
+                    texts.append(read_regular(source / name, MAX_CONFIG_BYTES).decode("utf-8", "replace"))
+        words = set(re.findall(r"[A-Za-z0-9_]+", "\n".join(texts)))
+        return [name for name in ctx.credentials if name in words]
 
     def _check_flags(self) -> None:
         """Refuse what this CLI cannot honour instead of dropping it silently."""
