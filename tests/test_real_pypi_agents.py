@@ -135,6 +135,11 @@ def test_aider_uses_the_users_own_config_and_is_priced(
     assert attempt["outcome"] == "pass", attempt
     assert keys == {"Bearer sk-aider-env"}
     assert served.models == ["openai/gpt-5.1"]
+    assert (envelope["provider"], envelope["model"], envelope["model_source"]) == (
+        "openrouter",
+        "openai/gpt-5.1",
+        "agent",
+    )
     assert attempt["tokens"] == served.tokens.model_dump()
     # The model came from the user's file; aider names it in its banner, so the run is priced from the table.
     assert attempt["cost_usd"] == pytest.approx(priced(served.tokens), rel=1e-6)
@@ -178,6 +183,11 @@ def test_mini_swe_agent_uses_the_users_own_config_with_exact_usage_and_price(
     assert attempt["claimed"] is True and attempt["verified"] is True
     assert keys == {"Bearer sk-mini"}
     assert served.models == ["openai/gpt-5.1", "openai/gpt-5.1"]
+    assert (envelope["provider"], envelope["model"], envelope["model_source"]) == (
+        "openrouter",
+        "openai/gpt-5.1",
+        "agent",
+    )
     # Summed from each message's extra.response.usage; mini reports no cache writes.
     assert attempt["tokens"] == served.tokens.model_copy(update={"cache_creation": None}).model_dump()
     assert attempt["turns"] == 2

@@ -51,6 +51,8 @@ class Usage(BaseModel):
     latency_ms: list[float] = Field(default_factory=list)
     output_bytes: int = 0
     notes: list[str] = Field(default_factory=list)
+    model: str | None = None
+    """The model the agent says it ran (its init or metadata events), or None when it does not say."""
 
     @property
     def tool_calls(self) -> int:
@@ -80,4 +82,7 @@ class AttemptRecord(BaseModel):
     trace: str | None = None
     retries: int = 0
     """How many times an infrastructure error made this attempt run again (see --retry-errors)."""
+    model: str | None = Field(
+        default=None, description="The model the agent says it ran (from its own events); null when it did not say."
+    )
     retry_reasons: list[str] = Field(default_factory=list)

@@ -247,6 +247,7 @@ class PresetAgent:
         if usage.cost_usd is None and (resolved := self._price(verdict.model)) is not None:
             usage.cost_usd = cost_usd(usage.tokens, resolved[1].price)
         usage.output_bytes = result.output_bytes
+        usage.model = verdict.model
         if result.timed_out:
             return AgentResult(output=output, claimed=None, usage=usage, timed_out=True)
         if verdict.error_category:
