@@ -78,11 +78,11 @@ class AttemptRecord(BaseModel):
     turns: int | None = None
     tool_calls: int | None = None
     error_category: str | None = None
+    model: str | None = Field(
+        default=None, description="The model the agent says it ran (from its own events); null when it did not say."
+    )
     worktree: str | None = None
     trace: str | None = None
     retries: int = 0
     """How many times an infrastructure error made this attempt run again (see --retry-errors)."""
-    model: str | None = Field(
-        default=None, description="The model the agent says it ran (from its own events); null when it did not say."
-    )
     retry_reasons: list[str] = Field(default_factory=list)
