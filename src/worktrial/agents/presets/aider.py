@@ -18,7 +18,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, litellm_base_url, scratch_dir
+from worktrial.agents.presets.base import (
+    ConfigCarry,
+    Invocation,
+    LongPrompt,
+    PresetSpec,
+    litellm_base_url,
+    scratch_dir,
+)
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     LineSplitter,
@@ -158,6 +165,7 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
 
 
 SPEC = PresetSpec(
+    long_prompt=LongPrompt(via="file", flag="--message-file"),  # prompts over 64 KiB (agents.prompt)
     name="aider",
     binary="aider",
     summary="Aider (aider --message, usage from its analytics log; finishing claims success)",
