@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from click.testing import CliRunner, Result
 
@@ -113,16 +114,11 @@ def cli() -> Callable[..., Result]:
 def alive_with_marker(marker: str) -> list[int]:
     """Live (not zombie) processes whose command line contains ``marker``."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
             continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state not in (b"Z", b"X"):
-            found.append(int(entry))
+        if any(marker in arg for arg in proc.info["cmdline"] or ()):
+            found.append(proc.pid)
     return found
 
 
