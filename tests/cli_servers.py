@@ -354,3 +354,28 @@ def chat_stream(model: str, usage: Json, text: str | None = None, call: tuple[st
 
 def chat_has_tool_result(messages: list[Any]) -> bool:
     return any(isinstance(m, dict) and m.get("role") == "tool" for m in messages)
+
+
+def chat_plain(model: str, usage: Json, text: str | None = None, call: tuple[str, Json] | None = None) -> Plain:
+    """A non-streamed chat.completion (aider with --no-stream, mini-swe-agent through litellm)."""
+    message: Json = {"role": "assistant", "content": text}
+    finish = "stop"
+    if call is not None:
+        name, arguments = call
+        message["tool_calls"] = [
+            {
+                "id": f"call_{next(_ids)}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ]
+        finish = "tool_calls"
+    body = {
+        "id": f"chatcmpl-{next(_ids)}",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage,
+    }
+    return Plain(200, body)

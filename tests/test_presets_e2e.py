@@ -142,7 +142,7 @@ def test_preset_commands_match_documented_flags(
     expected_argv = {
         "claude-code": ["-p", "--output-format", "stream-json", "--verbose", "--permission-mode", "bypassPermissions"],
         "codex": ["exec", "--json", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check", "--"],
-        "gemini-cli": ["--yolo", "--output-format", "json", "--prompt"],
+        "gemini-cli": ["--yolo", "--output-format", "stream-json", "--prompt"],
         "opencode": ["run", "--format", "json", "--dangerously-skip-permissions", "--"],
         "goose": ["run", "--output-format", "stream-json", "-t"],
         "cursor": ["-p", "--force", "--trust", "--output-format", "stream-json"],

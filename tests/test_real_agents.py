@@ -129,7 +129,11 @@ def test_claude_code_solves_a_task_with_exact_usage_and_cost(
     assert attempt["claimed"] is True and attempt["verified"] is True
     # The route is split: the API got the bare model name, and the envelope records that split.
     assert set(served.models) == {"claude-sonnet-4-5"}
-    assert (envelope["provider"], envelope["model"]) == ("anthropic", "claude-sonnet-4-5")
+    assert (envelope["provider"], envelope["model"], envelope["model_source"]) == (
+        "anthropic",
+        "claude-sonnet-4-5",
+        "route",
+    )
     assert attempt["tokens"] == served.tokens.model_dump()
     assert attempt["turns"] == 2  # the main loop's two model calls; side calls count in tokens only
     price = resolve_price("anthropic/claude-sonnet-4-5")
@@ -156,6 +160,9 @@ def test_claude_code_uses_the_users_own_settings(
     attempt = only_attempt(envelope)
     assert attempt["outcome"] == "pass", attempt
     assert served.calls >= 2 and set(served.models) == {"claude-haiku-4-5"}
+    # No --model: the envelope records the model Claude Code's system/init event names.
+    assert attempt["model"] == "claude-haiku-4-5"
+    assert (envelope["provider"], envelope["model"], envelope["model_source"]) == (None, "claude-haiku-4-5", "agent")
     assert attempt["tokens"] == served.tokens.model_dump()
     price = resolve_price("anthropic/claude-haiku-4-5")
     assert price is not None
@@ -298,6 +305,7 @@ def test_codex_uses_the_users_own_provider(
     assert attempt["outcome"] == "pass", attempt
     assert auth == {"Bearer sk-custom"}
     assert set(served.models) == {"gpt-5-mini"}
+    assert (envelope["model"], envelope["model_source"]) == ("gpt-5-mini", "agent")
     assert attempt["tokens"] == served.tokens.model_dump()
     # The model came from the user's config; Codex names it in its session file, so the run is priced.
     assert attempt["cost_usd"] == pytest.approx(codex_price(served.tokens, "openai/gpt-5-mini"), rel=1e-6)

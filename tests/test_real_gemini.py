@@ -1,9 +1,10 @@
 """Gemini CLI (pinned in tests/real_agents/versions.toml) end to end against a loopback ``streamGenerateContent``.
 
-Like tests/test_real_agents.py: a scripted model runs one shell command and finishes; the envelope must show the
-outcome, the claim, the tokens the server served (output counting thinking tokens), the cost from the price table,
-the model the server was asked for, and no process left. The user's ``~/.gemini/settings.json`` (which headless mode
-needs for its auth type once a base URL is set) reaches each attempt's fresh ``GEMINI_CLI_HOME`` as a copy.
+The preset reads ``--output-format stream-json``. Like tests/test_real_agents.py: a scripted model runs one shell
+command and finishes; the envelope must show the outcome, the claim, the tokens the server served (output counting
+thinking tokens), the cost from the price table, the model the server was asked for, and no process left. The
+user's ``~/.gemini/settings.json`` (which headless mode needs for its auth type once a base URL is set) reaches each
+attempt's fresh ``GEMINI_CLI_HOME`` as a copy.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def test_gemini_cli_solves_a_task_with_exact_usage_and_cost(
     assert keys == {"gemini-test-key"}
     assert set(served.models) == {"gemini-2.5-pro"}
     assert attempt["tokens"] == served.tokens.model_dump()
-    assert attempt["turns"] == served.calls == 2
+    assert attempt["turns"] == served.calls == 2  # from the session file: stream-json's result has no count
+    assert attempt["model"] == "gemini-2.5-pro"  # its init event
     price = resolve_price("gemini/gemini-2.5-pro")
     assert price is not None
     assert attempt["cost_usd"] == pytest.approx(cost_usd(served.tokens, price.price), rel=1e-6)

@@ -176,6 +176,7 @@ class CustomAgent:
         verdict = parser.finish(ExitInfo(result.returncode, result.timed_out, Path(ctx.scratch), result.stderr_tail))
         usage = verdict.usage
         usage.output_bytes = result.output_bytes
+        usage.model = verdict.model  # what the CLI says it ran, when its parser reads that
         if self.parser_name != USAGE_FILE_PARSER and usage.cost_usd == 0 and (usage.tokens.total() or 0) > 0:
             # A CLI reports 0 for a model it cannot price (your own usage file is taken at its word).
             usage.cost_usd = None

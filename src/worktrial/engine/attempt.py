@@ -209,6 +209,7 @@ def run_attempt(
         tool_calls=usage.tool_calls if usage.tool_counts or usage.turns is not None else None,
         error_category=progress.category,
         worktree=str(workspace.worktree) if spec.keep_worktrees and workspace else None,
+        model=usage.model,
     )
     artifacts = _artifacts(task.id, attempt, progress, attempt_redactor(spec, env)) if spec.artifacts else None
     return AttemptResult(record=record, trace=trace, fatal=progress.fatal, worker=worker, artifacts=artifacts)
@@ -237,6 +238,8 @@ def _sanitise(progress: _Progress, redactor: Redactor) -> None:
     usage.tool_counts = {clean(k, MAX_NAME_CHARS): v for k, v in usage.tool_counts.items()}
     usage.error_counts = {clean(k, MAX_NAME_CHARS): v for k, v in usage.error_counts.items()}
     usage.notes = [clean(note, MAX_REASON_CHARS) for note in usage.notes]
+    if usage.model is not None:
+        usage.model = clean(usage.model, MAX_NAME_CHARS)
 
 
 def _command_log(phase: Literal["setup", "verify"], index: int, command: Command, result: ProcResult) -> CommandLog:

@@ -154,6 +154,11 @@ class Envelope(BaseModel):
     harness_version: str
     provider: str | None
     model: str | None
+    model_source: Literal["route", "agent"] | None = Field(
+        default=None,
+        description="Where provider/model come from: the --model route, or (without one) the model every attempt's "
+        "agent said it ran.",
+    )
     agent: dict[str, Any]
     suite_path: str
     suite_sha256: str

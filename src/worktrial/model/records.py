@@ -51,6 +51,8 @@ class Usage(BaseModel):
     latency_ms: list[float] = Field(default_factory=list)
     output_bytes: int = 0
     notes: list[str] = Field(default_factory=list)
+    model: str | None = None
+    """The model the agent says it ran (its init or metadata events), or None when it does not say."""
 
     @property
     def tool_calls(self) -> int:
@@ -76,6 +78,9 @@ class AttemptRecord(BaseModel):
     turns: int | None = None
     tool_calls: int | None = None
     error_category: str | None = None
+    model: str | None = Field(
+        default=None, description="The model the agent says it ran (from its own events); null when it did not say."
+    )
     worktree: str | None = None
     trace: str | None = None
     retries: int = 0

@@ -7,6 +7,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -116,6 +117,12 @@ def host_info() -> dict[str, object]:
 def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, complete: bool | None = None) -> Envelope:
     """The envelope of a stored run from its metadata and attempt records (no suite file needed)."""
     provider, model = split_route(meta.model)
+    source: Literal["route", "agent"] | None = "route" if meta.model else None
+    reported = {r.model for r in records if r.model}
+    if not meta.model and len(reported) == 1:
+        # Without --model the CLI chose from its own settings; its init/metadata events name the model.
+        provider, model = split_route(reported.pop())
+        source = "agent"
     total = meta.attempts * len(meta.tasks)
     info = RunInfo(
         id=meta.id,
@@ -137,6 +144,7 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         harness_version=__version__,
         provider=provider,
         model=model,
+        model_source=source,
         agent=meta.agent_description or {"name": meta.agent},
         suite_path=meta.suite_display_path,
         suite_sha256=meta.suite_sha256,

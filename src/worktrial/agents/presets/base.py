@@ -134,6 +134,8 @@ class PresetSpec:
     reports: tuple[str, ...] = ()
     """Figures the CLI reports, for docs and ``describe()``: tokens, cost, turns, tool calls."""
     version_args: tuple[str, ...] = ("--version",)
+    version_argv: Callable[[str], list[str] | None] | None = None
+    """For a CLI without a version flag: the command (given the binary's path) that prints its version."""
     check: Callable[[Mapping[str, str]], str | None] | None = None
     """Given the environment the agent would get, a reason it cannot run headless here (or None)."""
     price_provider: str | None = None
@@ -166,6 +168,15 @@ def probe_version(binary_path: str, args: tuple[str, ...], env: Mapping[str, str
     if result.timed_out or result.start_error or result.not_found:
         return None
     return first_line(result.stdout_tail) or first_line(result.stderr_tail)
+
+
+def probe_version_by(argv: list[str], env: Mapping[str, str]) -> str | None:
+    """The first stdout line of a version command that succeeded, or None."""
+    with tempfile.TemporaryDirectory(prefix="worktrial-version-") as tmp:
+        result = proc.run(argv, cwd=tmp, env=env, timeout=VERSION_TIMEOUT_SECS)
+    if result.timed_out or result.start_error or result.not_found or result.returncode != 0:
+        return None
+    return first_line(result.stdout_tail)
 
 
 class PresetAgent:
@@ -246,7 +257,9 @@ class PresetAgent:
             return False, None
         with tempfile.TemporaryDirectory(prefix="worktrial-probe-") as tmp:
             env = proc.clean_env(extra=self._env(Path(tmp), os.environ))
-            return True, probe_version(self.binary_path, self.spec.version_args, env)
+            argv = self.spec.version_argv(self.binary_path) if self.spec.version_argv is not None else None
+            version = probe_version_by(argv, env) if argv else None
+            return True, version or probe_version(self.binary_path, self.spec.version_args, env)
 
     def run(self, ctx: AgentContext) -> AgentResult:
         invocation = self._invocation(ctx.task.prompt, ctx.scratch, ctx.worktree)
@@ -288,6 +301,7 @@ class PresetAgent:
         if usage.cost_usd is None and (resolved := self._price(verdict.model)) is not None:
             usage.cost_usd = cost_usd(usage.tokens, resolved[1].price)
         usage.output_bytes = result.output_bytes
+        usage.model = verdict.model
         if result.timed_out:
             return AgentResult(output=output, claimed=None, usage=usage, timed_out=True)
         if verdict.error_category:
@@ -412,6 +426,17 @@ def copy_user_config(carry: ConfigCarry, parent: Mapping[str, str], target: Path
 def scratch_dir(scratch: Path, *parts: str) -> str:
     """A directory under scratch for an agent's config/session state (created by ``PresetAgent``)."""
     return str(scratch.joinpath(*parts))
+
+
+def litellm_base_url(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
+    """``--base-url`` for a litellm-based CLI (aider, mini-swe-agent): litellm reads ``<PROVIDER>_BASE_URL`` or
+    ``<PROVIDER>_API_BASE`` for the provider the ``provider/model`` route names (OPENAI for a bare model name);
+    both are set, so a variable of the user's own cannot win over the flag."""
+    if not inv.base_url:
+        return {}
+    provider = inv.model.split("/", 1)[0] if inv.model and "/" in inv.model else "openai"
+    prefix = provider.upper().replace("-", "_")
+    return {f"{prefix}_API_BASE": inv.base_url, f"{prefix}_BASE_URL": inv.base_url}
 
 
 def is_root() -> bool:

@@ -1,6 +1,8 @@
-"""Google Gemini CLI: ``gemini --yolo --output-format json --prompt PROMPT``.
+"""Google Gemini CLI: ``gemini --yolo --output-format stream-json --prompt PROMPT`` (see gemini_stream.py).
 
-The single JSON document has ``stats.models.<model>.tokens{prompt, candidates, cached, thoughts}``
+The preset reads the event stream; ``GeminiJsonParser`` reads ``--output-format json`` for custom agents that use
+it (the ``gemini-cli`` parser falls back to it when the output is no event stream). The single JSON document has
+``stats.models.<model>.tokens{prompt, candidates, cached, thoughts}``
 and ``api.totalRequests`` per model, and ``stats.tools{totalCalls, byName}``. When the run fails, 0.61 prints
 its ``{"error": {...}}`` document to *stderr* (stdout stays empty) and exits with a code that says why: 41
 authentication, 42 input error, 52 configuration, 53 turn limit, 55 untrusted folder, or an HTTP status & 0xFF
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.gemini_stream import GeminiStreamParser
 from worktrial.agents.presets.parsing import (
     DocumentParser,
     ExitInfo,
@@ -149,8 +152,30 @@ class GeminiJsonParser(DocumentParser):
         return Verdict(claimed=False, usage=usage, reason=reason)
 
 
+class GeminiParser:
+    """Gemini CLI's stream-json events, or (when the output holds none) its single ``--output-format json``
+    document: both are fed the same bytes, each with its own bounded buffer."""
+
+    label = "gemini-cli"
+
+    def __init__(self) -> None:
+        self.stream = GeminiStreamParser()
+        self.document = GeminiJsonParser()
+
+    def feed(self, chunk: bytes) -> None:
+        self.stream.feed(chunk)
+        self.document.feed(chunk)
+
+    def finish(self, exit_info: ExitInfo) -> Verdict:
+        stream = self.stream.finish(exit_info)
+        if self.stream.result is not None or self.stream.model is not None:
+            return stream
+        document = self.document.finish(exit_info)
+        return document if document.usage.tokens.input is not None or stream.usage.tokens.input is None else stream
+
+
 def _argv(inv: Invocation) -> list[str]:
-    args = ["--yolo", "--output-format", "json"]
+    args = ["--yolo", "--output-format", "stream-json"]
     if inv.model:
         args += ["--model", inv.model]
     return [*args, *inv.extra_args, "--prompt", inv.prompt]
@@ -164,10 +189,10 @@ SPEC = PresetSpec(
     long_prompt=LongPrompt(via="stdin", flag="--prompt"),  # prompts over 64 KiB (agents.prompt)
     name="gemini-cli",
     binary="gemini",
-    summary="Google Gemini CLI (gemini --yolo --output-format json)",
+    summary="Google Gemini CLI (gemini --yolo --output-format stream-json)",
     install="npm install -g @google/gemini-cli",
     argv=_argv,
-    parser=GeminiJsonParser,
+    parser=GeminiParser,
     # GEMINI_CLI_HOME replaces the home directory Gemini CLI keeps its .gemini state under; the worktree is a
     # fresh folder it has never seen, which headless mode refuses (exit 55) unless trust is granted.
     env=lambda scratch: {"GEMINI_CLI_HOME": scratch_dir(scratch, "gemini"), "GEMINI_CLI_TRUST_WORKSPACE": "true"},

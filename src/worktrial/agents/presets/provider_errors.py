@@ -37,6 +37,25 @@ _TEXT_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 )
 
 
+LITELLM_EXCEPTIONS = {
+    "AuthenticationError": "provider_auth",
+    "PermissionDeniedError": "provider_auth",
+    "NotFoundError": "model_not_found",
+    "RateLimitError": "provider_rate_limit",
+    "InternalServerError": "provider_server",
+    "ServiceUnavailableError": "provider_server",
+    "BadGatewayError": "provider_server",
+    "APIError": "provider_server",
+    "Timeout": "provider_unreachable",
+    "APIConnectionError": "provider_unreachable",
+    "BadRequestError": "provider_bad_request",
+    "UnprocessableEntityError": "provider_bad_request",
+    "ContextWindowExceededError": "provider_bad_request",
+    "UnsupportedParamsError": "provider_bad_request",
+}
+"""litellm's exception classes (aider and mini-swe-agent name them in their output) and what each stands for."""
+
+
 @dataclass(frozen=True)
 class ProviderFailure:
     category: str
@@ -59,6 +78,15 @@ def classify(status: int | None, text: str | None) -> str | None:
     return None
 
 
+def classify_litellm(exception: str, text: str | None) -> str | None:
+    """The category of a litellm exception by class name; a bad request is read closer from its text, because
+    litellm reports e.g. an unknown provider or model as ``BadRequestError``."""
+    category = LITELLM_EXCEPTIONS.get(exception)
+    if category == "provider_bad_request":
+        return classify(None, text) or category
+    return category or classify(None, text)
+
+
 def short(text: str | None) -> str:
     flat = " ".join((text or "").split())
     return flat if len(flat) <= DETAIL_CHARS else flat[: DETAIL_CHARS - 3] + "..."
@@ -76,6 +104,8 @@ def failure(cli: str, category: str, status: int | None, detail: str | None, key
         )
     if category == "provider_rate_limit":
         return ProviderFailure(category, f"{where}: rate limited after the CLI's own retries{said}")
+    if category == "provider_bad_request":
+        return ProviderFailure(category, f"{where}: the provider rejected the request{said}; check --model")
     if category == "provider_unreachable":
         return ProviderFailure(category, f"{where}: the provider could not be reached{said}; check --base-url")
     return ProviderFailure(category, f"{where}: the provider failed after the CLI's own retries{said}")
