@@ -13,10 +13,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from worktrial.cli.common import ensure_trust, err
+from worktrial.cli.common import SANDBOX_OPTIONS, ensure_trust, err
 from worktrial.cli.matrix import run_matrix_and_report
 from worktrial.cli.outputs import write_ci_outputs
 from worktrial.cli.progress import ProgressReporter
+from worktrial.engine.confine import SandboxChoice
 from worktrial.engine.matrix import is_matrix
 from worktrial.engine.run import RunObserver, RunOptions, RunResult, default_jobs, resume_run, run_suite
 from worktrial.errors import RunAborted, WorktrialError
@@ -124,6 +125,7 @@ def eval_options(func: F) -> F:
         click.option(
             "--resume", "resume_id", metavar="RUN_ID", help="Continue a stored run: run only what is missing."
         ),
+        *SANDBOX_OPTIONS,
         click.option("-q", "--quiet", is_flag=True, help="Print only the report."),
         click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason."),
     ]
@@ -160,6 +162,10 @@ def eval_cmd(
     jobs: int | None,
     retry_errors: int,
     resume_id: str | None,
+    sandbox: str | None,
+    network: str | None,
+    max_memory: str | None,
+    max_procs: int | None,
     quiet: bool,
     verbose: bool,
 ) -> None:
@@ -186,6 +192,7 @@ def eval_cmd(
         tasks=task_patterns,
         categories=categories,
         limit=limit,
+        sandbox=SandboxChoice(sandbox, network, max_memory, max_procs),
         agent_settings={
             key: value
             for key, value in {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}.items()

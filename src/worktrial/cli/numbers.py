@@ -19,6 +19,7 @@ from worktrial.analysis.compare import compare_runs
 from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
 from worktrial.cli.common import ensure_trust, err
 from worktrial.engine.check import DEFAULT_REPEATS, CheckOptions, check_suite
+from worktrial.engine.confine import SandboxChoice
 from worktrial.errors import BadInputError
 from worktrial.model.suite import LoadedSuite, load_suite
 from worktrial.render.check_markdown import render_check_markdown
@@ -135,11 +136,19 @@ def power_cmd(
 )
 @_WORKSPACE
 @click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered).")
+@click.option("--sandbox", type=click.Choice(["auto", "on", "off"]), help="Contain the oracle and nop runs.")
 @_FORMAT
 @_OUTPUT
 @click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
 def check_cmd(
-    suite_path: Path, repeats: int, workspace: Path | None, trust: bool, fmt: str, output: Path | None, quiet: bool
+    suite_path: Path,
+    repeats: int,
+    workspace: Path | None,
+    trust: bool,
+    sandbox: str | None,
+    fmt: str,
+    output: Path | None,
+    quiet: bool,
 ) -> None:
     """Validate a suite by running it: oracle must pass, nop must fail, verifiers must be stable; plus lints."""
     loaded = _load_with_warnings(suite_path)
@@ -149,6 +158,7 @@ def check_cmd(
         repeats=repeats,
         on_progress=None if quiet else lambda message: err(f"worktrial: {message}"),
         on_warning=lambda message: err(f"worktrial: warning: {message}"),
+        sandbox=SandboxChoice(mode=sandbox),
     )
     report = check_suite(loaded, options)
     _emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import tempfile
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from worktrial.analysis.check_report import CheckReport, TaskCheck
 from worktrial.analysis.lint import lint_suite
+from worktrial.engine.confine import SandboxChoice
 from worktrial.engine.run import RunObserver, RunOptions, run_suite
 from worktrial.isolation import proc
 from worktrial.isolation.proc import run_command
@@ -35,6 +36,7 @@ class CheckOptions:
     repeats: int = DEFAULT_REPEATS
     on_progress: Callable[[str], None] | None = None
     on_warning: Callable[[str], None] | None = None
+    sandbox: SandboxChoice = field(default_factory=SandboxChoice)
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,7 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
 
     def run(agent: str) -> Envelope:
         say(f"running the {agent} agent on {len(loaded.suite.tasks)} tasks")
-        opts = RunOptions(agent=agent, attempts=1, k=1, workspace=options.workspace)
+        opts = RunOptions(agent=agent, attempts=1, k=1, workspace=options.workspace, sandbox=options.sandbox)
         return run_suite(loaded, opts, _Warnings(options.on_warning)).envelope
 
     oracle, nop = run("oracle"), run("nop")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -20,13 +21,17 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from worktrial.model.commands import Command, to_argv
+
+if TYPE_CHECKING:
+    from worktrial.isolation.sandbox import Sandbox
 
 TOKEN_VAR = "WORKTRIAL_PROC_TOKEN"
 DEFAULT_TAIL_BYTES = 64 * 1024
 TERM_GRACE_SECS = 1.0
+LIMIT_POLL_SECS = 0.05
 _CHUNK = 64 * 1024
 
 # Variables that would point a child's git at some other repository than its worktree.
@@ -57,6 +62,8 @@ class ProcResult:
     not_found: str | None = None
     start_error: str | None = None
     interrupted: bool = False
+    limit: str | None = None
+    """The attempt's resource limit this process ran into (it was ended for it), e.g. ``attempt hit --max-procs 64``."""
 
     @property
     def ok(self) -> bool:
@@ -81,6 +88,8 @@ class ProcResult:
         """A short, output-free reason such as ``grep -q x f exited 1``."""
         if self.start_error:
             return f"{label}: {self.start_error}"
+        if self.limit:
+            return f"{label} ended: {self.limit}"
         missing = self.missing_command()
         if missing:
             return f"command not found: {missing}"
@@ -142,6 +151,14 @@ class ProcessScope:
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self.stopping = threading.Event()
         """Set while the run is being stopped: no new process may start in this scope."""
+        self.sandbox: Sandbox | None = None
+        """Set on an attempt's view of the scope: every process started in it runs inside this sandbox."""
+
+    def confined(self, sandbox: Sandbox | None) -> ProcessScope:
+        """The same scope (same processes, same stop) whose processes all start inside ``sandbox``."""
+        view = ProcessScope.__new__(ProcessScope)
+        view._lock, view._procs, view.stopping, view.sandbox = self._lock, self._procs, self.stopping, sandbox
+        return view
 
     def add(self, token: str, proc: subprocess.Popen[bytes]) -> None:
         with self._lock:
@@ -271,9 +288,22 @@ def run(
     start = time.monotonic()
     if not Path(cwd).is_dir():
         return ProcResult(args, None, False, 0.0, start_error=f"working directory does not exist: {cwd}")
+    sandbox = scope.sandbox if scope is not None else None
+    spawn = args
+    if sandbox is not None:
+        wrapped, child_env = sandbox.wrap(args, Path(cwd), child_env)
+        spawn = tuple(wrapped)
+        # bwrap would report a missing program as its own failure; keep "not found" the same inside and out.
+        program = args[0] if "/" in args[0] else shutil.which(args[0], path=child_env.get("PATH"))
+        if program is not None and "/" in args[0]:
+            program = os.path.join(cwd, program)
+        if program is None or not os.path.exists(program):
+            return ProcResult(args, None, False, 0.0, not_found=args[0])
+        if not os.access(program, os.X_OK) or os.path.isdir(program):
+            return ProcResult(args, None, False, 0.0, start_error=f"permission denied: {args[0]}")
     try:
         proc = subprocess.Popen(
-            args,
+            spawn,
             cwd=cwd,
             env=child_env,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -301,8 +331,9 @@ def run(
     for t in threads:
         t.start()
     timed_out = interrupted = False
+    limit: str | None = None
     try:
-        proc.wait(timeout=None if timeout is None else max(0.0, timeout))
+        limit = _wait(proc, timeout, sandbox)
     except subprocess.TimeoutExpired:
         timed_out = True
     except BaseException:
@@ -324,7 +355,26 @@ def run(
         stdout_bytes=out.total,
         stderr_bytes=err.total,
         interrupted=interrupted or (scope is not None and scope.stopping.is_set()),
+        limit=limit or (sandbox.limit_hit() if sandbox is not None else None),
     )
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None, sandbox: Sandbox | None) -> str | None:
+    """Wait for the process; inside a sandbox, return early with the reason once the attempt hits a limit."""
+    if sandbox is None:
+        proc.wait(timeout=None if timeout is None else max(0.0, timeout))
+        return None
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    while True:
+        step = LIMIT_POLL_SECS if deadline is None else min(LIMIT_POLL_SECS, deadline - time.monotonic())
+        try:
+            proc.wait(timeout=max(0.0, step))
+            return None
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+        if hit := sandbox.limit_hit():
+            return hit
 
 
 def run_command(

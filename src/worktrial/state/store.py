@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from worktrial.errors import BadInputError
-from worktrial.model.envelope import Envelope, Selection, SuiteFileInfo
+from worktrial.model.envelope import Envelope, SandboxInfo, Selection, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
 from worktrial.util import atomic_write_text
@@ -71,6 +71,8 @@ class RunMeta(BaseModel):
     label: str | None = None
     selection: Selection | None = None
     artifacts: bool = True
+    sandbox: SandboxInfo | None = None
+    """The sandbox the run's attempts use (``run.sandbox`` in the envelope)."""
 
 
 def runs_dir(state_root: Path) -> Path:
