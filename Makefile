@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean fmt browser
+.PHONY: demo test lint typecheck unit bench clean fmt browser sandbox
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "worktrial needs Python 3.11 or newer")'
@@ -35,7 +35,13 @@ browser:
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null) \
 		|| echo "warning: chromium could not be installed; the browser tests will be skipped"
 
-unit: $(STAMP) browser
+# Attempts run in a bubblewrap sandbox (Debian's package); the sandbox tests use --sandbox on and need it.
+sandbox:
+	@command -v bwrap >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null) \
+		|| echo "warning: bubblewrap could not be installed; attempts will run unsandboxed"
+
+unit: $(STAMP) browser sandbox
 	$(BIN)/pytest -q
 
 test: lint typecheck unit
