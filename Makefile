@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/worktrial eval --suite suites/smoke-workspace-basics.json --agent oracle --trust
+	@echo "worktrial: the run as a page: $$($(BIN)/worktrial view)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests $(wildcard benchmarks)

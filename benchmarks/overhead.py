@@ -113,9 +113,9 @@ def main() -> None:
         print()
         for files in LOOP_ITERATIONS:
             loop = results[(files, "loop")]
-            for jobs in ("j1", "j2"):
-                ratio = results[(files, jobs)] / loop
-                print(f"{files:>6,} files, --jobs {jobs[1]}: {results[(files, jobs)]:.1f} ms/attempt = "
+            for label in ("j1", "j2"):
+                ratio = results[(files, label)] / loop
+                print(f"{files:>6,} files, --jobs {label[1]}: {results[(files, label)]:.1f} ms/attempt = "
                       f"{ratio:.2f}x the plain loop")  # fmt: skip
         print("targets: <= 0.25x the plain loop on 10,000 files; < 60 ms/attempt on 1,000 files")
         if not args.quick:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections import Counter
@@ -64,7 +65,7 @@ class StubbornAgent:
         marker = os.environ.get("MARK", "stubborn")
         child = threading.Thread(
             target=proc.run,
-            args=(["python3", "-c", "import time; time.sleep(300)", marker],),
+            args=([sys.executable, "-c", "import time; time.sleep(300)", marker],),
             kwargs={"cwd": ctx.worktree, "timeout": 600, "scope": ctx.scope},
             daemon=True,
         )

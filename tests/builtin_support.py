@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import SuiteWriter
+
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "suites/smoke-workspace-basics.json"
 
@@ -27,7 +29,7 @@ def write_user_config(text: str) -> None:
     path.write_text(text)
 
 
-def one_task_suite(write_suite: Any, task_id: str = "exact-file-content", **changes: Any) -> Path:
+def one_task_suite(write_suite: SuiteWriter, task_id: str = "exact-file-content", **changes: Any) -> Path:
     """A suite holding one task of the bundled suite, unchanged unless ``changes`` says otherwise."""
     bundled = json.loads(BUNDLED.read_text())
     task = next(t for t in bundled["tasks"] if t["id"] == task_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,13 @@ from worktrial.cli.main import main
 
 @pytest.fixture(autouse=True)
 def isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Point config and cache at a temp dir so tests never read or write the user's real state."""
+    """Point config, cache and TMPDIR at a temp dir so tests never touch the user's real state nor leave kept
+    worktrees or slots in /tmp (pytest keeps only its last few base directories)."""
     base = tmp_path_factory.mktemp("state")
+    scratch = base / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # subprocesses (a harness under test) inherit it
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # tempfile caches gettempdir() in this process
     monkeypatch.setenv("WORKTRIAL_CONFIG_DIR", str(base / "config"))
     monkeypatch.setenv("WORKTRIAL_CACHE_DIR", str(base / "cache"))
     monkeypatch.delenv("WORKTRIAL_TRUST", raising=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -128,8 +128,8 @@ def turn_index(request: Request) -> int:
 class ScriptedProvider:
     """Serve ``steps`` in order (one per request); record every request. Use as a context manager."""
 
-    def __init__(self, steps: list[Step] | Callable[[Request], Reply]) -> None:
-        self.steps: Iterator[Step] | None = iter(steps) if isinstance(steps, list) else None
+    def __init__(self, steps: Sequence[Step] | Callable[[Request], Reply]) -> None:
+        self.steps: Iterator[Step] | None = None if callable(steps) else iter(steps)
         self.responder = steps if callable(steps) else None
         self.requests: list[Request] = []
         self._lock = threading.Lock()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import Result
@@ -14,15 +15,16 @@ from tests.conftest import SuiteWriter, git, task
 Cli = Callable[..., Result]
 
 
-def _run(cli: Cli, repo: Path, suite: Path, *extra: str) -> tuple[dict, Path]:
+def _run(cli: Cli, repo: Path, suite: Path, *extra: str) -> tuple[dict[str, Any], Path]:
     result = cli(["eval", "--suite", str(suite), "--trust", "-q", "--format", "json", *extra], cwd=repo)
     assert result.exit_code in (0, 1), result.output
     envelope = json.loads(result.stdout)
     return envelope, repo / ".worktrial" / "runs" / envelope["run"]["id"]
 
 
-def _artifacts(run_dir: Path, task_id: str, attempt: int) -> dict:
-    return json.loads((run_dir / "attempts" / task_id / str(attempt) / "artifacts.json").read_text())
+def _artifacts(run_dir: Path, task_id: str, attempt: int) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((run_dir / "attempts" / task_id / str(attempt) / "artifacts.json").read_text())
+    return loaded
 
 
 AGENT = "echo agent-says-$((40+2)); echo agent-complains >&2; echo new > added.txt; echo more >> README.md"
@@ -127,3 +129,32 @@ def test_selection_label_and_resume(cli: Cli, repo: Path, write_suite: SuiteWrit
     assert [t["task_id"] for t in json.loads(resumed.stdout)["report"]["tasks"]] == ids
     bad = cli(["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "--task", "nope*"], cwd=repo)
     assert bad.exit_code == 2 and "--task 'nope*' matches no task id" in bad.output
+
+
+def test_a_pinned_suite_run_from_outside_git_is_found_where_it_was_started(
+    cli: Cli, repo: Path, write_suite: SuiteWriter, tmp_path: Path
+) -> None:
+    suite = write_suite([task("t1"), task("t2", verify_commands=[VERIFY])], workspace={"repo": str(repo)})
+    outside = tmp_path / "not-a-repo"
+    outside.mkdir()
+    result = cli(["eval", "--suite", str(suite), "--trust", "-q", "--format", "json", "--agent", "oracle"], cwd=outside)
+    assert result.exit_code == 0, result.output
+    run_id = json.loads(result.stdout)["run"]["id"]
+    run_dir = outside / ".worktrial" / "runs" / run_id
+    assert (run_dir / "envelope.json").is_file()
+    assert run_id in cli(["runs"], cwd=outside).stdout
+    assert cli(["report", run_id], cwd=outside).exit_code == 0
+    assert "expected 4" in cli(["show", run_id, "t2", "1"], cwd=outside).stdout
+    assert cli(["view", run_id], cwd=outside).exit_code == 0
+    audit = cli(["audit", str(run_dir / "envelope.json"), "--suite", str(suite)], cwd=outside)
+    assert audit.exit_code == 0, audit.output
+
+
+def test_compare_shows_labels_and_notes_different_selections(cli: Cli, repo: Path, write_suite: SuiteWriter) -> None:
+    suite = write_suite([task("a"), task("b"), task("c")])
+    partial, _ = _run(cli, repo, suite, "--agent", "oracle", "--task", "a", "--task", "b", "--label", "first try")
+    whole, _ = _run(cli, repo, suite, "--agent", "oracle")
+    result = cli(["compare", partial["run"]["id"], whole["run"]["id"]], cwd=repo)
+    assert result.exit_code == 0, result.output
+    assert f"first try ({partial['run']['id']})" in result.stdout
+    assert "different selections of the suite" in result.stdout and "A 2 of 3 tasks, B every task" in result.stdout

@@ -89,7 +89,8 @@ def test_edited_outcome_is_caught(cli, published: tuple[Path, Path]) -> None:
 def _trace(envelope: Path, task_index: int = 0) -> Path:
     data = json.loads(envelope.read_text())
     attempt = data["report"]["tasks"][task_index]["attempts"][0]
-    return Path(data["run"]["workspace"]["path"]) / attempt["trace"]
+    trace: str = attempt["trace"]
+    return Path(data["run"]["workspace"]["path"]) / trace
 
 
 def test_missing_and_leaky_traces_are_caught(cli, published: tuple[Path, Path]) -> None:

@@ -119,6 +119,7 @@ def test_priced_route_records_cost_and_never_leaks_the_key(
     assert attempt["outcome"] == "pass"
     price = price_table().models["openai/gpt-5.1"]
     prompt, completion, cached, _ = USAGE_PER_TURN
+    assert price.cached_input is not None
     expected = 2 * ((prompt - cached) * price.input + cached * price.cached_input + completion * price.output) / 1e6
     assert attempt["cost_usd"] == pytest.approx(expected)
     assert traces(repo)[0]["cost_usd"] == pytest.approx(expected)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -16,6 +17,7 @@ from worktrial.agents.builtin.settings import load_settings
 from worktrial.agents.builtin.transport import error_from_status, status_category
 from worktrial.agents.pricing import Price, cost_usd, price_table, resolve_price
 from worktrial.errors import BadInputError
+from worktrial.model.config import parse_config
 from worktrial.model.records import Tokens
 
 KEY = "sk-unit-SECRET-42"
@@ -58,13 +60,13 @@ def test_keys_come_from_the_environment_and_local_servers_need_none() -> None:
 
 
 def test_base_url_precedence_flag_then_config_then_preset() -> None:
-    config = {"providers": {"ollama": {"base_url": "http://gpu-box:11434/v1"}}}
+    config = parse_config({"providers": {"ollama": {"base_url": "http://gpu-box:11434/v1"}}})
     assert resolve_route("ollama/m", config=config, env={}).base_url == "http://gpu-box:11434/v1"
     assert resolve_route("ollama/m", "http://127.0.0.1:9/v1", config, env={}).base_url == "http://127.0.0.1:9/v1"
 
 
 def test_config_can_declare_a_provider() -> None:
-    config = {"providers": {"corp": {"base_url": "https://llm.corp/v1", "api_key_env": "CORP_KEY"}}}
+    config = parse_config({"providers": {"corp": {"base_url": "https://llm.corp/v1", "api_key_env": "CORP_KEY"}}})
     route = resolve_route("corp/coder", config=config, env={"CORP_KEY": KEY})
     assert (route.api, route.base_url, route.api_key, route.key_required) == (
         "openai",
@@ -72,7 +74,7 @@ def test_config_can_declare_a_provider() -> None:
         KEY,
         True,
     )
-    proxy = {"providers": {"proxy": {"base_url": "http://127.0.0.1:4000", "api": "anthropic"}}}
+    proxy = parse_config({"providers": {"proxy": {"base_url": "http://127.0.0.1:4000", "api": "anthropic"}}})
     assert resolve_route("proxy/claude", config=proxy, env={}).api == "anthropic"
 
 
@@ -86,14 +88,19 @@ def test_config_can_declare_a_provider() -> None:
         ("openai-compatible/m", None, {}, "needs --base-url URL"),
         ("ollama/m", "ftp://host/v1", {}, "is not an http(s) URL"),
         ("ollama/m", None, {"providers": {"ollama": {"api_key": "x"}}}, "keys themselves belong in the environment"),
-        ("ollama/m", None, {"providers": {"ollama": {"api": "grpc"}}}, "api must be one of openai, anthropic"),
+        (
+            "ollama/m",
+            None,
+            {"providers": {"ollama": {"api": "grpc"}}},
+            "[providers.ollama].api: must be one of openai, anthropic",
+        ),
     ],
 )
 def test_route_errors_are_one_clear_message(
     model: str | None, base_url: str | None, config: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(BadInputError, match=re.escape(message)):
-        resolve_route(model, base_url, config, env={})
+        resolve_route(model, base_url, parse_config(config), env={})
 
 
 def test_agent_describe_and_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,7 +109,7 @@ def test_agent_describe_and_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
         model="openai/gpt-5.1",
         base_url="https://user:pass@proxy.example:8443/v1?token=abc",
         settings={"max_turns": 9, "temperature": 0.0},
-        config={"agents": {"builtin": {"max_tokens": 5000, "context_window": 64000}}},
+        config=parse_config({"agents": {"builtin": {"max_tokens": 5000, "context_window": 64000}}}),
     )
     agent = BuiltinAgent(options)
     agent.preflight()
@@ -115,17 +122,27 @@ def test_agent_describe_and_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY")
     with pytest.raises(BadInputError, match="set OPENAI_API_KEY"):
         BuiltinAgent(AgentOptions(model="openai/gpt-5.1")).preflight()
-    BuiltinAgent(AgentOptions(model="ollama/qwen3:8b")).preflight()
+    # A local model server that is down fails every attempt alike: preflight refuses before the first.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    with pytest.raises(BadInputError, match=r"nothing answers at .* \(connection refused\)"):
+        BuiltinAgent(AgentOptions(model="ollama/qwen3:8b", base_url=closed)).preflight()
 
 
 def test_settings_merge_and_validation() -> None:
-    config = {"agents": {"builtin": {"max_turns": 10, "temperature": 0.5}}}
+    config = parse_config({"agents": {"builtin": {"max_turns": 10, "temperature": 0.5}}})
     settings = load_settings(config, {"max_turns": 3, "temperature": None})
     assert (settings.max_turns, settings.temperature, settings.max_tokens) == (3, 0.5, None)
-    with pytest.raises(BadInputError, match="max_turns"):
-        load_settings({"agents": {"builtin": {"max_turns": 0}}}, {})
-    with pytest.raises(BadInputError, match="max_turn"):
-        load_settings({"agents": {"builtin": {"max_turn": 5}}}, {})
+    # Config keeps only what the user wrote: the default of an unset key does not mask a later flag.
+    assert load_settings(config, {}).max_turns == 10 and config.builtin is not None
+    assert config.builtin.model_fields_set == {"max_turns", "temperature"}
+    with pytest.raises(BadInputError, match=re.escape("[agents.builtin].max_turns: must be greater than or equal")):
+        parse_config({"agents": {"builtin": {"max_turns": 0}}}, "config.toml")
+    with pytest.raises(BadInputError, match=re.escape("config.toml: [agents.builtin]: unknown key(s) max_turn;")):
+        parse_config({"agents": {"builtin": {"max_turn": 5}}}, "config.toml")
+    with pytest.raises(BadInputError, match=re.escape("([agents.builtin] or flags): max_turns: must be")):
+        load_settings(config, {"max_turns": -1})
 
 
 def test_price_table_is_dated_and_covers_the_cloud_presets() -> None:
@@ -140,15 +157,20 @@ def test_price_resolution_prefers_config() -> None:
     assert resolve_price("ollama/qwen3:8b") is None
     table = resolve_price("openai/gpt-5.1")
     assert table is not None and table.source == "table"
-    config = {"pricing": {"openai/gpt-5.1": {"input": 1, "output": 2}, "ollama/*": {"input": 0, "output": 0}}}
+    config = parse_config(
+        {"pricing": {"openai/gpt-5.1": {"input": 1, "output": 2}, "ollama/*": {"input": 0, "output": 0}}}
+    )
     exact = resolve_price("openai/gpt-5.1", config)
-    assert exact is not None and exact.source == "config" and exact.price == Price(1.0, 2.0)
+    assert exact is not None and exact.source == "config" and exact.price == Price(input=1.0, output=2.0)
     free = resolve_price("ollama/qwen3:8b", config)
     assert free is not None and cost_usd(Tokens(input=10, output=10), free.price) == 0.0
-    with pytest.raises(BadInputError, match=re.escape('pricing."openai/gpt-5.1".output')):
-        resolve_price("openai/gpt-5.1", {"pricing": {"openai/gpt-5.1": {"input": 1, "output": -2}}})
-    with pytest.raises(BadInputError, match="unknown key"):
-        resolve_price("openai/gpt-5.1", {"pricing": {"openai/gpt-5.1": {"input": 1, "output": 2, "cache": 1}}})
+    with pytest.raises(BadInputError, match=re.escape('[pricing."openai/gpt-5.1"].output: must be greater')):
+        parse_config({"pricing": {"openai/gpt-5.1": {"input": 1, "output": -2}}})
+    with pytest.raises(BadInputError, match=re.escape("unknown key(s) cache; known: input, output, cached_input")):
+        parse_config({"pricing": {"openai/gpt-5.1": {"input": 1, "output": 2, "cache": 1}}})
+    for bad in (True, "1.5", float("inf")):
+        with pytest.raises(BadInputError, match=re.escape('[pricing."openai/gpt-5.1"].input: must be')):
+            parse_config({"pricing": {"openai/gpt-5.1": {"input": bad, "output": 2}}})
 
 
 def test_cost_is_unknown_rather_than_zero() -> None:
@@ -158,7 +180,9 @@ def test_cost_is_unknown_rather_than_zero() -> None:
     tokens = Tokens(input=1_000_000, output=100_000, cached_input=400_000, cache_creation=100_000)
     assert cost_usd(tokens, price) == pytest.approx(500_000 * 2e-6 + 400_000 * 0.5e-6 + 100_000 * 2.5e-6 + 1.0)
     # Without a cache price, cached tokens cost the input price: never cheaper than the truth.
-    assert cost_usd(Tokens(input=1_000_000, output=0, cached_input=500_000), Price(2.0, 10.0)) == pytest.approx(2.0)
+    assert cost_usd(
+        Tokens(input=1_000_000, output=0, cached_input=500_000), Price(input=2.0, output=10.0)
+    ) == pytest.approx(2.0)
 
 
 def test_http_status_categories_and_messages() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from statistics import NormalDist
 
 import pytest
 
@@ -92,7 +93,7 @@ def test_compare_reports_the_known_difference(cli, tmp_path: Path) -> None:
     assert at1["difference"] == pytest.approx(0.125)
     assert at1["stderr"] == pytest.approx(stats.standard_error(diffs))
     z = 0.125 / (stats.standard_error(diffs) or 1)
-    assert at1["p_value"] == pytest.approx(2 * (1 - stats.NormalDist().cdf(z)))
+    assert at1["p_value"] == pytest.approx(2 * (1 - NormalDist().cdf(z)))
     assert at1["ci95"][0] < 0.125 < at1["ci95"][1]
     assert at1["minimum_detectable"] == pytest.approx(stats.z_for() * (stats.standard_error(diffs) or 0))
     # headline k = 4: pass@4 is "solved at all", so only the flips move it: +2 -1 over 12 tasks

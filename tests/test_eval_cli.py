@@ -18,11 +18,13 @@ from tests.conftest import git, task
 def run_json(cli, repo: Path, suite: Path, *extra: str) -> dict[str, Any]:
     result = cli(["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", *extra], cwd=repo)
     assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    envelope: dict[str, Any] = json.loads(result.stdout)
+    return envelope
 
 
 def attempts_of(envelope: dict[str, Any], task_index: int = 0) -> list[dict[str, Any]]:
-    return envelope["report"]["tasks"][task_index]["attempts"]
+    attempts: list[dict[str, Any]] = envelope["report"]["tasks"][task_index]["attempts"]
+    return attempts
 
 
 # --- exit codes and messages -------------------------------------------------------------------------
@@ -143,8 +145,35 @@ def test_timeout_kills_agent_and_is_recorded(cli, repo: Path, write_suite) -> No
     assert attempt["reason"] == "agent exceeded its 1s timeout"
 
 
-def test_missing_agent_executable_is_an_error_with_reason(cli, repo: Path, write_suite) -> None:
-    attempt = attempts_of(run_json(cli, repo, write_suite([task()]), "--agent-cmd", "no-such-agent-zz --go"))[0]
+def test_missing_agent_executable_is_exit_2_before_any_attempt(cli, repo: Path, write_suite) -> None:
+    suite = write_suite([task()])
+    result = cli(["eval", "--suite", str(suite), "--trust", "--agent-cmd", "no-such-agent-zz --go"], cwd=repo)
+    assert_clean_error(result, 2, "'no-such-agent-zz' is not installed or not on PATH")
+    assert not (repo / ".worktrial" / "runs").exists() or not any((repo / ".worktrial" / "runs").iterdir())
+    missing_path = cli(["eval", "--suite", str(suite), "--trust", "--agent-cmd", "/no/such/agent"], cwd=repo)
+    assert_clean_error(missing_path, 2, "/no/such/agent does not exist or is not executable")
+
+
+def test_a_run_where_every_attempt_errs_exits_1(cli, repo: Path, write_suite) -> None:
+    # The shell hides the program from the preflight; every attempt then ends in error: the run measured nothing.
+    suite = write_suite([task("a"), task("b")])
+    result = cli(
+        [
+            "eval",
+            "--suite",
+            str(suite),
+            "--trust",
+            "--format",
+            "json",
+            "-q",
+            "--agent-cmd",
+            "sh -c 'no-such-agent-zz --go'",
+        ],
+        cwd=repo,
+    )
+    assert result.exit_code == 1, result.output
+    assert "every attempt ended in error, so the run measured nothing" in result.stderr
+    attempt = attempts_of(json.loads(result.stdout))[0]
     assert attempt["outcome"] == "error"
     assert attempt["reason"] == "command not found: no-such-agent-zz"
 
@@ -181,7 +210,7 @@ def test_setup_commands_run_before_the_agent(cli, repo: Path, write_suite) -> No
 
 
 def test_oracle_without_solution_is_an_error(cli, repo: Path, write_suite) -> None:
-    suite = write_suite([task(solution=None)])
+    suite = write_suite([task(solution=None), task("t2")])
     attempt = attempts_of(run_json(cli, repo, suite, "--agent", "oracle"))[0]
     assert attempt["outcome"] == "error" and attempt["reason"] == "task has no solution"
 
@@ -289,3 +318,26 @@ def test_output_to_a_device_writes_through_it(cli, repo: Path, write_suite, tmp_
     assert result.exit_code == 0, result.output
     assert stat.S_ISFIFO(fifo.stat().st_mode)
     assert received and received[0].startswith("# worktrial: ")
+
+
+def test_a_matrix_marks_a_row_that_measured_nothing(cli, repo: Path, write_suite) -> None:
+    suite = write_suite([task("a"), task("b")])
+    args = ["eval", "--suite", str(suite), "--trust", "-q", "--agent", "oracle", "--agent", "command"]
+    result = cli([*args, "--agent-cmd", "sh -c 'no-such-agent-zz'"], cwd=repo)
+    assert "measured nothing: every attempt ended in error" in result.stdout, result.output
+    ranked = result.stdout.split("## Not ranked")[0]
+    assert "oracle" in ranked and "command" not in ranked.split("|", 1)[1].split("oracle")[0]
+
+
+def test_a_model_server_that_is_down_is_exit_2_before_any_attempt(cli, repo: Path, write_suite) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nothing listens on once this socket is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    suite = write_suite([task()])
+    args = ["eval", "--suite", str(suite), "--trust", "--model", "openai-compatible/local-model"]
+    result = cli([*args, "--base-url", f"http://127.0.0.1:{port}/v1"], cwd=repo)
+    assert_clean_error(result, 2, f"nothing answers at http://127.0.0.1:{port}/v1 (connection refused)")
+    runs = repo / ".worktrial" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())

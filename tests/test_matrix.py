@@ -35,6 +35,7 @@ from worktrial.analysis.leaderboard import Contender, build_leaderboard, interva
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.engine.matrix import Configuration, plan_configurations
 from worktrial.errors import BadInputError
+from worktrial.model.config import Config, parse_config
 from worktrial.model.envelope import Envelope, RunInfo, WorkspaceInfo
 from worktrial.model.records import AttemptRecord, Tokens
 from worktrial.render.leaderboard_markdown import render_leaderboard_markdown
@@ -128,7 +129,10 @@ def test_cost_per_solve_breaks_a_full_tie_and_unknown_cost_sorts_last() -> None:
     unknown = envelope([4, 2], cost=None, run_id="unknown")
     board = build_leaderboard([Contender(e.run.id, None, "complete", e) for e in (unknown, dear, cheap)])
     assert [(r.run_id, r.tied_with) for r in board.rows] == [("cheap", None), ("dear", 1), ("unknown", 2)]
-    text = render_leaderboard_markdown(board)
+    compact = render_leaderboard_markdown(board)
+    assert "| 2 ≈1 |" in compact and "| 3 ≈2 |" in compact
+    assert max(len(line) for line in compact.splitlines() if line.startswith("|")) <= 100
+    text = render_leaderboard_markdown(board, wide=True)
     assert "| 2 | ≈ #1 |" in text and "| 3 | ≈ #2 |" in text
     third = next(line for line in text.splitlines() if line.startswith("| 3 |"))
     cells = [cell.strip() for cell in third.split("|")[1:-1]]
@@ -168,7 +172,7 @@ def test_interrupted_and_mismatched_runs_are_flagged_not_ranked() -> None:
 
 def test_plan_is_the_cartesian_product_with_model_free_agents_once() -> None:
     dotted = "tests.agents_for_tests:FlakyInfraAgent"
-    plan = plan_configurations(["oracle", "builtin", dotted], ["p/a", "p/b"], None, {})
+    plan = plan_configurations(["oracle", "builtin", dotted], ["p/a", "p/b"], None, Config())
     assert plan == [
         Configuration("oracle"),
         Configuration("builtin", "p/a"),
@@ -176,15 +180,15 @@ def test_plan_is_the_cartesian_product_with_model_free_agents_once() -> None:
         Configuration(dotted, "p/a"),
         Configuration(dotted, "p/b"),
     ]
-    assert plan_configurations([], ["p/a", "p/b"], None, {}) == [
+    assert plan_configurations([], ["p/a", "p/b"], None, Config()) == [
         Configuration("builtin", "p/a"),
         Configuration("builtin", "p/b"),
     ]
-    assert plan_configurations(["command", "nop"], [], "run-me", {}) == [
+    assert plan_configurations(["command", "nop"], [], "run-me", Config()) == [
         Configuration("command", None, "run-me"),
         Configuration("nop"),
     ]
-    config = {"agents": {"flagged": {"command": "x", "model_flag": "-m"}, "plain": {"command": "y"}}}
+    config = parse_config({"agents": {"flagged": {"command": "x", "model_flag": "-m"}, "plain": {"command": "y"}}})
     assert plan_configurations(["plain", "flagged"], ["p/a", "p/b"], None, config) == [
         Configuration("plain"),
         Configuration("flagged", "p/a"),
@@ -206,7 +210,7 @@ def test_plan_rejects_meaningless_matrices(
     agents: list[str], models: list[str], agent_cmd: str | None, needle: str
 ) -> None:
     with pytest.raises(BadInputError, match=None) as info:
-        plan_configurations(agents, models, agent_cmd, {})
+        plan_configurations(agents, models, agent_cmd, Config())
     assert needle in str(info.value)
 
 
@@ -281,7 +285,7 @@ def test_agent_matrix_ranks_marks_ties_and_reports_cost_and_honesty(
     assert sorted(p.parent.name for p in stored_runs(repo)) == sorted(r["run_id"] for r in rows)
     assert len({e["run"]["workspace"]["base_commit"] for e in envelopes}) == 1
     # Markdown (two of the agents, to a file): order, honesty columns and the runs to compare.
-    text = cli([*args, *agents[:4], "--output", str(tmp_path / "board.md")], cwd=repo)
+    text = cli([*args, *agents[:4], "--wide", "--output", str(tmp_path / "board.md")], cwd=repo)
     assert text.exit_code == 0, text.output
     board = (tmp_path / "board.md").read_text()
     assert board.startswith("# worktrial leaderboard: Test suite (`test-suite`)")
@@ -405,12 +409,17 @@ def test_interrupt_stops_the_matrix_and_prints_what_finished(repo: Path, tmp_pat
     agents = ["--agent", "quick", "--agent", "slow", "--agent", "never"]
     harness = subprocess.Popen([*command, *agents], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     runs = repo / ".worktrial" / "runs"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not sleeping.exists():  # the second configuration's agent is running
-        time.sleep(0.05)
-    assert sleeping.exists(), "the slow agent never started"
-    harness.send_signal(signal.SIGINT)
-    out, err = harness.communicate(timeout=30)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not sleeping.exists():  # the second configuration's agent runs
+            time.sleep(0.05)
+        assert sleeping.exists(), "the slow agent never started"
+        harness.send_signal(signal.SIGINT)
+        out, err = harness.communicate(timeout=60)
+    finally:
+        if harness.poll() is None:  # a failed wait above must not leave the matrix and its agent running
+            harness.kill()
+            harness.communicate(timeout=30)
     assert harness.returncode == 130, err.decode()
     rows = json.loads(out)["leaderboard"]
     assert [(r["agent"], r["status"], r["rank"]) for r in rows] == [

@@ -94,14 +94,14 @@ def record(task_id: str, attempt: int, outcome: str, cost: float | None = None, 
     return AttemptRecord(
         task_id=task_id,
         attempt=attempt,
-        outcome=outcome,  # type: ignore[arg-type]
+        outcome=outcome,
         claimed=True,
         verified=outcome == "pass",
         duration_secs=1.0,
         agent_secs=1.0,
         verify_secs=0.0,
         cost_usd=cost,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 

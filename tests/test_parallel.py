@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.agents_for_tests import FlakyInfraAgent
-from tests.conftest import git, task
+from tests.conftest import SuiteWriter, git, task
 
 # Deterministic outcomes per task, completion order shuffled by random sleeps.
 MIXED_AGENT = (
@@ -22,14 +22,14 @@ MIXED_AGENT = (
 )
 
 
-def mixed_suite(write_suite, attempts: int = 3) -> Path:
+def mixed_suite(write_suite: SuiteWriter, attempts: int = 3) -> Path:
     tasks = [task("good-a"), task("bad-b"), task("odd-c"), task("good-d", category="regression"), task("odd-e")]
     return write_suite(tasks, attempts=attempts)
 
 
 def comparable(envelope: dict[str, Any]) -> dict[str, Any]:
     """The report without what legitimately differs between runs: timings and run-specific paths."""
-    report = json.loads(json.dumps(envelope["report"]))
+    report: dict[str, Any] = json.loads(json.dumps(envelope["report"]))
     for t in report["tasks"]:
         for a in t["attempts"]:
             for key in ("duration_secs", "agent_secs", "verify_secs", "trace"):
@@ -37,10 +37,11 @@ def comparable(envelope: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
-def eval_json(cli, repo: Path, suite: Path, *extra: str) -> dict[str, Any]:
+def eval_json(cli, repo: Path, suite: Path, *extra: str, exit_code: int = 0) -> dict[str, Any]:
     result = cli(["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", *extra], cwd=repo)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    assert result.exit_code == exit_code, result.output
+    envelope: dict[str, Any] = json.loads(result.stdout)
+    return envelope
 
 
 def test_report_is_identical_whatever_the_jobs(cli, repo: Path, write_suite) -> None:
@@ -78,11 +79,13 @@ def test_kill_9_then_resume_gives_the_uninterrupted_result(cli, repo: Path, writ
         cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     runs = repo / ".worktrial" / "runs"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(_lines(p) >= 4 for p in runs.glob("*/attempts.jsonl")):
-        time.sleep(0.02)
-    harness.send_signal(signal.SIGKILL)
-    harness.wait()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(_lines(p) >= 4 for p in runs.glob("*/attempts.jsonl")):
+            time.sleep(0.02)
+    finally:
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
     (run_dir,) = list(runs.iterdir())
     done_before = _lines(run_dir / "attempts.jsonl")
     assert 4 <= done_before < 15
@@ -151,7 +154,8 @@ def test_retry_errors_only_retries_infrastructure(cli, repo: Path, write_suite) 
 def test_without_retry_errors_infrastructure_errors_stand(cli, repo: Path, write_suite) -> None:
     FlakyInfraAgent.calls.clear()
     suite = write_suite([task("infra")], attempts=1)
-    envelope = eval_json(cli, repo, suite, "--agent", "tests.agents_for_tests:FlakyInfraAgent")
+    # Its only attempt errs, so the run measured nothing: exit 1, with the report still printed.
+    envelope = eval_json(cli, repo, suite, "--agent", "tests.agents_for_tests:FlakyInfraAgent", exit_code=1)
     attempt = envelope["report"]["tasks"][0]["attempts"][0]
     assert attempt["outcome"] == "error" and attempt["error_category"] == "crashed" and attempt["retries"] == 0
 

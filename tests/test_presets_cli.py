@@ -20,6 +20,7 @@ from worktrial.agents import AgentOptions, AgentSpec, create_agent
 from worktrial.agents.presets import PRESETS, PresetAgent
 from worktrial.agents.presets.parsing import ExitInfo
 from worktrial.errors import BadInputError
+from worktrial.model.config import parse_config
 
 __all__ = ["fake_env"]  # the fixture is shared with the end-to-end tests
 
@@ -57,7 +58,7 @@ def test_claude_code_as_root_needs_a_declared_sandbox(monkeypatch: pytest.Monkey
     with pytest.raises(BadInputError, match="IS_SANDBOX"):
         agent.preflight()
     configured = create_agent(
-        "claude-code", AgentOptions(config={"agents": {"claude-code": {"env": {"IS_SANDBOX": "1"}}}})
+        "claude-code", AgentOptions(config=parse_config({"agents": {"claude-code": {"env": {"IS_SANDBOX": "1"}}}}))
     )
     configured.preflight()
 
@@ -189,7 +190,9 @@ def test_bundled_agents_win_name_clashes_with_plugins(monkeypatch: pytest.Monkey
 
 
 def test_describe_never_includes_env_values_and_shows_the_command() -> None:
-    options = AgentOptions(model="gpt-5", config={"agents": {"codex": {"env": {"OPENAI_API_KEY": "sk-secret"}}}})
+    options = AgentOptions(
+        model="gpt-5", config=parse_config({"agents": {"codex": {"env": {"OPENAI_API_KEY": "sk-secret"}}}})
+    )
     described = PresetAgent(PRESETS["codex"], options).describe()
     assert "sk-secret" not in json.dumps(described)
     assert described["command"][:2] == ["codex", "exec"] and described["model"] == "gpt-5"

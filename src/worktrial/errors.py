@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+EXIT_INTERRUPTED = 130
+"""Exit code of a run or matrix stopped by Ctrl-C or SIGTERM (128 + SIGINT, as shells report it)."""
+
 
 class WorktrialError(Exception):
     """Base error: ``str(err)`` is the message shown to the user."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from worktrial.isolation import proc
+from worktrial.model.config import Config
 from worktrial.model.records import Usage
 from worktrial.model.suite import Task
 
@@ -26,7 +27,7 @@ class AgentOptions:
     base_url: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     """Agent-specific settings from the command line (e.g. max turns)."""
-    config: dict[str, Any] = field(default_factory=dict)
+    config: Config = field(default_factory=Config)
     """The merged user + project configuration (``worktrial.state.config.load_config``)."""
 
 

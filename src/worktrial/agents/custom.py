@@ -21,13 +21,13 @@ from typing import Any
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentResult, launch_error
 from worktrial.agents.presets import PARSERS
 from worktrial.agents.presets.parsing import ExitInfo, OutputParser, Verdict, exit_reason
-from worktrial.agents.simple import read_usage_file
+from worktrial.agents.simple import USAGE_FILE, command_env, read_usage_file
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
 from worktrial.model.commands import SHELL
+from worktrial.model.config import AgentConfig, Config
 
 USAGE_FILE_PARSER = "usage-file"
-KNOWN_KEYS = {"command", "env", "parser", "model_flag", "description"}
 
 
 def parser_names() -> list[str]:
@@ -41,7 +41,7 @@ class UsageFileParser:
         return None
 
     def finish(self, exit_info: ExitInfo) -> Verdict:
-        usage = read_usage_file(exit_info.scratch / "usage.json")
+        usage = read_usage_file(exit_info.scratch / USAGE_FILE)
         if exit_info.timed_out:
             return Verdict(claimed=None, usage=usage)
         if exit_info.returncode == 0:
@@ -49,41 +49,32 @@ class UsageFileParser:
         return Verdict(claimed=False, usage=usage, reason=exit_reason("agent", exit_info))
 
 
-def custom_tables(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def custom_tables(config: Config) -> dict[str, AgentConfig]:
     """``[agents.NAME]`` tables that define a command (preset override tables have none)."""
-    agents = config.get("agents") if isinstance(config, dict) else None
-    if not isinstance(agents, dict):
-        return {}
-    return {name: table for name, table in agents.items() if isinstance(table, dict) and "command" in table}
+    return config.custom_agents()
 
 
 class CustomAgent:
     """An agent defined by a command template in worktrial.toml and one of the built-in parsers."""
 
-    def __init__(self, name: str, table: dict[str, Any], options: AgentOptions) -> None:
+    def __init__(self, name: str, table: AgentConfig, options: AgentOptions) -> None:
+        """``table`` is already type-checked (``worktrial.model.config``); what is left needs the agent registry."""
         where = f"[agents.{name}]"
-        unknown = sorted(set(table) - KNOWN_KEYS)
-        if unknown:
-            raise BadInputError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(KNOWN_KEYS))}")
-        command = table.get("command")
-        if not isinstance(command, str) or not command.strip():
-            raise BadInputError(f"{where}.command must be a non-empty string")
-        env = table.get("env", {})
-        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise BadInputError(f"{where}.env must be a table of string values")
-        parser = table.get("parser", USAGE_FILE_PARSER)
+        if table.command is None:
+            raise BadInputError(f"{where}.command is required for a custom agent")
+        misplaced = [key for key in AgentConfig.PRESET_ONLY if key in table.model_fields_set]
+        if misplaced:
+            raise BadInputError(f"{where}: {', '.join(misplaced)} only apply to preset agents; put them in command")
+        parser = table.parser or USAGE_FILE_PARSER
         if parser not in parser_names():
             raise BadInputError(f"{where}.parser must be one of: {', '.join(parser_names())} (got {parser!r})")
-        model_flag = table.get("model_flag")
-        if model_flag is not None and (not isinstance(model_flag, str) or not model_flag.strip()):
-            raise BadInputError(f"{where}.model_flag must be a non-empty string")
         self.name = name
-        self.command = command
-        self.env: dict[str, str] = dict(env)
+        self.command = table.command
+        self.env: dict[str, str] = dict(table.env)
         self.parser_name: str = parser
-        self.model_flag: str | None = model_flag
+        self.model_flag: str | None = table.model_flag
         self.options = options
-        self.stdin_prompt = "{prompt}" not in command
+        self.stdin_prompt = "{prompt}" not in self.command
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -133,17 +124,7 @@ class CustomAgent:
         return PARSERS[self.parser_name]()
 
     def run(self, ctx: AgentContext) -> AgentResult:
-        env = dict(ctx.env)
-        env.update(
-            {
-                "WORKTRIAL_PROMPT": ctx.task.prompt,
-                "WORKTRIAL_TASK_ID": ctx.task.id,
-                "WORKTRIAL_ATTEMPT": str(ctx.attempt),
-                "WORKTRIAL_WORKTREE": str(ctx.worktree),
-                "WORKTRIAL_SCRATCH": str(ctx.scratch),
-                "WORKTRIAL_USAGE_FILE": str(ctx.scratch / "usage.json"),
-            }
-        )
+        env = command_env(ctx)
         env.update(self.env)
         parser = self.new_parser()
         result = proc.run(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from typing import Any
 
 from worktrial.agents.base import AgentOptions
 from worktrial.agents.custom import CustomAgent, custom_tables
 from worktrial.agents.presets import PRESETS, PresetAgent
 from worktrial.agents.registry import agent_specs
+from worktrial.model.config import Config
 
 BUNDLED = ("oracle", "nop", "command", "builtin")
 
@@ -26,9 +26,9 @@ class AgentRow:
     install: str | None = None
 
 
-def list_agents(config: dict[str, Any] | None = None) -> list[AgentRow]:
+def list_agents(config: Config | None = None) -> list[AgentRow]:
     """Every agent ``--agent`` accepts, probing preset binaries (``--version``) and custom commands."""
-    config = config or {}
+    config = config or Config()
     options = AgentOptions(config=config)
     rows: list[AgentRow] = []
     for name, spec in agent_specs().items():
@@ -51,6 +51,6 @@ def list_agents(config: dict[str, Any] | None = None) -> list[AgentRow]:
             continue
         program = custom.program()
         found: bool | None = None if program is None else shutil.which(program) is not None
-        summary = str(table.get("description") or f"{custom.command} (parser: {custom.parser_name})")
+        summary = table.description or f"{custom.command} (parser: {custom.parser_name})"
         rows.append(AgentRow(name, "custom", found, None, summary))
     return rows

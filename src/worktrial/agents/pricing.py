@@ -8,27 +8,18 @@ a provider, e.g. a local server that costs nothing). A route with no price has c
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Literal
 
-from worktrial.errors import BadInputError
+from pydantic import ValidationError
+
+from worktrial.model.config import Config, Price, describe_errors
 from worktrial.model.records import Tokens
 
 PER_MILLION = 1_000_000
-_FIELDS = ("input", "output", "cached_input", "cache_write")
-
-
-@dataclass(frozen=True)
-class Price:
-    """USD per million tokens. Missing cache prices fall back to the input price (the conservative choice)."""
-
-    input: float
-    output: float
-    cached_input: float | None = None
-    cache_write: float | None = None
+__all__ = ["Price", "PriceTable", "ResolvedPrice", "cost_usd", "price_table", "resolve_price"]
 
 
 @dataclass(frozen=True)
@@ -46,48 +37,26 @@ class ResolvedPrice:
     taken_on: str | None
 
 
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise BadInputError(f"{where}: must be a non-negative number (got {value!r})")
-    return float(value)
-
-
-def parse_price(raw: Any, where: str) -> Price:
-    """A price from a JSON object or a TOML table; bad input names the exact place."""
-    if not isinstance(raw, dict):
-        raise BadInputError(f"{where}: must be a table of {', '.join(_FIELDS)}")
-    unknown = sorted(set(raw) - set(_FIELDS))
-    if unknown:
-        raise BadInputError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(_FIELDS)}")
-    for required in ("input", "output"):
-        if required not in raw:
-            raise BadInputError(f"{where}: needs both input and output prices")
-    return Price(
-        input=_number(raw["input"], f"{where}.input"),
-        output=_number(raw["output"], f"{where}.output"),
-        cached_input=_number(raw["cached_input"], f"{where}.cached_input") if "cached_input" in raw else None,
-        cache_write=_number(raw["cache_write"], f"{where}.cache_write") if "cache_write" in raw else None,
-    )
-
-
 @cache
 def price_table() -> PriceTable:
     """The shipped price table (read once per process)."""
     text = resources.files("worktrial").joinpath("data/prices.json").read_text(encoding="utf-8")
     raw = json.loads(text)
-    models = {route: parse_price(entry, f"prices.json: {route}") for route, entry in raw["models"].items()}
+    try:
+        # The shipped table has the shape of config's [pricing]: the same model checks both.
+        models = Config.model_validate({"pricing": raw["models"]}).pricing
+    except ValidationError as exc:  # a packaging bug, not user input: say where, loudly
+        raise RuntimeError(describe_errors(exc, "worktrial/data/prices.json", Config)) from None
     return PriceTable(taken_on=str(raw["taken_on"]), models=models)
 
 
-def resolve_price(route: str, config: dict[str, Any] | None = None) -> ResolvedPrice | None:
+def resolve_price(route: str, config: Config | None = None) -> ResolvedPrice | None:
     """The price for ``provider/model``: config (exact, then ``provider/*``) wins over the table; else None."""
-    overrides = (config or {}).get("pricing", {})
-    if not isinstance(overrides, dict):
-        raise BadInputError('config: [pricing] must be a table of "provider/model" tables')
+    overrides = config.pricing if config is not None else {}
     provider = route.partition("/")[0]
     for key in (route, f"{provider}/*"):
         if key in overrides:
-            return ResolvedPrice(parse_price(overrides[key], f'config: pricing."{key}"'), "config", None)
+            return ResolvedPrice(overrides[key], "config", None)
     table = price_table()
     if route in table.models:
         return ResolvedPrice(table.models[route], "table", table.taken_on)

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
+import os
+import re
+import shlex
+import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from worktrial.agents.base import (
     Agent,
@@ -75,66 +80,143 @@ class NopAgent:
         return AgentResult(claimed=True, usage=Usage(tokens=Tokens(input=0, output=0), cost_usd=0.0, turns=0))
 
 
-USAGE_INT_FIELDS = {
-    "input_tokens": "input",
-    "output_tokens": "output",
-    "cached_input_tokens": "cached_input",
-    "cache_creation_tokens": "cache_creation",
-    "reasoning_tokens": "reasoning",
-}
+NonNegative = Annotated[int, Field(ge=0)]
+Counts = dict[str, NonNegative]
+INTEGER = "must be a non-negative integer"
+COUNTS = "must be an object of name -> non-negative integer"
 
 
-def _count_map(value: Any, key: str, notes: list[str]) -> dict[str, int]:
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0 for k, v in value.items()
-    ):
-        notes.append(f"usage file: {key} must be an object of name -> non-negative integer; ignored")
-        return {}
-    return dict(value)
+class UsageFile(BaseModel):
+    """What a command agent may write to ``$WORKTRIAL_USAGE_FILE`` (docs/agents.md); unknown keys are ignored.
+
+    Each key is judged on its own: one bad value becomes a note and is dropped, the rest still counts.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    input_tokens: NonNegative | None = Field(None, description=INTEGER)
+    output_tokens: NonNegative | None = Field(None, description=INTEGER)
+    cached_input_tokens: NonNegative | None = Field(None, description=INTEGER)
+    cache_creation_tokens: NonNegative | None = Field(None, description=INTEGER)
+    reasoning_tokens: NonNegative | None = Field(None, description=INTEGER)
+    cost_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+        None, description="must be a non-negative number"
+    )
+    turns: NonNegative | None = Field(None, description=INTEGER)
+    tool_calls: Counts | None = Field(None, description=COUNTS)
+    errors: Counts | None = Field(None, description=COUNTS)
+
+    def usage(self) -> Usage:
+        return Usage(
+            tokens=Tokens(
+                input=self.input_tokens,
+                output=self.output_tokens,
+                cached_input=self.cached_input_tokens,
+                cache_creation=self.cache_creation_tokens,
+                reasoning=self.reasoning_tokens,
+            ),
+            cost_usd=self.cost_usd,
+            turns=self.turns,
+            tool_counts=dict(self.tool_calls or {}),
+            error_counts=dict(self.errors or {}),
+        )
+
+
+USAGE_FILE = "usage.json"
+"""Name of ``$WORKTRIAL_USAGE_FILE`` in the attempt's scratch directory."""
+
+
+def command_env(ctx: AgentContext) -> dict[str, str]:
+    """The environment of a command agent (``--agent-cmd`` or a custom agent): the attempt's plus ``WORKTRIAL_*``.
+
+    The one definition of the contract documented in docs/agents.md, so both kinds of command agent see the same.
+    """
+    return {
+        **ctx.env,
+        "WORKTRIAL_PROMPT": ctx.task.prompt,
+        "WORKTRIAL_TASK_ID": ctx.task.id,
+        "WORKTRIAL_ATTEMPT": str(ctx.attempt),
+        "WORKTRIAL_WORKTREE": str(ctx.worktree),
+        "WORKTRIAL_SCRATCH": str(ctx.scratch),
+        "WORKTRIAL_USAGE_FILE": str(ctx.scratch / USAGE_FILE),
+    }
 
 
 def read_usage_file(path: Path) -> Usage:
     """Usage a command agent wrote to ``$WORKTRIAL_USAGE_FILE``; problems become notes, never errors."""
-    usage = Usage()
     if not path.exists():
-        return usage
+        return Usage()
     try:
         raw = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        usage.notes.append(f"usage file is not valid JSON: {type(exc).__name__}")
-        return usage
+        return Usage(notes=[f"usage file is not valid JSON: {type(exc).__name__}"])
     except OSError as exc:
-        usage.notes.append(f"usage file unreadable: {exc.strerror}")
-        return usage
+        return Usage(notes=[f"usage file unreadable: {exc.strerror}"])
     if not isinstance(raw, dict):
-        usage.notes.append("usage file must hold a JSON object; ignored")
-        return usage
-    tokens: dict[str, int] = {}
-    for key, attr in USAGE_INT_FIELDS.items():
-        if key in raw:
-            value = raw[key]
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                tokens[attr] = value
-            else:
-                usage.notes.append(f"usage file: {key} must be a non-negative integer; ignored")
-    usage.tokens = Tokens(**tokens)
-    if "cost_usd" in raw:
-        cost = raw["cost_usd"]
-        if isinstance(cost, int | float) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
-            usage.cost_usd = float(cost)
-        else:
-            usage.notes.append("usage file: cost_usd must be a non-negative number; ignored")
-    if "turns" in raw:
-        turns = raw["turns"]
-        if isinstance(turns, int) and not isinstance(turns, bool) and turns >= 0:
-            usage.turns = turns
-        else:
-            usage.notes.append("usage file: turns must be a non-negative integer; ignored")
-    if "tool_calls" in raw:
-        usage.tool_counts = _count_map(raw["tool_calls"], "tool_calls", usage.notes)
-    if "errors" in raw:
-        usage.error_counts = _count_map(raw["errors"], "errors", usage.notes)
+        return Usage(notes=["usage file must hold a JSON object; ignored"])
+    notes: list[str] = []
+    try:
+        parsed = UsageFile.model_validate(raw)
+    except ValidationError as exc:
+        bad = list(dict.fromkeys(str(err["loc"][0]) for err in exc.errors()))
+        notes = [f"usage file: {key} {UsageFile.model_fields[key].description}; ignored" for key in bad]
+        parsed = UsageFile.model_validate({key: value for key, value in raw.items() if key not in bad})
+    usage = parsed.usage()
+    usage.notes.extend(notes)
     return usage
+
+
+_SHELL_WORDS = frozenset(
+    [
+        "!",
+        "{",
+        "(",
+        "[",
+        "[[",
+        ".",
+        ":",
+        "cd",
+        "case",
+        "command",
+        "eval",
+        "exec",
+        "exit",
+        "export",
+        "for",
+        "function",
+        "if",
+        "read",
+        "set",
+        "source",
+        "test",
+        "then",
+        "time",
+        "trap",
+        "true",
+        "false",
+        "ulimit",
+        "umask",
+        "unset",
+        "until",
+        "while",
+    ]
+)
+
+
+def command_program(cmd: str) -> str | None:
+    """The program a simple command line starts, or None when the shell decides (builtins, syntax, variables)."""
+    try:
+        words = shlex.split(cmd, comments=True)
+    except ValueError:
+        return None
+    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        words = words[1:]  # VAR=value prefixes
+    if not words:
+        return None
+    first = words[0]
+    if first in _SHELL_WORDS or any(ch in first for ch in "$`*?;&|<>(){}") or first.startswith("~"):
+        return None
+    return first
 
 
 class CommandAgent:
@@ -152,20 +234,23 @@ class CommandAgent:
         return {"name": self.name, "command": self.cmd}
 
     def preflight(self) -> None:
-        return None
+        """Refuse before the first attempt when the command's program does not resolve (not installed, typo)."""
+        program = command_program(self.cmd)
+        if program is None:
+            return
+        if "/" in program:
+            path = Path(program)
+            if path.is_absolute() and not (path.is_file() and os.access(path, os.X_OK)):
+                raise BadInputError(f"--agent-cmd: {program} does not exist or is not executable")
+            return
+        if shutil.which(program) is None:
+            raise BadInputError(
+                f"--agent-cmd: {program!r} is not installed or not on PATH; install it, or give its full path"
+            )
 
     def run(self, ctx: AgentContext) -> AgentResult:
-        usage_file = ctx.scratch / "usage.json"
-        env = dict(ctx.env)
-        env.update(
-            {
-                "WORKTRIAL_PROMPT": ctx.task.prompt,
-                "WORKTRIAL_TASK_ID": ctx.task.id,
-                "WORKTRIAL_ATTEMPT": str(ctx.attempt),
-                "WORKTRIAL_WORKTREE": str(ctx.worktree),
-                "WORKTRIAL_USAGE_FILE": str(usage_file),
-            }
-        )
+        usage_file = ctx.scratch / USAGE_FILE
+        env = command_env(ctx)
         result = proc.run(
             [SHELL, "-c", self.cmd],
             cwd=ctx.worktree,

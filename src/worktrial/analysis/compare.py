@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from worktrial.analysis import stats
 from worktrial.analysis.metrics import efficiency_figures, pass_at_k, pass_power_k
 from worktrial.errors import BadInputError
-from worktrial.model.envelope import Envelope, TaskReport
+from worktrial.model.envelope import Envelope, Selection, TaskReport
 from worktrial.model.suite import CATEGORIES
 
 
@@ -185,6 +185,16 @@ def compare_pair(first: LoadedEnvelope, second: LoadedEnvelope) -> PairCompariso
         notes.append(
             f"compared only the task ids both runs contain; left out: {len(only_a)} only in A, {len(only_b)} only in B"
             + (f" ({', '.join((only_a + only_b)[:8])}{', ...' if len(only_a) + len(only_b) > 8 else ''})")
+        )
+    sel_a, sel_b = first.envelope.run.selection, second.envelope.run.selection
+    if (sel_a.task_ids if sel_a else None) != (sel_b.task_ids if sel_b else None):
+
+        def described(selection: Selection | None) -> str:
+            return "every task" if selection is None else f"{len(selection.task_ids)} of {selection.suite_tasks} tasks"
+
+        notes.append(
+            f"the runs cover different selections of the suite (--task/--category/--limit): "
+            f"A {described(sel_a)}, B {described(sel_b)}"
         )
     shared = [(t, tasks_b[t.task_id]) for t in ra.tasks if t.task_id in tasks_b]
     unran = [x.task_id for x, y in shared if x.total_runs == 0 or y.total_runs == 0]

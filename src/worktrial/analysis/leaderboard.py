@@ -134,7 +134,7 @@ def _row(c: Contender, rank: int | None, tied_with: int | None, vs_best: VersusB
         agent=c.agent,
         model=c.model,
         status=c.status,
-        error=c.error,
+        error=c.error or (MEASURED_NOTHING if measured_nothing(env) else None),
         run_id=env.run.id,
         tasks=len(r.tasks),
         attempts=env.run.attempts,
@@ -177,8 +177,22 @@ def _versus(best: Contender, other: Contender) -> VersusBest | None:
     return VersusBest(difference=d.difference, ci95=d.ci95, p_value=d.p_value)
 
 
+MEASURED_NOTHING = "measured nothing: every attempt ended in error (a broken configuration, not a bad agent)"
+
+
+def measured_nothing(envelope: Envelope) -> bool:
+    """Every attempt that ran ended in ``error``: the run says nothing about the agent's ability."""
+    attempts = [a for t in envelope.report.tasks for a in t.attempts]
+    return bool(attempts) and all(a.outcome == "error" for a in attempts)
+
+
 def _rankable(c: Contender) -> bool:
-    return c.status == "complete" and c.envelope is not None and c.envelope.report.overall.pass_at_k is not None
+    return (
+        c.status == "complete"
+        and c.envelope is not None
+        and c.envelope.report.overall.pass_at_k is not None
+        and not measured_nothing(c.envelope)
+    )
 
 
 def _notes(envelopes: Sequence[Envelope]) -> list[str]:

@@ -10,11 +10,22 @@ import click
 from worktrial.isolation.workspace import find_workspace
 from worktrial.model.suite import LoadedSuite
 from worktrial.state.trust import ensure_trusted
+from worktrial.util import atomic_write_text
 
 
 def err(message: str) -> None:
     """A line on stderr: stdout carries only the report."""
     click.echo(message, err=True)
+
+
+def emit(text: str, output: Path | None, *, quiet: bool = False, what: str = "report") -> None:
+    """A report to ``output`` (atomically: a reader never sees half of it) or to stdout."""
+    if output:
+        atomic_write_text(output, text)
+        if not quiet:
+            err(f"worktrial: {what} written to {output}")
+    else:
+        click.echo(text, nl=False)
 
 
 def ensure_trust(loaded: LoadedSuite, workspace: Path | None, trust: bool) -> None:

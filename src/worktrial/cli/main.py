@@ -13,27 +13,27 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from worktrial.cli.common import SANDBOX_OPTIONS, ensure_trust, err
+from worktrial.cli import logs
+from worktrial.cli.common import SANDBOX_OPTIONS, emit, ensure_trust, err
 from worktrial.cli.matrix import run_matrix_and_report
 from worktrial.cli.outputs import write_ci_outputs
 from worktrial.cli.progress import ProgressReporter
 from worktrial.engine.confine import SandboxChoice
 from worktrial.engine.matrix import is_matrix
 from worktrial.engine.run import RunObserver, RunOptions, RunResult, default_jobs, resume_run, run_suite
-from worktrial.errors import RunAborted, WorktrialError
-from worktrial.isolation.workspace import find_workspace
+from worktrial.errors import EXIT_INTERRUPTED, RunAborted, WorktrialError
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
+from worktrial.render.terminal import markdown_table, rich_table
 from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, stored_envelope
 from worktrial.state.roots import state_root
 from worktrial.state.store import runs_dir
-from worktrial.util import atomic_write_text
 from worktrial.version import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
-EXIT_INTERRUPTED = 130
+EXIT_MEASURED_NOTHING = 1
 
 
 class _Group(click.Group):
@@ -56,11 +56,15 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="worktrial")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option(
+    "-v", "--verbose", "verbosity", count=True, help="Log more to stderr: -v info, -vv debug (default: warnings)."
+)
 @click.pass_context
-def main(ctx: click.Context, debug: bool) -> None:
+def main(ctx: click.Context, debug: bool, verbosity: int) -> None:
     """Evaluate autonomous coding agents on eval suites: isolated worktrees, verified outcomes, pass@k."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    logs.configure(verbosity)
 
 
 def eval_options(func: F) -> F:
@@ -106,6 +110,7 @@ def eval_options(func: F) -> F:
             help="Run only tasks of this category; repeatable.",
         ),
         click.option("--limit", type=click.IntRange(min=1), help="Run only the first N selected tasks."),
+        click.option("--wide", is_flag=True, help="Matrices: every leaderboard column (default: fits 100 columns)."),
         click.option("--label", help="A name for the run, shown in runs, compare, view and matrices."),
         click.option(
             "--no-artifacts", is_flag=True, help="Keep no per-attempt logs or patches (they stay local otherwise)."
@@ -154,6 +159,7 @@ def eval_cmd(
     task_patterns: tuple[str, ...],
     categories: tuple[str, ...],
     limit: int | None,
+    wide: bool,
     label: str | None,
     no_artifacts: bool,
     keep_worktrees: bool,
@@ -200,7 +206,7 @@ def eval_cmd(
         },
     )
     if is_matrix(agent, model):
-        run_matrix_and_report(loaded, agent, model, options, fmt, output, quiet, verbose)
+        run_matrix_and_report(loaded, agent, model, options, fmt, output, quiet, verbose, wide)
         return
     _run_and_report(lambda opts, obs: run_suite(loaded, opts, obs), options, fmt, output, quiet, verbose, junit)
 
@@ -227,6 +233,13 @@ def _run_and_report(
         err(f"worktrial: worktrees kept under {result.kept_root}")
     if not quiet:
         err(f"worktrial: run stored in {result.store_dir}")
+    attempts = [a for t in result.envelope.report.tasks for a in t.attempts]
+    if result.status == "complete" and attempts and all(a.outcome == "error" for a in attempts):
+        err(
+            f"worktrial: error: every attempt ended in error, so the run measured nothing "
+            f"(first: {attempts[0].reason or attempts[0].error_category}); fix the setup and run again"
+        )
+        sys.exit(EXIT_MEASURED_NOTHING)
     if result.interrupted:
         err(
             f"worktrial: interrupted; the report covers the attempts that finished. "
@@ -241,12 +254,7 @@ def _emit(envelope: Envelope, fmt: str, output: Path | None, quiet: bool, run_di
     else:
         keys = [(t.task_id, a.attempt) for t in envelope.report.tasks for a in t.attempts if a.outcome == "fail"]
         text = render_markdown(envelope, read_run_artifacts(run_dir, keys) if run_dir else None)
-    if output:
-        atomic_write_text(output, text)
-        if not quiet:
-            err(f"worktrial: report written to {output}")
-    else:
-        click.echo(text, nl=False)
+    emit(text, output, quiet=quiet)
 
 
 main.add_command(eval_cmd)
@@ -254,7 +262,7 @@ main.add_command(eval_cmd)
 
 @main.group("exec")
 def exec_group() -> None:
-    """Long forms of commands (``worktrial exec eval`` = ``worktrial eval``)."""
+    """Long forms of commands: 'worktrial exec eval' is 'worktrial eval'."""
 
 
 exec_group.add_command(eval_cmd)
@@ -335,27 +343,33 @@ def schema_cmd(which: str) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="Read custom [agents.NAME] from this repository's worktrial.toml (default: the current one).",
 )
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "markdown", "json"]),
+    default="table",
+    show_default=True,
+    help="table: a terminal table (markdown when piped); markdown; json.",
+)
 def agents_cmd(workspace: Path | None, fmt: str) -> None:
     """List every agent --agent accepts, whether its program is installed, and its version."""
     from worktrial.agents.listing import list_agents
     from worktrial.state.config import load_config
 
-    try:
-        root: Path | None = find_workspace(workspace)
-    except WorktrialError:
-        root = None
-    rows = list_agents(load_config(root))
+    rows = list_agents(load_config(state_root(workspace)))  # the same project config eval would read
     if fmt == "json":
         click.echo(json.dumps([row.__dict__ for row in rows], indent=2))
         return
-    click.echo("| agent | kind | installed | version | what |")
-    click.echo("|---|---|---|---|---|")
+    headers = ["agent", "kind", "installed", "version", "what"]
+    cells = []
     for row in rows:
         installed = {True: "yes", False: "no", None: "—"}[row.installed]
         hint = f" — install: {row.install}" if row.installed is False and row.install else ""
-        cells = [row.name, row.kind, installed, row.version or "—", f"{row.summary}{hint}"]
-        click.echo("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        cells.append([row.name, row.kind, installed, row.version or "—", f"{row.summary}{hint}"])
+    if fmt == "table" and sys.stdout.isatty():
+        Console(highlight=False).print(rich_table(headers, cells))  # no escaping: commands copy-paste as shown
+    else:
+        click.echo(markdown_table(headers, cells), nl=False)
 
 
 @main.command("validate")

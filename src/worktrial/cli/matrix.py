@@ -11,10 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import click
-
 from worktrial.analysis.leaderboard import build_leaderboard
-from worktrial.cli.common import err
+from worktrial.cli.common import emit, err
 from worktrial.cli.progress import ProgressReporter
 from worktrial.engine.matrix import (
     Configuration,
@@ -28,7 +26,6 @@ from worktrial.engine.run import RunOptions
 from worktrial.errors import BadInputError
 from worktrial.model.suite import LoadedSuite
 from worktrial.render.leaderboard_markdown import render_leaderboard_markdown
-from worktrial.util import atomic_write_text
 
 
 def _first_line(error: Exception) -> str:
@@ -44,6 +41,7 @@ def run_matrix_and_report(
     output: Path | None,
     quiet: bool,
     verbose: bool,
+    wide: bool = False,
 ) -> None:
     """Plan, preflight and run every configuration, then print the leaderboard; exits 130 or 2 when due."""
     if base.resume:
@@ -82,13 +80,8 @@ def run_matrix_and_report(
         }
         text = json.dumps(document, indent=2) + "\n"
     else:
-        text = render_leaderboard_markdown(board)
-    if output:
-        atomic_write_text(output, text)
-        if not quiet:
-            err(f"worktrial: leaderboard written to {output}")
-    else:
-        click.echo(text, nl=False)
+        text = render_leaderboard_markdown(board, wide=wide)
+    emit(text, output, quiet=quiet, what="leaderboard")
     if result.interrupted:
         resume = [o.run_id for o in result.outcomes if o.status == "interrupted" and o.run_id]
         hint = f" Continue the interrupted run with: worktrial resume {resume[0]}" if resume else ""

@@ -6,6 +6,7 @@ Like ``cli.py``, this only parses flags, calls the library and prints; findings 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -15,9 +16,9 @@ from pydantic import BaseModel
 
 from worktrial.analysis import stats
 from worktrial.analysis.audit import audit_envelope, render_audit
-from worktrial.analysis.compare import compare_runs
+from worktrial.analysis.compare import LoadedEnvelope, compare_runs
 from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
-from worktrial.cli.common import ensure_trust, err
+from worktrial.cli.common import emit, ensure_trust, err
 from worktrial.engine.check import DEFAULT_REPEATS, CheckOptions, check_suite
 from worktrial.engine.confine import SandboxChoice
 from worktrial.errors import BadInputError
@@ -26,7 +27,6 @@ from worktrial.render.check_markdown import render_check_markdown
 from worktrial.render.compare_markdown import render_comparison_markdown
 from worktrial.state.history import resolve_envelope
 from worktrial.state.roots import state_root
-from worktrial.util import atomic_write_text
 
 EXIT_FINDINGS = 1
 
@@ -45,12 +45,10 @@ def _as_json(model: BaseModel) -> str:
     return json.dumps(model.model_dump(mode="json"), indent=2) + "\n"
 
 
-def _emit(text: str, output: Path | None) -> None:
-    if output:
-        atomic_write_text(output, text)
-        err(f"worktrial: report written to {output}")
-    else:
-        click.echo(text, nl=False)
+def _labelled(loaded: LoadedEnvelope) -> LoadedEnvelope:
+    """A run named with --label shows that name, with the id or file it was loaded from."""
+    label = loaded.envelope.run.label
+    return dataclasses.replace(loaded, label=f"{label} ({loaded.label})") if label else loaded
 
 
 def _load_with_warnings(suite_path: Path) -> LoadedSuite:
@@ -70,9 +68,9 @@ def compare_cmd(
     runs: tuple[str, ...], allow_different_suites: bool, workspace: Path | None, fmt: str, output: Path | None
 ) -> None:
     """Compare runs (envelope files or stored run ids) task by task, with error bars and p-values."""
-    loaded = [resolve_envelope(ref, lambda: state_root(workspace)) for ref in runs]
+    loaded = [_labelled(resolve_envelope(ref, lambda: state_root(workspace))) for ref in runs]
     comparison = compare_runs(loaded, allow_different_suites=allow_different_suites)
-    _emit(_as_json(comparison) if fmt == "json" else render_comparison_markdown(comparison), output)
+    emit(_as_json(comparison) if fmt == "json" else render_comparison_markdown(comparison), output)
 
 
 @click.command("power")
@@ -161,7 +159,7 @@ def check_cmd(
         sandbox=SandboxChoice(mode=sandbox),
     )
     report = check_suite(loaded, options)
-    _emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output)
+    emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output)
     if not report.ok:
         sys.exit(EXIT_FINDINGS)
 

@@ -1,4 +1,10 @@
-"""Live progress of a run: a rich display on a terminal, one plain line per attempt elsewhere."""
+"""Live progress of a run: a rich display on a terminal, one plain line per attempt elsewhere.
+
+The live view is redrawn four times a second from the current state (not only when an attempt starts or ends),
+so each running attempt's elapsed time and phase (setup, agent, verify) stay true while it runs. The ETA comes
+from the durations of attempts that finished in this session, and only once there are some; after ``resume``
+the bar and the counts both include the attempts done earlier.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +12,35 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from worktrial.engine.run import RunObserver
 from worktrial.model.records import OUTCOMES, AttemptRecord
+from worktrial.render.terminal import plural
 
 _STYLE = {"pass": "green", "fail": "red", "timeout": "yellow", "error": "magenta"}
+REFRESH_PER_SECOND = 4
+MAX_RUNNING_SHOWN = 12
+BAR_WIDTH = 30
+
+
+@dataclass
+class _Running:
+    started: float
+    phase: str = "starting"
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 class ProgressReporter(RunObserver):
@@ -29,6 +53,7 @@ class ProgressReporter(RunObserver):
         verbose: bool = False,
         stream: IO[str] | None = None,
         on_warning: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.on_warning = on_warning
         self.stream = stream or sys.stderr
@@ -36,21 +61,18 @@ class ProgressReporter(RunObserver):
         self.verbose = verbose
         self.live_mode = not quiet and self.stream.isatty()
         self.counts: Counter[str] = Counter()
+        self.earlier = 0
         self.spend = 0.0
         self.priced = False
-        self.running: dict[tuple[str, int], float] = {}
+        self.running: dict[tuple[str, int], _Running] = {}
         self.total = 0
+        self.done = 0
+        self.durations: list[float] = []
+        self.most_parallel = 1
+        self.run_id = ""
+        self._clock = clock
+        self._began = clock()
         self._console = Console(file=self.stream)
-        self._bar = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=self._console,
-        )
-        self._bar_task = self._bar.add_task("attempts", total=0)
         self._live: Live | None = None
 
     # -- callbacks ---------------------------------------------------------------------------------------
@@ -61,66 +83,103 @@ class ProgressReporter(RunObserver):
         else:
             print(f"worktrial: warning: {message}", file=self.stream, flush=True)
 
-    def begin(self, run_id: str, to_run: int, already_done: int) -> None:
-        self.total = to_run + already_done
-        self._bar.update(self._bar_task, total=self.total, completed=already_done, description=f"run {run_id}")
+    def begin(self, run_id: str, to_run: int, done: int) -> None:
+        self.run_id = run_id
+        self.total = to_run + done
+        self.done = self.earlier = done
+        self._began = self._clock()
         if self.live_mode:
-            self._live = Live(self._render(), console=self._console, refresh_per_second=4, transient=False)
+            self._live = Live(
+                get_renderable=self.render,
+                console=self._console,
+                refresh_per_second=REFRESH_PER_SECOND,
+                transient=False,
+            )
             self._live.__enter__()
         elif not self.quiet:
-            resumed = f" ({already_done} already done)" if already_done else ""
-            self._line(f"worktrial: run {run_id}: {to_run} attempts to run{resumed}")
+            resumed = f" ({done} already done)" if done else ""
+            self._line(f"worktrial: run {run_id}: {plural(to_run, 'attempt')} to run{resumed}")
 
     def start(self, task_id: str, attempt: int) -> None:
-        self.running[(task_id, attempt)] = time.monotonic()
-        self._refresh()
+        self.running[(task_id, attempt)] = _Running(self._clock())
+        self.most_parallel = max(self.most_parallel, len(self.running))
+
+    def phase(self, task_id: str, attempt: int, phase: str) -> None:
+        running = self.running.get((task_id, attempt))
+        if running is not None:
+            running.phase = phase
 
     def attempt(self, record: AttemptRecord) -> None:
         self.running.pop((record.task_id, record.attempt), None)
         self.counts[record.outcome] += 1
+        self.done += 1
+        self.durations.append(record.duration_secs)
         if record.cost_usd is not None:
             self.spend += record.cost_usd
             self.priced = True
-        self._bar.advance(self._bar_task)
         if self.quiet:
             return
         if self._live is not None:
             if self.verbose:
                 self._live.console.print(self._plain(record), highlight=False, markup=False)
-            self._refresh()
         else:
             self._line(self._plain(record))
 
     def close(self) -> None:
         if self._live is not None:
+            self._live.refresh()
             self._live.__exit__(None, None, None)
             self._live = None
+
+    # -- figures -----------------------------------------------------------------------------------------
+
+    def eta_secs(self) -> float | None:
+        """Seconds left, from the mean duration of attempts finished in this session; None before the first."""
+        if not self.durations:
+            return None
+        mean = sum(self.durations) / len(self.durations)
+        now = self._clock()
+        queued = max(0, self.total - self.done - len(self.running))
+        left_running = sum(max(0.0, mean - (now - r.started)) for r in self.running.values())
+        return (queued * mean + left_running) / max(1, self.most_parallel)
 
     # -- rendering ---------------------------------------------------------------------------------------
 
     def _plain(self, record: AttemptRecord) -> str:
         show_reason = record.reason and (self.verbose or record.outcome != "pass")
         why = f" — {record.reason}" if show_reason else ""
-        retried = f" (after {record.retries} retries)" if record.retries else ""
-        done = int(self._bar.tasks[0].completed)
+        retried = f" (after {plural(record.retries, 'retry', 'retries')})" if record.retries else ""
         return (
-            f"[{done}/{self.total}] {record.outcome:>7} {record.task_id} #{record.attempt} "
+            f"[{self.done}/{self.total}] {record.outcome:>7} {record.task_id} #{record.attempt} "
             f"({record.duration_secs:.1f}s){retried}{why}"
         )
 
     def _line(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
 
-    def _refresh(self) -> None:
-        if self._live is not None:
-            self._live.update(self._render())
-
-    def _render(self) -> RenderableType:
-        summary = " · ".join(f"[{_STYLE[o]}]{self.counts[o]} {o}[/]" for o in OUTCOMES)
+    def render(self) -> RenderableType:
+        """The live view as of now (called by rich on every refresh)."""
+        now = self._clock()
+        filled = int(BAR_WIDTH * self.done / self.total) if self.total else 0
+        eta = self.eta_secs()
+        head = Text.assemble(
+            (f"run {self.run_id} ", "bold"),
+            ("━" * filled, "green"),
+            ("━" * (BAR_WIDTH - filled), "grey37"),
+            f" {self.done}/{self.total} · elapsed {_clock(now - self._began)} · ETA ",
+            "—" if eta is None else f"~{_clock(eta)}",
+        )
+        summary = Text(" · ".join(f"{self.counts[o]} {o}" for o in OUTCOMES))
+        for outcome in OUTCOMES:
+            summary.highlight_words([f"{self.counts[outcome]} {outcome}"], style=_STYLE[outcome])
+        if self.earlier:
+            summary.append(f" · {self.earlier} done before this session")
         if self.priced:
-            summary += f" · spend ${self.spend:.4f}"
+            summary.append(f" · spend ${self.spend:.4f}")
         table = Table.grid(padding=(0, 2))
-        now = time.monotonic()
-        for (task_id, attempt), started in sorted(self.running.items(), key=lambda kv: kv[1])[:12]:
-            table.add_row(f"  running {task_id} #{attempt}", f"{now - started:5.0f}s")
-        return Group(self._bar, summary, table)
+        ordered = sorted(self.running.items(), key=lambda kv: kv[1].started)
+        for (task_id, attempt), running in ordered[:MAX_RUNNING_SHOWN]:
+            table.add_row(Text(f"  {task_id} #{attempt}"), running.phase, f"{now - running.started:4.0f}s")
+        if len(ordered) > MAX_RUNNING_SHOWN:
+            table.add_row(f"  … and {len(ordered) - MAX_RUNNING_SHOWN} more running", "", "")
+        return Group(head, summary, table)

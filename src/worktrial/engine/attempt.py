@@ -145,6 +145,7 @@ def run_attempt(
     slot: Slot | None = None,
     scope: proc.ProcessScope | None = None,
     worker: str | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> AttemptResult:
     """Run one attempt to an outcome; never raises for anything the task or agent does.
 
@@ -183,7 +184,7 @@ def run_attempt(
         except (WorktrialError, OSError) as exc:
             progress.reason, progress.category = f"worktree creation failed: {exc}", "worktree"
         else:
-            _run_in(agent, job, workspace, env, progress, scope, sandbox)
+            _run_in(agent, job, workspace, env, progress, scope, sandbox, on_phase or (lambda _phase: None))
     finally:
         if sandbox is not None:
             sandbox.cleanup()
@@ -281,12 +282,16 @@ def _run_in(
     progress: _Progress,
     run_scope: proc.ProcessScope,
     sandbox: Sandbox,
+    on_phase: Callable[[str], None],
 ) -> None:
-    """Setup, agent and verification inside a created workspace, every process inside the attempt's sandbox."""
+    """Setup, agent and verification inside a created workspace, every process inside the attempt's sandbox;
+    ``on_phase`` hears each step begin."""
     task = job.task
     scratch = workspace.root / "scratch"
     harness_env = suite_env(env, job.spec)
     scope = _harness_scope(run_scope, sandbox, job.spec)
+    if task.setup_commands:
+        on_phase("setup")
     for i, command in enumerate(task.setup_commands, start=1):
         setup = run_command(
             command,
@@ -305,6 +310,7 @@ def _run_in(
             progress.category = "setup"
             return
 
+    on_phase("agent")
     agent_start = time.monotonic()
     deadline = agent_start + task.timeout_secs
     ctx = AgentContext(
@@ -337,6 +343,7 @@ def _run_in(
         if result.error.fatal:
             progress.fatal = result.error
     if verify_decides or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
+        on_phase("verify")
         check: VerifyResult = run_verify(task, workspace.worktree, harness_env, scope, tail_bytes=COMMAND_TAIL_BYTES)
         progress.commands += [
             _command_log("verify", i, command, run)

@@ -10,7 +10,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from worktrial.errors import BadInputError
 from worktrial.isolation.limits import Limits, mechanism, parse_size
@@ -29,10 +29,6 @@ class SandboxChoice:
     network: str | None = None
     max_memory: str | None = None
     max_procs: int | None = None
-
-
-def _pick(flag: Any, config: dict[str, Any], key: str, default: Any) -> Any:
-    return flag if flag is not None else config.get(key, default)
 
 
 def command_paths(command: str | None) -> list[Path]:
@@ -56,11 +52,8 @@ def command_paths(command: str | None) -> list[Path]:
     return found
 
 
-def _paths(config: dict[str, Any], key: str) -> tuple[str, ...]:
-    value = config.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise BadInputError(f"[sandbox] {key} in the user config must be a list of paths (got {value!r})")
-    paths = tuple(str(Path(v).expanduser()) for v in value)
+def _paths(values: list[str], key: str) -> tuple[str, ...]:
+    paths = tuple(str(Path(v).expanduser()) for v in values)
     if relative := [p for p in paths if not Path(p).is_absolute()]:
         raise BadInputError(f"[sandbox] {key}: {relative[0]!r} is not an absolute path; write it from / or ~")
     return paths
@@ -70,19 +63,16 @@ def resolve_sandbox(
     choice: SandboxChoice, hidden: Iterable[Path], agent_command: str | None = None
 ) -> tuple[SandboxSettings, SandboxDecision, SandboxInfo]:
     """Settings for every attempt, the decision for this machine and ``run.sandbox``; bad values exit 2."""
-    table = load_config(None).get("sandbox", {})
-    if not isinstance(table, dict):
-        raise BadInputError("sandbox in the user config must be a table: [sandbox]")
-    config = table
-    mode = str(_pick(choice.mode, config, "mode", "auto"))
+    config = load_config(None).sandbox
+    mode = choice.mode or config.mode or "auto"
     if mode not in _MODES:
         raise BadInputError(f"--sandbox {mode!r} is not one of auto, on, off")
-    network = str(_pick(choice.network, config, "network", "on"))
+    network = choice.network or config.network or "on"
     if network not in ("on", "off"):
         raise BadInputError(f"--network {network!r} is not on or off")
-    memory = _pick(choice.max_memory, config, "max_memory", None)
-    procs = _pick(choice.max_procs, config, "max_procs", None)
-    if procs is not None and (not isinstance(procs, int) or isinstance(procs, bool) or procs < 1):
+    memory = choice.max_memory if choice.max_memory is not None else config.max_memory
+    procs = choice.max_procs if choice.max_procs is not None else config.max_procs
+    if procs is not None and procs < 1:
         raise BadInputError(f"--max-procs must be a whole number of at least 1 (got {procs!r})")
     limits = Limits(max_memory=parse_size(str(memory)) if memory is not None else None, max_procs=procs)
     home = Path.home()
@@ -92,8 +82,8 @@ def resolve_sandbox(
         network=cast(NetworkMode, network),
         limits=limits,
         hidden=tuple(str(p) for p in (*always, *hidden)),
-        readable=(*_paths(config, "readable"), *(str(p) for p in command_paths(agent_command))),
-        writable=_paths(config, "writable"),
+        readable=(*_paths(config.readable, "readable"), *(str(p) for p in command_paths(agent_command))),
+        writable=_paths(config.writable, "writable"),
     )
     decision = decide(settings)
     info = SandboxInfo(

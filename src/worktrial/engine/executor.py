@@ -124,9 +124,11 @@ class ExecutorEvent:
     A job abandoned because the run is stopping gets no ``done`` event: it reruns on resume.
     """
 
-    kind: Literal["start", "done"]
+    kind: Literal["start", "phase", "done"]
     job: AttemptJob
     result: AttemptResult | None = None
+    phase: str | None = None
+    """For ``phase`` events: the phase the attempt entered (setup, agent, verify); executors may omit them."""
 
 
 class Executor(Protocol):

@@ -6,6 +6,7 @@ driver's thread through one queue, so progress, persistence, retries and Ctrl-C 
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 _POLL_SECS = 0.1
 SLOTS_PER_WORKER = 2
 """Slots a worker keeps for different task bases (repository, commit, environment); the oldest is closed first."""
-_Kind = Literal["start", "done", "abandoned", "crash"]
+_Kind = Literal["start", "phase", "done", "abandoned", "crash"]
 
 
 class LocalExecutor:
@@ -79,6 +80,9 @@ class LocalExecutor:
             if kind == "start":
                 yield ExecutorEvent("start", job)
                 continue
+            if kind == "phase":
+                yield ExecutorEvent("phase", job, phase=payload)
+                continue
             self._pending -= 1
             if kind == "done" and payload is not None:
                 yield ExecutorEvent("done", job, payload)
@@ -95,6 +99,9 @@ class LocalExecutor:
             thread.join(per)
         self.scope.kill_all()
         return not any(t.is_alive() for t in self._threads)
+
+    def _phase(self, job: AttemptJob, phase: str) -> None:
+        self._events.put(("phase", job, phase))
 
     def _source(self, source: RepoSource) -> SourceRepo:
         with self._sources_lock:
@@ -124,7 +131,14 @@ class LocalExecutor:
                 self._events.put(("start", job, None))
                 assert self._agent is not None
                 result: AttemptResult | None = run_attempt(
-                    self._agent, job, source, self.work_root, slot=slot, scope=self.scope, worker=f"thread-{index}"
+                    self._agent,
+                    job,
+                    source,
+                    self.work_root,
+                    slot=slot,
+                    scope=self.scope,
+                    worker=f"thread-{index}",
+                    on_phase=functools.partial(self._phase, job),
                 )
                 if self.scope.stopping.is_set():
                     result = None  # ended by the stop: not a result, it reruns on resume

@@ -19,7 +19,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from worktrial.agents import agent_specs
 from worktrial.agents.custom import custom_tables
@@ -32,15 +31,14 @@ from worktrial.engine.run import (
     run_suite,
     sigterm_as_interrupt,
 )
-from worktrial.errors import BadInputError, RunAborted, WorktrialError
-from worktrial.isolation.workspace import find_workspace
+from worktrial.errors import EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
+from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import LoadedSuite
 from worktrial.state.config import load_config
 from worktrial.state.history import stored_envelope
-
-EXIT_INTERRUPTED = 130
+from worktrial.state.roots import state_root
 
 
 @dataclass(frozen=True)
@@ -56,14 +54,14 @@ class Configuration:
         return self.agent if self.model is None else f"{self.agent} ({self.model})"
 
 
-def uses_model(agent: str, config: dict[str, Any]) -> bool:
+def uses_model(agent: str, config: Config) -> bool:
     """Whether ``--model`` reaches the agent; plugins and dotted paths get it in their options, so they may."""
     spec = agent_specs().get(agent)
     if spec is not None:
         return spec.uses_model
     table = custom_tables(config).get(agent)
     if table is not None:
-        return bool(table.get("model_flag")) or "{model_args}" in str(table.get("command", ""))
+        return bool(table.model_flag) or "{model_args}" in (table.command or "")
     return True
 
 
@@ -73,7 +71,7 @@ def is_matrix(agents: Sequence[str], models: Sequence[str]) -> bool:
 
 
 def plan_configurations(
-    agents: Sequence[str], models: Sequence[str], agent_cmd: str | None, config: dict[str, Any]
+    agents: Sequence[str], models: Sequence[str], agent_cmd: str | None, config: Config
 ) -> list[Configuration]:
     """The configurations of a matrix, in the order given (agents outer, models inner); bad input says why."""
     for flag, values in (("--agent", agents), ("--model", models)):
@@ -110,20 +108,13 @@ def options_for(base: RunOptions, configuration: Configuration) -> RunOptions:
         agent_cmd=configuration.agent_cmd,
         resume=None,
         agent_settings=dict(base.agent_settings),
+        label=f"{base.label}: {configuration.label}" if base.label else None,
     )
 
 
-def _state_root(workspace: Path | None) -> Path:
-    """Where runs of this workspace are stored, the same rule ``run_suite`` uses for pinned suites too."""
-    try:
-        return find_workspace(workspace)
-    except BadInputError:
-        return (workspace or Path.cwd()).resolve()
-
-
-def matrix_config(workspace: Path | None) -> dict[str, Any]:
+def matrix_config(workspace: Path | None) -> Config:
     """The merged user and project configuration the agents of a matrix are built with."""
-    return load_config(_state_root(workspace))
+    return load_config(state_root(workspace))
 
 
 def preflight_all(configurations: Sequence[Configuration], base: RunOptions) -> None:
@@ -175,7 +166,7 @@ def _stored(base: RunOptions, run_id: str | None) -> Envelope | None:
     if run_id is None:
         return None
     with contextlib.suppress(WorktrialError, OSError, ValueError):
-        return stored_envelope(_state_root(base.workspace), run_id)
+        return stored_envelope(state_root(base.workspace), run_id)
     return None
 
 

@@ -41,6 +41,7 @@ from worktrial.isolation.workspace import (
     resolve_commit,
 )
 from worktrial.model.bundle import copy_bundle
+from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope, SandboxInfo, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.selection import reselect, select
@@ -119,6 +120,9 @@ class RunObserver:
     def start(self, task_id: str, attempt: int) -> None:
         """An attempt started on a worker."""
 
+    def phase(self, task_id: str, attempt: int, phase: str) -> None:
+        """A running attempt moved to another phase: ``setup``, ``agent`` or ``verify``."""
+
     def attempt(self, record: AttemptRecord) -> None:
         """An attempt finished; its record is already persisted."""
 
@@ -158,7 +162,7 @@ def choose_agent_name(options: RunOptions) -> str:
     raise BadInputError("choose an agent: --agent oracle|nop|command|..., --agent-cmd CMD, or --model provider/model")
 
 
-def agent_ref(options: RunOptions, config: dict[str, Any] | None = None) -> AgentRef:
+def agent_ref(options: RunOptions, config: Config | None = None) -> AgentRef:
     """The agent the options name, as data: name and options (configured from the merged user and project config)."""
     return AgentRef(
         name=choose_agent_name(options),
@@ -167,12 +171,12 @@ def agent_ref(options: RunOptions, config: dict[str, Any] | None = None) -> Agen
             agent_cmd=options.agent_cmd,
             base_url=options.base_url,
             settings=dict(options.agent_settings),
-            config=config or {},
+            config=config if config is not None else Config(),
         ),
     )
 
 
-def build_agent(options: RunOptions, config: dict[str, Any] | None = None) -> Agent:
+def build_agent(options: RunOptions, config: Config | None = None) -> Agent:
     """The agent the options name, built in this process (matrices preflight every configuration with it)."""
     ref = agent_ref(options, config)
     return create_agent(ref.name, ref.options)
@@ -470,10 +474,9 @@ def _sandbox(
 ) -> tuple[SandboxSettings, SandboxDecision, SandboxInfo]:
     """The run's sandbox, hiding the user's repositories, the state root and the run's other slots."""
     repos = {ws.source.path, *(Path(b.source.location) for b in bases.values() if b.source.kind == "path")}
-    agents = ref.options.config.get("agents", {}) if isinstance(ref.options.config, dict) else {}
-    table = agents.get(ref.name, {}) if isinstance(agents, dict) else {}
-    configured = table.get("command") if isinstance(table, dict) else None
-    command = " ".join(c for c in (ref.options.agent_cmd, configured) if isinstance(c, str))
+    table = ref.options.config.agents.get(ref.name)
+    configured = table.command if table is not None else None
+    command = " ".join(c for c in (ref.options.agent_cmd, configured) if c)
     resolved = resolve_sandbox(options.sandbox, [*repos, ws.state_root, work_root], command)
     if warning := resolved[1].warning:
         observer.warning(warning)
@@ -587,6 +590,9 @@ def _drain(
     aborted: str | None = None
     for event in executor.events():
         job = event.job
+        if event.kind == "phase":
+            observer.phase(job.task.id, job.attempt, event.phase or "")
+            continue
         if event.kind == "start":
             observer.start(job.task.id, job.attempt)
             if not stopping:

@@ -12,6 +12,7 @@ files and nested repositories). Anything unexpected makes the slot be rebuilt fr
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from worktrial.isolation.workspace import (
     remove_tree,
 )
 
+log = logging.getLogger(__name__)
 _PRISTINE_INDEX = "pristine-index"
 _FIND_OUTPUT_LIMIT = 4 * 1024 * 1024
 
@@ -77,7 +79,6 @@ class Slot:
         self._snap: _Snapshot | None = None
         self._dirty = False
         self._mark_ns = 0
-        self.rebuilds = 0
 
     @property
     def _meta(self) -> Path:
@@ -88,7 +89,9 @@ class Slot:
         if self._ws is not None and self._dirty:
             try:
                 self._reset(self._ws)
-            except (WorktrialError, OSError):
+            except (WorktrialError, OSError) as exc:
+                # Safe (the slot is rebuilt from scratch) but slow, and a sign something fights the reset.
+                log.warning("slot %s: reset failed, rebuilding it: %s", self.root, exc)
                 self._discard()
         if self._ws is None:
             self._build()
@@ -107,6 +110,7 @@ class Slot:
         self.base_commit = self.pinned_commit
         ws = create_attempt_workspace(self.source, self.base_commit, self.root / "ws")
         self.builds += 1
+        log.info("slot %s: built at %s (build %d)", self.root, self.base_commit, self.builds)
         try:
             if self._prepare is not None:
                 self.base_commit = self._prepare(ws)
@@ -119,8 +123,6 @@ class Slot:
         self._mark_ns = self._fs_now_ns()
 
     def _discard(self) -> None:
-        if self._ws is not None:
-            self.rebuilds += 1
         self._ws = None
         self._snap = None
         remove_tree(self.root)

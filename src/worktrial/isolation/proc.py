@@ -9,6 +9,7 @@ Output is captured into bounded tail buffers; a process printing gigabytes costs
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ from worktrial.model.commands import Command, to_argv
 if TYPE_CHECKING:
     from worktrial.isolation.sandbox import Sandbox
 
+log = logging.getLogger(__name__)
 TOKEN_VAR = "WORKTRIAL_PROC_TOKEN"
 DEFAULT_TAIL_BYTES = 64 * 1024
 TERM_GRACE_SECS = 1.0
@@ -126,8 +128,8 @@ def _pump(stream: IO[bytes], tail: _Tail, sink: Callable[[bytes], None] | None) 
             tail.feed(chunk)
             if sink is not None:
                 sink(chunk)
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError) as exc:  # the child closed its end in a surprising way: keep what was read
+        log.debug("reading a child's output stopped early: %s", exc)
     finally:
         with contextlib.suppress(OSError):
             stream.close()
@@ -226,11 +228,14 @@ def kill_tree(proc: subprocess.Popen[bytes], token: str, *, grace: float = 0.0, 
         _signal_all(proc, token, signal.SIGTERM, sweep)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
+    remaining: list[int] = []
     for _ in range(20):
         remaining = _signal_all(proc, token, signal.SIGKILL, sweep)
         if not remaining:
             break
         time.sleep(0.01)
+    if remaining:
+        log.warning("processes %s survived SIGKILL (uninterruptible sleep?); they may hold files", remaining)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import stat
@@ -20,6 +21,7 @@ from pathlib import Path
 from worktrial.errors import HarnessError, WorkspaceError
 from worktrial.isolation import proc
 
+log = logging.getLogger(__name__)
 ATTEMPT_BRANCH = "worktrial/attempt"
 _GIT_TIMEOUT = 600.0
 
@@ -187,6 +189,8 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, onerror=_make_writable)
     if path.exists():
         shutil.rmtree(path, ignore_errors=True)
+    if path.exists():
+        log.warning("could not remove %s completely; delete it by hand to free the space", path)
 
 
 def ensure_state_dir(workspace: Path) -> Path:

@@ -9,8 +9,6 @@ from pydantic import BaseModel, Field
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
 
-SCHEMA_VERSION = 1
-
 
 class Curves(BaseModel):
     pass_at: dict[str, float] = Field(default_factory=dict, description="k -> pass@k")
@@ -185,8 +183,11 @@ def envelope_json_schema() -> dict[str, Any]:
 
 
 def split_route(route: str | None) -> tuple[str | None, str | None]:
-    """``provider/model`` split at the first slash; a bare name has no provider."""
+    """``provider/model`` split at the first slash; a bare name (or an empty side of the slash) has no provider.
+
+    The one rule for the envelope's provider/model fields and for presets that take a provider flag (goose).
+    """
     if not route:
         return None, None
     provider, sep, model = route.partition("/")
-    return (provider, model) if sep else (None, route)
+    return (provider, model) if sep and provider and model else (None, route)

@@ -52,6 +52,23 @@ def _ranked_line(row: LeaderboardRow) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _compact_line(row: LeaderboardRow) -> str:
+    """The default row: what decides the ranking, in under 100 characters for usual labels."""
+    tie = f" ≈{row.tied_with}" if row.tied_with is not None else ""
+    diff, p = _versus(row)
+    versus = diff if p == "—" else f"{diff} (p {p})"
+    cells = [
+        f"{row.rank}{tie}",
+        f"`{cell(row.label)}`",
+        f"{row.passed_runs}/{row.total_runs}",
+        f"{num(row.pass_at_k)} {ci(row.pass_at_k_ci95)}",
+        num(row.pass_power_k),
+        versus,
+        _per_solve(row),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
 def _unranked_line(row: LeaderboardRow) -> str:
     what = f"**{row.status}**"
     if row.error:
@@ -63,7 +80,8 @@ def _unranked_line(row: LeaderboardRow) -> str:
     return f"- `{cell(row.label)}`: {what}"
 
 
-def render_leaderboard_markdown(board: Leaderboard) -> str:
+def render_leaderboard_markdown(board: Leaderboard, wide: bool = False) -> str:
+    """The leaderboard; ``wide`` adds CIs of pass^k, tokens, turns, honesty and run ids as columns."""
     """The leaderboard as markdown; pure, so the same text can be printed, written to a file or tested."""
     k = board.k if board.k is not None else "k"
     title = f"{cell(board.suite_name or '')} (`{board.suite_id}`)" if board.suite_id else "no finished runs"
@@ -79,17 +97,33 @@ def render_leaderboard_markdown(board: Leaderboard) -> str:
     lines += [f"- note: {cell(note)}" for note in board.notes]
     ranked = [r for r in board.rows if r.rank is not None]
     if ranked:
+        tie_note = (
+            f"`≈ #N`: this row's 95% CI of pass@{k} overlaps row N's"
+            if wide
+            else f"`N ≈M`: row N's 95% CI of pass@{k} overlaps row M's"
+        )
         lines += [
             "",
-            f"Sorted by pass@{k}, then pass^{k}, then cost per solve. `≈ #N`: this row's 95% CI of pass@{k} overlaps "
-            f"row N's, so their order is not established. `vs #1` is the paired per-task difference in pass@{k} "
-            "from the top row, with its two-sided p-value (as in `worktrial compare`).",
+            f"Sorted by pass@{k}, then pass^{k}, then cost per solve. {tie_note}, so their order is not established. "
+            f"`vs #1` is the paired per-task difference in pass@{k} from the top row, with its two-sided p-value "
+            "(as in `worktrial compare`).",
             "",
-            f"| # | tie | agent | model | passed/total | pass@{k} | 95% CI | pass^{k} | 95% CI | vs #1 | p "
-            "| cost/solve | tokens/attempt | turns/attempt | over-claim | under-claim | run |",
-            "|---:|---|---|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---|---|---|",
         ]
-        lines += [_ranked_line(r) for r in ranked]
+        if wide:
+            lines += [
+                f"| # | tie | agent | model | passed/total | pass@{k} | 95% CI | pass^{k} | 95% CI | vs #1 | p "
+                "| cost/solve | tokens/attempt | turns/attempt | over-claim | under-claim | run |",
+                "|---:|---|---|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---|---|---|",
+            ]
+            lines += [_ranked_line(r) for r in ranked]
+        else:
+            lines += [
+                f"| # | configuration | passed | pass@{k} [95% CI] | pass^{k} | vs #1 | cost/solve |",
+                "|---|---|---:|---|---:|---|---:|",
+            ]
+            lines += [_compact_line(r) for r in ranked]
+            lines += ["", "Runs: " + " · ".join(f"#{r.rank} `{r.run_id}`" for r in ranked if r.run_id)]
+            lines.append("(`--wide` adds pass^k CIs, tokens, turns and claim honesty.)")
     unranked = [r for r in board.rows if r.rank is None]
     if unranked:
         lines += ["", "## Not ranked", ""] + [_unranked_line(r) for r in unranked]

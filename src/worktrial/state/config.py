@@ -7,13 +7,16 @@ workspace root (the project's). Tables merge key by key, the project winning, so
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from worktrial.errors import BadInputError
+from worktrial.model.config import Config, parse_config
 
+log = logging.getLogger(__name__)
 PROJECT_FILE = "worktrial.toml"
 USER_FILE = "config.toml"
 
@@ -56,9 +59,24 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_config(workspace: Path | None = None) -> dict[str, Any]:
-    """The user's config overlaid by the project's ``worktrial.toml`` (when a workspace is given)."""
-    data = _read_toml(config_dir() / USER_FILE)
+def load_config(workspace: Path | None = None) -> Config:
+    """The user's config overlaid by the project's ``worktrial.toml`` (when a workspace is given).
+
+    Each file is validated on its own first, so an error names the file it is in; the merge is validated again
+    (it only combines tables that were each valid, so that cannot fail on a key the user did not write).
+    """
+    user_path = config_dir() / USER_FILE
+    data = _read_toml(user_path)
+    log.debug("config: %s %s", user_path, "read" if data else "absent or empty")
+    parse_config(data, str(user_path))
     if workspace is not None:
-        data = _merge(data, _read_toml(workspace / PROJECT_FILE))
-    return data
+        project = _read_toml(workspace / PROJECT_FILE)
+        log.debug("config: %s %s", workspace / PROJECT_FILE, "read" if project else "absent or empty")
+        parse_config(project, PROJECT_FILE)
+        if "sandbox" in project:
+            raise BadInputError(
+                f"{workspace / PROJECT_FILE}: [sandbox] is a user setting (a project must not loosen its own "
+                f"containment); move it to {user_path}"
+            )
+        data = _merge(data, project)
+    return parse_config(data, f"{user_path} + {PROJECT_FILE}")

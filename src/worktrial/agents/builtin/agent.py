@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 from worktrial.agents.base import AgentContext, AgentOptions, AgentResult
 from worktrial.agents.builtin.loop import AgentLoop
@@ -15,6 +17,29 @@ from worktrial.agents.pricing import resolve_price
 from worktrial.errors import BadInputError
 
 _API_NAMES = {"openai": "openai-chat-completions", "anthropic": "anthropic-messages"}
+
+
+PROBE_TIMEOUT_SECS = 3.0
+
+
+def endpoint_refuses(base_url: str) -> str | None:
+    """Why the provider endpoint certainly cannot answer (connection refused), else None.
+
+    One TCP connection, no request and no credentials: a server that is down fails every attempt the same way,
+    so it is caught before the first one. Slow networks, DNS trouble or proxies are left to the attempts, whose
+    errors say more than a probe can.
+    """
+    parts = urlsplit(base_url)
+    if not parts.hostname:
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=PROBE_TIMEOUT_SECS):
+            return None
+    except ConnectionRefusedError:
+        return "connection refused"
+    except OSError:
+        return None
 
 
 class BuiltinAgent:
@@ -55,6 +80,12 @@ class BuiltinAgent:
             raise BadInputError(f"the builtin agent needs the {package} package: pip install {package}")
         if self.route.key_required and not self.route.has_key:
             raise BadInputError(f"--model {self.route.route} needs an API key: set {self.route.key_env}")
+        refused = endpoint_refuses(self.route.base_url)
+        if refused:
+            raise BadInputError(
+                f"--model {self.route.route}: nothing answers at {self.route.public_base_url()} ({refused}); "
+                "start the model server or fix --base-url"
+            )
 
     def run(self, ctx: AgentContext) -> AgentResult:
         loop = AgentLoop(ctx, self.route, self.settings, self.price.price if self.price else None)

@@ -15,16 +15,10 @@ import anthropic
 
 from worktrial.agents.builtin.conversation import AssistantMessage, Conversation, ToolCall, ToolResults, UserMessage
 from worktrial.agents.builtin.routes import Route
+from worktrial.agents.builtin.sdk import sdk_client, sdk_errors
 from worktrial.agents.builtin.settings import BuiltinSettings
 from worktrial.agents.builtin.specs import ToolSpec
-from worktrial.agents.builtin.transport import (
-    ModelReply,
-    ProviderError,
-    StatusHook,
-    connection_error,
-    error_detail,
-    error_from_status,
-)
+from worktrial.agents.builtin.transport import ModelReply, StatusHook
 from worktrial.model.records import Tokens
 
 # The API requires an output limit; this one suits tool-calling turns.
@@ -88,14 +82,7 @@ class AnthropicTransport:
     def __init__(self, route: Route, settings: BuiltinSettings, on_status: StatusHook) -> None:
         self.route = route
         self.settings = settings
-        http_client = anthropic.DefaultHttpxClient(event_hooks={"response": [lambda r: on_status(r.status_code)]})
-        self.client = anthropic.Anthropic(
-            api_key=route.api_key,
-            base_url=route.base_url,
-            max_retries=settings.max_retries,
-            timeout=settings.request_timeout_secs,
-            http_client=http_client,
-        )
+        self.client = sdk_client(anthropic, anthropic.Anthropic, route, settings, on_status)
 
     def close(self) -> None:
         self.client.close()
@@ -111,17 +98,8 @@ class AnthropicTransport:
         }
         if self.settings.temperature is not None:
             request["temperature"] = min(self.settings.temperature, 1.0)
-        try:
+        with sdk_errors(anthropic, anthropic.AnthropicError, self.route, self.settings):
             response = self.client.messages.create(**request)
-        except anthropic.APIStatusError as exc:
-            message, code = error_detail(exc.body)
-            raise error_from_status(self.route, exc.status_code, message, code, self.settings.max_retries) from None
-        except anthropic.APIConnectionError as exc:
-            timed_out = isinstance(exc, anthropic.APITimeoutError)
-            raise connection_error(self.route, timed_out, self.settings.max_retries) from None
-        except anthropic.AnthropicError as exc:
-            what = f"{self.route.route}: unusable response ({type(exc).__name__})"
-            raise ProviderError("provider_server", what) from None
         texts: list[str] = []
         calls: list[ToolCall] = []
         for block in response.content:

@@ -21,7 +21,14 @@ from worktrial.agents.builtin.conversation import (
 )
 from worktrial.agents.builtin.routes import Route
 from worktrial.agents.builtin.settings import BuiltinSettings
-from worktrial.agents.builtin.specs import FINISH, SPECS, TOOL_NAMES, TOOL_SPECS, validate_arguments
+from worktrial.agents.builtin.specs import (
+    SPECS,
+    TOOL_NAMES,
+    TOOL_SPECS,
+    FinishArgs,
+    InvalidArguments,
+    parse_arguments_for,
+)
 from worktrial.agents.builtin.tools import Toolbox
 from worktrial.agents.builtin.transport import ProviderError, Transport, status_category
 from worktrial.agents.pricing import Price, cost_usd
@@ -171,17 +178,17 @@ class AgentLoop:
             reply(f"unknown tool {call.name!r}; available tools: {', '.join(TOOL_NAMES)}", "unknown_tool")
             return None
         usage.tool_counts[call.name] = usage.tool_counts.get(call.name, 0) + 1
-        problem = (
-            f"{call.name}: the arguments are not a valid JSON object"
-            if call.arguments is None
-            else validate_arguments(spec, call.arguments)
-        )
-        if problem is not None or call.arguments is None:
-            reply(problem or "invalid arguments", "invalid_tool_call")
+        if call.arguments is None:
+            reply(f"{call.name}: the arguments are not a valid JSON object", "invalid_tool_call")
             return None
-        if call.name == FINISH:
-            return self._end(call.arguments["status"] == "success")
-        outcome = self.tools.execute(call.name, call.arguments)
+        try:
+            args = parse_arguments_for(spec, call.arguments)
+        except InvalidArguments as exc:
+            reply(str(exc), "invalid_tool_call")
+            return None
+        if isinstance(args, FinishArgs):
+            return self._end(args.status == "success")
+        outcome = self.tools.execute(call.name, args)
         usage.output_bytes += outcome.output_bytes
         reply(outcome.content, "tool_error" if outcome.is_error else None)
         return None

@@ -20,16 +20,10 @@ from worktrial.agents.builtin.conversation import (
     parse_arguments,
 )
 from worktrial.agents.builtin.routes import Route
+from worktrial.agents.builtin.sdk import sdk_client, sdk_errors
 from worktrial.agents.builtin.settings import BuiltinSettings
 from worktrial.agents.builtin.specs import ToolSpec
-from worktrial.agents.builtin.transport import (
-    ModelReply,
-    ProviderError,
-    StatusHook,
-    connection_error,
-    error_detail,
-    error_from_status,
-)
+from worktrial.agents.builtin.transport import ModelReply, ProviderError, StatusHook
 from worktrial.model.records import Tokens
 
 
@@ -76,14 +70,7 @@ class OpenAIChatTransport:
     def __init__(self, route: Route, settings: BuiltinSettings, on_status: StatusHook) -> None:
         self.route = route
         self.settings = settings
-        http_client = openai.DefaultHttpxClient(event_hooks={"response": [lambda r: on_status(r.status_code)]})
-        self.client = openai.OpenAI(
-            api_key=route.api_key,
-            base_url=route.base_url,
-            max_retries=settings.max_retries,
-            timeout=settings.request_timeout_secs,
-            http_client=http_client,
-        )
+        self.client = sdk_client(openai, openai.OpenAI, route, settings, on_status)
 
     def close(self) -> None:
         self.client.close()
@@ -101,17 +88,8 @@ class OpenAIChatTransport:
             # OpenAI's reasoning models only take the newer name; many compatible servers only the older one.
             key = "max_completion_tokens" if self.route.provider == "openai" else "max_tokens"
             request[key] = self.settings.max_output_tokens
-        try:
+        with sdk_errors(openai, openai.OpenAIError, self.route, self.settings):
             completion = self.client.chat.completions.create(**request)
-        except openai.APIStatusError as exc:
-            message, code = error_detail(exc.body)
-            raise error_from_status(self.route, exc.status_code, message, code, self.settings.max_retries) from None
-        except openai.APIConnectionError as exc:
-            timed_out = isinstance(exc, openai.APITimeoutError)
-            raise connection_error(self.route, timed_out, self.settings.max_retries) from None
-        except openai.OpenAIError as exc:
-            what = f"{self.route.route}: unusable response ({type(exc).__name__})"
-            raise ProviderError("provider_server", what) from None
         if not completion.choices:
             raise ProviderError("provider_server", f"{self.route.route}: the response has no choices")
         reply = completion.choices[0].message

@@ -11,14 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from worktrial.errors import BadInputError
+from worktrial.model.config import Api, Config, ProviderConfig
 from worktrial.util import public_url
 
-Api = Literal["openai", "anthropic"]
-APIS: tuple[Api, ...] = ("openai", "anthropic")
 # Local servers ignore the key, but the SDKs insist on having one.
 PLACEHOLDER_KEY = "not-needed"
 CLOUD_CONTEXT_TOKENS = 128_000
@@ -84,27 +82,6 @@ class Route:
         return public_url(self.base_url)
 
 
-def _provider_config(config: Mapping[str, Any], provider: str) -> dict[str, Any]:
-    providers = config.get("providers", {})
-    if not isinstance(providers, dict):
-        raise BadInputError("config: [providers] must be a table of provider tables")
-    entry = providers.get(provider, {})
-    if not isinstance(entry, dict):
-        raise BadInputError(f"config: providers.{provider} must be a table")
-    unknown = sorted(set(entry) - {"base_url", "api_key_env", "api"})
-    if unknown:
-        raise BadInputError(
-            f"config: providers.{provider}: unknown key(s) {', '.join(unknown)}; known: base_url, api_key_env, api "
-            "(keys themselves belong in the environment, never in a config file)"
-        )
-    for key in ("base_url", "api_key_env", "api"):
-        if key in entry and (not isinstance(entry[key], str) or not entry[key].strip()):
-            raise BadInputError(f"config: providers.{provider}.{key} must be a non-empty string")
-    if "api" in entry and entry["api"] not in APIS:
-        raise BadInputError(f"config: providers.{provider}.api must be one of {', '.join(APIS)}")
-    return entry
-
-
 def _check_url(url: str, where: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -112,19 +89,18 @@ def _check_url(url: str, where: str) -> str:
     return url
 
 
-def known_providers(config: Mapping[str, Any] | None = None) -> list[str]:
-    extra = (config or {}).get("providers", {})
-    return sorted(set(PRESETS) | (set(extra) if isinstance(extra, dict) else set()))
+def known_providers(config: Config | None = None) -> list[str]:
+    return sorted(set(PRESETS) | set(config.providers if config else ()))
 
 
 def resolve_route(
     model: str | None,
     base_url: str | None = None,
-    config: Mapping[str, Any] | None = None,
+    config: Config | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Route:
     """Resolve ``provider/model`` against the presets and config; every problem is one clear BadInputError."""
-    config = config or {}
+    config = config or Config()
     env = os.environ if env is None else env
     if not model:
         raise BadInputError("the builtin agent needs --model provider/model (e.g. openai/gpt-5.1, ollama/qwen3:8b)")
@@ -135,23 +111,24 @@ def resolve_route(
             f"known providers: {', '.join(known_providers(config))}"
         )
     preset = PRESETS.get(provider)
-    custom = _provider_config(config, provider)
-    if preset is None and not custom:
+    declared = config.providers.get(provider)
+    custom = declared or ProviderConfig()
+    if preset is None and declared is None:
         raise BadInputError(
             f"unknown provider {provider!r} in --model {model}; known providers: {', '.join(known_providers(config))} "
             '(or declare one in config: [providers.NAME] base_url = "...", api = "openai")'
         )
-    api: Api = custom.get("api") or (preset.api if preset else "openai")
-    url = base_url or custom.get("base_url") or (preset.base_url if preset else None)
+    api: Api = custom.api or (preset.api if preset else "openai")
+    url = base_url or custom.base_url or (preset.base_url if preset else None)
     if not url:
         raise BadInputError(
             f"--model {model} needs --base-url URL (e.g. http://127.0.0.1:8000/v1), "
             f"or base_url in config under [providers.{provider}]"
         )
     url = _check_url(url, "--base-url" if base_url else f"base URL for {provider}")
-    key_env = custom.get("api_key_env") or (preset.key_env if preset else None)
+    key_env = custom.api_key_env or (preset.key_env if preset else None)
     # A custom provider that names a key variable needs it; a preset decides for itself.
-    key_required = preset.key_required if preset else "api_key_env" in custom
+    key_required = preset.key_required if preset else custom.api_key_env is not None
     key = env.get(key_env, "").strip() if key_env else ""
     return Route(
         provider=provider,

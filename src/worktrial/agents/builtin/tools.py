@@ -13,11 +13,23 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from worktrial.agents.builtin.specs import (
+    SPECS,
+    BashArgs,
+    EditFileArgs,
+    InvalidArguments,
+    ListFilesArgs,
+    ReadFileArgs,
+    SearchArgs,
+    ToolArgs,
+    WriteFileArgs,
+    parse_arguments_for,
+)
 from worktrial.isolation import proc
 from worktrial.model.commands import SHELL
 
@@ -86,7 +98,8 @@ class Toolbox:
         self.remaining = remaining
         self.scope = scope
         self.shell = shutil.which("bash") or SHELL
-        self._handlers: dict[str, Callable[[dict[str, Any]], ToolOutcome]] = {
+        # Each handler takes its tool's argument model; execute() validates before dispatching.
+        self._handlers: dict[str, Callable[[Any], ToolOutcome]] = {
             "bash": self.bash,
             "read_file": self.read_file,
             "write_file": self.write_file,
@@ -95,10 +108,13 @@ class Toolbox:
             "search": self.search,
         }
 
-    def execute(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
-        """Run an already validated call; a ToolFailure becomes an error result for the model."""
+    def execute(self, name: str, arguments: Mapping[str, Any] | ToolArgs) -> ToolOutcome:
+        """Run a call (validating raw arguments first); a ToolFailure becomes an error result for the model."""
         try:
-            outcome = self._handlers[name](arguments)
+            args = arguments if isinstance(arguments, ToolArgs) else parse_arguments_for(SPECS[name], arguments)
+            outcome = self._handlers[name](args)
+        except InvalidArguments as exc:
+            return ToolOutcome(str(exc), is_error=True)
         except ToolFailure as exc:
             return ToolOutcome(str(exc), is_error=True)
         except OSError as exc:
@@ -118,14 +134,14 @@ class Toolbox:
     def _display(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix() or "."
 
-    def bash(self, args: dict[str, Any]) -> ToolOutcome:
-        timeout = max(0.0, min(float(args.get("timeout_secs") or self.bash_timeout_secs), self.remaining()))
+    def bash(self, args: BashArgs) -> ToolOutcome:
+        timeout = max(0.0, min(float(args.timeout_secs or self.bash_timeout_secs), self.remaining()))
         if timeout <= 0:
             raise ToolFailure("no time left in this attempt to run a command")
         head = _Head(self.output_limit)
         # One stream, so the model sees stdout and stderr interleaved as a terminal would show them.
         result = proc.run(
-            [self.shell, "-c", "exec 2>&1\n" + args["command"]],
+            [self.shell, "-c", "exec 2>&1\n" + args.command],
             cwd=self.root,
             env=self.env,
             timeout=timeout,
@@ -153,49 +169,49 @@ class Toolbox:
             status = f"exit code {result.returncode}"
         return ToolOutcome(f"{status}\n{output}", is_error=result.timed_out, output_bytes=result.output_bytes)
 
-    def read_file(self, args: dict[str, Any]) -> ToolOutcome:
-        path = self.resolve(args["path"])
+    def read_file(self, args: ReadFileArgs) -> ToolOutcome:
+        path = self.resolve(args.path)
         if path.is_dir():
-            raise ToolFailure(f"{args['path']} is a directory; use list_files")
+            raise ToolFailure(f"{args.path} is a directory; use list_files")
         if not path.is_file():
-            raise ToolFailure(f"{args['path']} does not exist")
+            raise ToolFailure(f"{args.path} does not exist")
         if _is_binary(path):
-            return ToolOutcome(f"{args['path']} is a binary file ({path.stat().st_size} bytes); use bash to inspect it")
+            return ToolOutcome(f"{args.path} is a binary file ({path.stat().st_size} bytes); use bash to inspect it")
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        start = int(args.get("start_line") or 1)
-        end = int(args.get("end_line") or len(lines))
+        start = args.start_line or 1
+        end = args.end_line or len(lines)
         if start > max(1, len(lines)) or end < start:
             raise ToolFailure(f"line range {start}-{end} is outside the file's {len(lines)} lines")
         numbered = [f"{n:>6}\t{lines[n - 1]}" for n in range(start, min(end, len(lines)) + 1)]
         header = f"{self._display(path)}: lines {start}-{min(end, len(lines))} of {len(lines)}"
         return ToolOutcome("\n".join([header, *numbered]))
 
-    def write_file(self, args: dict[str, Any]) -> ToolOutcome:
-        path = self.resolve(args["path"])
+    def write_file(self, args: WriteFileArgs) -> ToolOutcome:
+        path = self.resolve(args.path)
         if path.is_dir():
-            raise ToolFailure(f"{args['path']} is a directory")
+            raise ToolFailure(f"{args.path} is a directory")
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = args["content"].encode("utf-8")
+        data = args.content.encode("utf-8")
         path.write_bytes(data)
         return ToolOutcome(f"wrote {len(data)} bytes to {self._display(path)}")
 
-    def edit_file(self, args: dict[str, Any]) -> ToolOutcome:
-        path = self.resolve(args["path"])
-        old, new = args["old_string"], args["new_string"]
+    def edit_file(self, args: EditFileArgs) -> ToolOutcome:
+        path = self.resolve(args.path)
+        old, new = args.old_string, args.new_string
         if not path.is_file():
-            raise ToolFailure(f"{args['path']} does not exist or is not a file")
+            raise ToolFailure(f"{args.path} does not exist or is not a file")
         if not old:
             raise ToolFailure("old_string must not be empty; use write_file to create or replace a whole file")
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError:
-            raise ToolFailure(f"{args['path']} is not a UTF-8 text file; use bash to change it") from None
+            raise ToolFailure(f"{args.path} is not a UTF-8 text file; use bash to change it") from None
         count = text.count(old)
         if count == 0:
-            raise ToolFailure(f"old_string was not found in {args['path']}; read the file and copy the text exactly")
+            raise ToolFailure(f"old_string was not found in {args.path}; read the file and copy the text exactly")
         if count > 1:
             raise ToolFailure(
-                f"old_string occurs {count} times in {args['path']}; include more surrounding text so it matches once"
+                f"old_string occurs {count} times in {args.path}; include more surrounding text so it matches once"
             )
         path.write_bytes(text.replace(old, new, 1).encode("utf-8"))
         return ToolOutcome(f"replaced 1 occurrence in {self._display(path)}")
@@ -212,23 +228,23 @@ class Toolbox:
             found.extend(here / f for f in sorted(filenames))
         return found
 
-    def list_files(self, args: dict[str, Any]) -> ToolOutcome:
-        top = self.resolve(args.get("path") or ".")
+    def list_files(self, args: ListFilesArgs) -> ToolOutcome:
+        top = self.resolve(args.path or ".")
         if not top.is_dir():
-            raise ToolFailure(f"{args.get('path')} is not a directory")
-        entries = self._walk(top, int(args.get("depth") or 2))
+            raise ToolFailure(f"{args.path} is not a directory")
+        entries = self._walk(top, args.depth or 2)
         shown = sorted(self._display(p) + ("/" if p.is_dir() else "") for p in entries)
         more = len(shown) - LIST_LIMIT
         text = "\n".join(shown[:LIST_LIMIT]) or "(empty)"
         return ToolOutcome(text + (f"\n[... {more} more entries]" if more > 0 else ""))
 
-    def search(self, args: dict[str, Any]) -> ToolOutcome:
+    def search(self, args: SearchArgs) -> ToolOutcome:
         try:
-            pattern = re.compile(args["pattern"])
+            pattern = re.compile(args.pattern)
         except re.error as exc:
             raise ToolFailure(f"invalid regular expression: {exc}") from None
-        top = self.resolve(args.get("path") or ".")
-        glob = args.get("glob")
+        top = self.resolve(args.path or ".")
+        glob = args.glob
         files = [top] if top.is_file() else [p for p in self._walk(top, None) if p.is_file()]
         matches: list[str] = []
         stop_at = time.monotonic() + min(30.0, max(1.0, self.remaining()))

@@ -22,6 +22,7 @@ from worktrial.agents.presets.parsing import ExitInfo, ParserFactory
 from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
+from worktrial.model.config import AgentConfig
 
 VERSION_TIMEOUT_SECS = 15.0
 
@@ -68,28 +69,6 @@ class PresetSpec:
     is looked up in the price table (``provider/model`` routes are looked up as given)."""
 
 
-def split_model_route(model: str) -> tuple[str | None, str]:
-    """``provider/model`` -> (provider, model), split at the first "/" like the envelope does."""
-    provider, sep, rest = model.partition("/")
-    return (provider, rest) if sep and provider and rest else (None, model)
-
-
-def _string_map(value: Any, where: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise BadInputError(f"{where} must be a table of string values")
-    return dict(value)
-
-
-def _string_list(value: Any, where: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise BadInputError(f"{where} must be a list of strings")
-    return list(value)
-
-
 def first_line(data: bytes, limit: int = 200) -> str | None:
     for line in data.decode("utf-8", "replace").splitlines():
         if line.strip():
@@ -117,15 +96,16 @@ class PresetAgent:
         self.spec = spec
         self.name = spec.name
         self.options = options
-        overrides = options.config.get("agents", {}).get(spec.name, {}) if isinstance(options.config, dict) else {}
-        if not isinstance(overrides, dict):
-            raise BadInputError(f"[agents.{spec.name}] in worktrial.toml must be a table")
-        self.extra_env = _string_map(overrides.get("env"), f"[agents.{spec.name}].env")
-        self.extra_args = _string_list(overrides.get("args"), f"[agents.{spec.name}].args")
-        binary = overrides.get("binary", spec.binary)
-        if not isinstance(binary, str) or not binary.strip():
-            raise BadInputError(f"[agents.{spec.name}].binary must be a non-empty string")
-        self.binary = binary
+        overrides = options.config.agents.get(spec.name, AgentConfig())
+        misplaced = [key for key in AgentConfig.CUSTOM_ONLY if key in overrides.model_fields_set]
+        if misplaced:
+            raise BadInputError(
+                f"[agents.{spec.name}]: {', '.join(misplaced)} cannot apply to the {spec.name} preset "
+                "(it overrides only env, args and binary; name a custom agent differently)"
+            )
+        self.extra_env = dict(overrides.env)
+        self.extra_args = list(overrides.args)
+        self.binary = overrides.binary or spec.binary
         self.binary_path: str | None = None
         self.version: str | None = None
 

@@ -43,12 +43,10 @@ class ClaudeStreamParser(JsonLinesParser):
         self.tool_counts: dict[str, int] = {}
         self.seen_tool_ids: set[str] = set()
         self.result: dict[str, Any] | None = None
-        self.assistant_messages = 0
 
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "assistant":
-            self.assistant_messages += 1
             for block in as_list(as_dict(event.get("message")).get("content")):
                 block = as_dict(block)
                 if block.get("type") != "tool_use":

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import Invocation, PresetSpec, scratch_dir, split_model_route
+from worktrial.agents.presets.base import Invocation, PresetSpec, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -26,6 +26,7 @@ from worktrial.agents.presets.parsing import (
     exit_reason,
     tokens_from,
 )
+from worktrial.model.envelope import split_route
 from worktrial.model.records import Usage
 
 COMPLETE_FIELDS = {
@@ -89,10 +90,10 @@ class GooseParser(JsonLinesParser):
 def _argv(inv: Invocation) -> list[str]:
     args = ["run", "--output-format", "stream-json"]
     if inv.model:
-        provider, model = split_model_route(inv.model)
+        provider, model = split_route(inv.model)
         if provider:
             args += ["--provider", provider]
-        args += ["--model", model]
+        args += ["--model", model or inv.model]
     return [*args, *inv.extra_args, "-t", inv.prompt]
 
 

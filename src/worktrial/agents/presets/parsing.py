@@ -9,6 +9,7 @@ stops mid-line at a timeout or mixes log lines into its JSON still costs constan
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 
 from worktrial.model.records import Tokens, Usage
 
+log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 8 * 1024 * 1024
 """A single JSON event larger than this is skipped (and noted) instead of buffered."""
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
@@ -215,6 +217,7 @@ class JsonLinesParser:
             self.on_event(event)
         except Exception:  # a surprising shape costs one event, never the attempt
             self.state.handler_errors += 1
+            log.debug("%s: event of unexpected shape ignored", self.label, exc_info=True)
 
     def on_event(self, event: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -229,6 +232,9 @@ class JsonLinesParser:
         try:
             result = self.verdict(exit_info)
         except Exception as exc:  # the contract: a parser never crashes the run
+            log.warning(
+                "%s parser failed (usage unknown): %r", self.label, exc, exc_info=log.isEnabledFor(logging.DEBUG)
+            )
             result = Verdict(claimed=None, usage=Usage(), reason=f"{self.label} output could not be interpreted")
             result.usage.notes.append(f"{self.label} parser failed: {type(exc).__name__}; usage unknown")
         notes = result.usage.notes

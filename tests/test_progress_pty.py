@@ -1,0 +1,66 @@
+"""The live progress view under a real pseudo-terminal: elapsed time and phase stay true while an attempt runs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from tests.conftest import SuiteWriter, task
+
+DEADLINE_SECS = 120
+
+
+@pytest.mark.pty
+@pytest.mark.slow
+def test_running_attempt_shows_phase_and_growing_elapsed(repo: Path, write_suite: SuiteWriter) -> None:
+    suite = write_suite([task("slow-task", verify_commands=["true"], setup_commands=["true"])])
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
+    argv = ["-c", "from worktrial.cli import main; main()", "eval", "--suite", str(suite), "--trust"]
+    child = pexpect.spawn(
+        sys.executable,
+        [*argv, "--agent-cmd", "sleep 4"],
+        cwd=str(repo),
+        env=env,
+        encoding="utf-8",
+        timeout=DEADLINE_SECS,
+        dimensions=(40, 120),
+    )
+    try:
+        child.expect(r"slow-task #1\s+agent\s+1s")
+        child.expect(r"slow-task #1\s+agent\s+2s")
+        child.expect(r"ETA")
+        child.expect(r"1 pass")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+
+
+def test_eta_comes_from_observed_durations() -> None:
+    from worktrial.cli.progress import ProgressReporter
+    from worktrial.model.records import AttemptRecord
+
+    now = [100.0]
+    reporter = ProgressReporter(quiet=True, clock=lambda: now[0])
+    reporter.begin("run", to_run=4, done=2)
+    assert reporter.done == 2 and reporter.total == 6
+    assert reporter.eta_secs() is None  # nothing observed yet: no guess
+    reporter.start("a", 1)
+    now[0] += 10
+    record = AttemptRecord(
+        task_id="a",
+        attempt=1,
+        outcome="pass",
+        claimed=True,
+        verified=True,
+        duration_secs=10.0,
+        agent_secs=9.0,
+        verify_secs=1.0,
+    )
+    reporter.attempt(record)
+    assert reporter.done == 3
+    assert reporter.eta_secs() == pytest.approx(30.0)  # three more at 10 s each, one at a time

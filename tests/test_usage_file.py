@@ -1,0 +1,80 @@
+"""The command-agent contract: its environment, and the usage file (each key judged on its own, never an error)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from click.testing import Result
+
+from tests.conftest import task
+from worktrial.agents.simple import read_usage_file
+
+
+def test_valid_usage_file_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "usage.json"
+    path.write_text(
+        json.dumps(
+            {
+                "input_tokens": 10,
+                "output_tokens": 2,
+                "cached_input_tokens": 4,
+                "cost_usd": 0,
+                "turns": 3,
+                "tool_calls": {"edit": 2},
+                "errors": {"timeout": 1},
+                "unknown_key": "ignored",
+            }
+        )
+    )
+    usage = read_usage_file(path)
+    assert (usage.tokens.input, usage.tokens.output, usage.tokens.cached_input) == (10, 2, 4)
+    assert (usage.cost_usd, usage.turns, usage.tool_counts, usage.error_counts) == (0.0, 3, {"edit": 2}, {"timeout": 1})
+    assert usage.notes == []
+
+
+def test_bad_values_are_dropped_one_by_one(tmp_path: Path) -> None:
+    path = tmp_path / "usage.json"
+    path.write_text(
+        '{"input_tokens": -1, "output_tokens": 5, "cost_usd": "1.0", "turns": true,'
+        ' "tool_calls": {"edit": 1.5}, "errors": [], "reasoning_tokens": 7}'
+    )
+    usage = read_usage_file(path)
+    assert (usage.tokens.input, usage.tokens.output, usage.tokens.reasoning) == (None, 5, 7)
+    assert usage.cost_usd is None and usage.turns is None and usage.tool_counts == {} and usage.error_counts == {}
+    assert usage.notes == [
+        "usage file: input_tokens must be a non-negative integer; ignored",
+        "usage file: cost_usd must be a non-negative number; ignored",
+        "usage file: turns must be a non-negative integer; ignored",
+        "usage file: tool_calls must be an object of name -> non-negative integer; ignored",
+        "usage file: errors must be an object of name -> non-negative integer; ignored",
+    ]
+
+
+def test_unreadable_shapes_become_notes(tmp_path: Path) -> None:
+    path = tmp_path / "usage.json"
+    assert read_usage_file(path).notes == []
+    path.write_text("[1, 2]")
+    assert read_usage_file(path).notes == ["usage file must hold a JSON object; ignored"]
+    path.write_bytes(b"\xff\xfe")
+    assert read_usage_file(path).notes == ["usage file is not valid JSON: UnicodeDecodeError"]
+    path.write_text('{"cost_usd": Infinity}')
+    assert read_usage_file(path).notes == ["usage file: cost_usd must be a non-negative number; ignored"]
+
+
+def test_command_and_custom_agents_see_the_same_worktrial_variables(
+    cli: Callable[..., Result], repo: Path, write_suite: Any, tmp_path: Path
+) -> None:
+    """One definition of the command-agent environment serves ``--agent-cmd`` and ``[agents.NAME]`` alike."""
+    dump = "env | grep '^WORKTRIAL_' | grep -v '^WORKTRIAL_PROC' | cut -d= -f1 | sort > {out}"
+    (repo / "worktrial.toml").write_text(f'[agents.mine]\ncommand = "{dump.format(out=tmp_path / "custom")}"\n')
+    suite = write_suite([task("t", verify=["true"])])
+    for args in (["--agent", "mine"], ["--agent-cmd", dump.format(out=tmp_path / "command")]):
+        result = cli(["eval", "--suite", str(suite), *args, "--trust", "-q"], cwd=repo)
+        assert result.exit_code == 0, result.output
+    names = (tmp_path / "command").read_text().split()
+    assert names == (tmp_path / "custom").read_text().split()
+    expected = ["PROMPT", "TASK_ID", "ATTEMPT", "WORKTREE", "SCRATCH", "USAGE_FILE"]
+    assert {f"WORKTRIAL_{name}" for name in expected} <= set(names)
