@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -23,7 +25,8 @@ import pytest
 from click.testing import Result
 
 from tests.conftest import alive_with_marker, git, task
-from worktrial.isolation.limits import mechanism
+from worktrial.isolation.limits import Enforcer, Limits, mechanism
+from worktrial.isolation.sandbox import AttemptView, Bubblewrap, SandboxSettings
 
 DEADLINE_SECS = 60.0
 
@@ -287,3 +290,38 @@ def test_compare_notes_runs_in_different_sandboxes(cli, repo: Path, write_suite)
     result = cli(["compare", str(runs[0] / "envelope.json"), str(runs[1] / "envelope.json")], cwd=repo)
     assert result.exit_code == 0, result.output
     assert "different sandboxes" in result.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root to become nobody")
+def test_the_same_sandbox_works_for_an_unprivileged_user() -> None:
+    """What worktrial builds also runs as ``nobody`` (bubblewrap then uses an unprivileged user namespace)."""
+    base = Path(tempfile.mkdtemp(prefix="wt-unpriv-", dir="/var/tmp"))
+    try:
+        base.chmod(0o755)
+        worktree, scratch, secret = base / "work", base / "scratch", base / "repo"
+        for directory in (worktree, scratch, secret):
+            directory.mkdir()
+        (secret / "secret.txt").write_text("SECRET\n")
+        (secret / "secret.txt").chmod(0o644)
+        settings = SandboxSettings(mode="on", hidden=(str(secret),))
+        view = AttemptView(writable=(worktree, scratch), readonly=(), home=scratch / "home")
+        sandbox = Bubblewrap(settings, view, Enforcer(Limits()), "bwrap")
+        sandbox.prepare()
+        for path in (worktree, scratch, scratch / "home"):
+            os.chown(path, 65534, 65534)
+        script = (
+            'id -u > out.txt; cat "$S/secret.txt" >> out.txt 2>/dev/null; echo pwned > "$S/new.txt" 2>/dev/null; '
+            'echo pwned > ../escape.txt 2>/dev/null; echo $$ >> out.txt; echo "$HOME" >> out.txt'
+        )
+        argv, env = sandbox.wrap(["/bin/sh", "-c", script], worktree, {"PATH": "/usr/bin:/bin", "S": str(secret)})
+        runuser = shutil.which("runuser") or "runuser"
+        as_nobody = [runuser, "-u", "nobody", "--", "/usr/bin/env", f"HOME={env['HOME']}"]  # runuser resets HOME
+        done = subprocess.run([*as_nobody, *argv], env=env, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr.decode()
+        uid, pid, home = (worktree / "out.txt").read_text().split()
+        assert uid == "65534" and pid != str(os.getpid()) and int(pid) < 10  # its own PID namespace
+        assert home == str(scratch / "home")
+        assert sorted(p.name for p in secret.iterdir()) == ["secret.txt"]
+        assert not (base / "escape.txt").exists()
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
