@@ -104,7 +104,11 @@ def cli() -> Callable[..., Result]:
 
 
 def alive_with_marker(marker: str) -> list[int]:
-    """Live (not zombie) processes whose command line contains ``marker``."""
+    """Live (not zombie) processes whose command line contains ``marker``.
+
+    A sandbox's own bubblewrap processes repeat the command they run in their command line; they are not
+    counted, the marked process inside is (and it cannot outlive them).
+    """
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -113,6 +117,8 @@ def alive_with_marker(marker: str) -> list[int]:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
         except OSError:
+            continue
+        if os.path.basename(cmdline.split(b"\0", 1)[0]) == b"bwrap":
             continue
         if marker.encode() in cmdline and state not in (b"Z", b"X"):
             found.append(int(entry))

@@ -234,7 +234,7 @@ def test_max_procs_ends_a_fork_loop_with_that_reason(cli, repo: Path, write_suit
     suite = write_suite([task("forks", timeout_secs=120)])
     args = ["eval", "--suite", str(suite), "--agent-cmd", agent, "--trust", "--format", "json", "-q"]
     result = cli([*args, "--max-procs", "24"], cwd=repo)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # every attempt ended in error: the run measured nothing
     envelope = json.loads(result.stdout)
     attempt = envelope["report"]["tasks"][0]["attempts"][0]
     assert attempt["outcome"] == "error" and attempt["reason"] == "attempt hit --max-procs 24", attempt
@@ -248,7 +248,7 @@ def test_max_memory_ends_an_allocation_with_that_reason(cli, repo: Path, write_s
     suite = write_suite([task("hog", timeout_secs=120)])
     args = ["eval", "--suite", str(suite), "--agent-cmd", agent, "--trust", "--format", "json", "-q"]
     result = cli([*args, "--max-memory", "96M"], cwd=repo)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # every attempt ended in error: the run measured nothing
     attempt = json.loads(result.stdout)["report"]["tasks"][0]["attempts"][0]
     assert attempt["outcome"] == "error" and attempt["reason"] == "attempt hit --max-memory 96M", attempt
 
