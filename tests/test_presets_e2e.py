@@ -125,7 +125,7 @@ def test_preset_end_to_end(preset: str, cli: Callable[..., Result], repo: Path, 
     assert len(runs) == len(names)
     for run in runs:
         # The agent ran inside its attempt's worktree, with its config dir in the attempt's scratch dir.
-        assert Path(run["cwd"]).name == "work"
+        assert Path(run["cwd"]).name.startswith(("work", "w-"))  # pooled worktrees move to fresh names
         attempt_root = Path(run["cwd"]).resolve().parent
         config_dir = Path(run["env"][CONFIG_ENV[preset]]).resolve()
         assert config_dir.is_relative_to(attempt_root / "scratch"), (config_dir, attempt_root)

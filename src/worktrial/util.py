@@ -32,6 +32,25 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def replace_file(path: Path, text: str) -> None:
+    """Write one of the harness's own files: always a new regular file renamed into place.
+
+    Unlike ``atomic_write_text`` it never writes through whatever is at ``path``: a symlink, FIFO or device
+    someone put there is replaced, not followed (a FIFO would hang the harness, a symlink redirect it).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def utc_now() -> str:
     """RFC 3339 timestamp in UTC with second precision."""
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

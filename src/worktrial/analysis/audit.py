@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,24 @@ def _trace_problems(record: AttemptRecord, workspace: Path) -> list[str]:
     return problems
 
 
+def attempt_count_problems(envelope: Envelope) -> list[str]:
+    """Each task holds attempts 1..run.attempts at most once each, and (in a complete run) every one of them."""
+    problems: list[str] = []
+    planned = envelope.run.attempts
+    for t in envelope.report.tasks:
+        numbers = [a.attempt for a in t.attempts]
+        where = f"report.tasks[{t.task_id}]"
+        outside = sorted({n for n in numbers if not 1 <= n <= planned})
+        if outside:
+            problems.append(f"{where}: attempt numbers {outside[:8]} are outside the run's 1..{planned}")
+        duplicated = sorted(n for n, count in Counter(numbers).items() if count > 1)
+        if duplicated:
+            problems.append(f"{where}: attempts {duplicated[:8]} appear more than once")
+        if envelope.run.complete and len(numbers) != planned:
+            problems.append(f"{where}: {len(numbers)} attempts, but the run has {planned} per task")
+    return problems
+
+
 def load_envelope_json(path: Path) -> tuple[dict[str, Any], Envelope]:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -208,6 +227,7 @@ def audit_envelope(
         strays = [a.attempt for a in t.attempts if a.task_id != t.task_id]
         if strays:
             mismatches.append(f"report.tasks[{t.task_id}]: attempts {strays} belong to another task id")
+    mismatches += attempt_count_problems(envelope)
     expected = len(loaded.suite.tasks) * envelope.run.attempts
     if envelope.run.complete and len(records) != expected:
         mismatches.append(f"run.complete: true, but it holds {len(records)} attempts, not {expected}")

@@ -20,7 +20,15 @@ from worktrial.cli.outputs import write_ci_outputs
 from worktrial.cli.progress import ProgressReporter
 from worktrial.engine.confine import SandboxChoice
 from worktrial.engine.matrix import is_matrix
-from worktrial.engine.run import RunObserver, RunOptions, RunResult, default_jobs, resume_run, run_suite
+from worktrial.engine.run import (
+    RunObserver,
+    RunOptions,
+    RunResult,
+    default_jobs,
+    resume_run,
+    run_suite,
+    stored_suite,
+)
 from worktrial.errors import EXIT_INTERRUPTED, RunAborted, WorktrialError
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
@@ -279,6 +287,7 @@ exec_group.add_command(eval_cmd)
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
 @click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason.")
+@click.option("--trust", is_flag=True, help="Trust the run's suite to run its commands (remembered).")
 def resume_cmd(
     run_id: str,
     workspace: Path | None,
@@ -290,11 +299,16 @@ def resume_cmd(
     junit: Path | None,
     quiet: bool,
     verbose: bool,
+    trust: bool,
 ) -> None:
     """Run only the attempts a stored run is missing, then report on the whole run."""
+    stored = stored_suite(run_id, workspace)
+    if stored.unchanged:  # a changed suite is refused below, with every difference listed
+        ensure_trust(stored.loaded, stored.workspace, trust)  # its commands run again: the same trust as eval
+    loaded = stored.loaded
     options = RunOptions(workspace=workspace, jobs=jobs, retry_errors=retry_errors, base_url=base_url)
     _run_and_report(
-        lambda opts, obs: resume_run(run_id, opts, observer=obs), options, fmt, output, quiet, verbose, junit
+        lambda opts, obs: resume_run(run_id, opts, loaded, observer=obs), options, fmt, output, quiet, verbose, junit
     )
 
 

@@ -15,7 +15,7 @@ import click
 from pydantic import BaseModel
 
 from worktrial.analysis import stats
-from worktrial.analysis.audit import audit_envelope, render_audit
+from worktrial.analysis.audit import audit_envelope, load_envelope_json, render_audit
 from worktrial.analysis.compare import LoadedEnvelope, compare_runs
 from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
 from worktrial.cli.common import emit, ensure_trust, err
@@ -25,7 +25,7 @@ from worktrial.errors import BadInputError
 from worktrial.model.suite import LoadedSuite, load_suite
 from worktrial.render.check_markdown import render_check_markdown
 from worktrial.render.compare_markdown import render_comparison_markdown
-from worktrial.state.history import resolve_envelope
+from worktrial.state.history import resolve_envelope, store_problems
 from worktrial.state.roots import state_root
 
 EXIT_FINDINGS = 1
@@ -178,6 +178,14 @@ def audit_cmd(envelope_path: Path, suite_path: Path, workspace: Path | None, no_
     """Recompute the digest and every metric of an envelope from its records; exit 1 listing any mismatch."""
     loaded = _load_with_warnings(suite_path)
     report = audit_envelope(envelope_path, loaded, workspace=workspace, check_traces=not no_traces)
+    problems, notes = store_problems(envelope_path, load_envelope_json(envelope_path)[1])
+    report = report.model_copy(
+        update={
+            "mismatches": report.mismatches + problems,
+            "notes": report.notes + notes,
+            "ok": report.ok and not problems,
+        }
+    )
     click.echo(_as_json(report) if fmt == "json" else render_audit(report), nl=False)
     if not report.ok:
         sys.exit(EXIT_FINDINGS)

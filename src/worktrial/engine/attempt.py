@@ -331,7 +331,7 @@ def _run_in(
     progress.output = result.output
     if job.spec.artifacts:
         # Taken before verification, which may leave caches behind that are not the agent's work.
-        progress.patch = agent_patch(workspace.worktree, job.spec.base_commit, PATCH_MAX_BYTES)
+        progress.patch = agent_patch(workspace, job.spec.base_commit, PATCH_MAX_BYTES)
     overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS
     progress.outcome, progress.reason, verify_decides = _decide(task, result, overran)
     if hit := sandbox.limit_hit():

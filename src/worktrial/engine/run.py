@@ -14,6 +14,7 @@ import itertools
 import os
 import secrets
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -57,6 +58,10 @@ from worktrial.util import public_url, utc_now
 # Error categories caused by infrastructure, not by the agent's work: retrying them does not bias results.
 INFRA_ERROR_CATEGORIES = frozenset({"worktree", "crashed", "provider_server", "provider_rate_limit"})
 JOIN_TIMEOUT_SECS = 30.0
+MAX_ATTEMPTS = 10_000
+"""Attempts per task: more is never a statistics question, and a typo (1000000000) must not start a run."""
+MAX_JOBS = 256
+MAX_RETRY_ERRORS = 100
 
 
 def default_jobs() -> int:
@@ -258,17 +263,23 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 def _validate_counts(loaded: LoadedSuite, options: RunOptions) -> tuple[int, int, int]:
     attempts = options.attempts or loaded.suite.attempts
-    if attempts < 1:
-        raise BadInputError(f"--attempts must be at least 1 (got {attempts})")
     k = options.k or attempts
-    if not 1 <= k <= attempts:
-        raise BadInputError(f"--k must be between 1 and the number of attempts ({attempts}); got {k}")
     jobs = options.jobs or default_jobs()
-    if jobs < 1:
-        raise BadInputError(f"--jobs must be at least 1 (got {jobs})")
-    if options.retry_errors < 0:
-        raise BadInputError(f"--retry-errors must be 0 or more (got {options.retry_errors})")
+    check_counts(attempts, k, jobs, options.retry_errors)
     return attempts, k, jobs
+
+
+def check_counts(attempts: int, k: int, jobs: int, retry_errors: int, *, source: str = "") -> None:
+    """The same limits for flags, suite files and a stored run.json (which anyone could have edited)."""
+    where = f"{source}: " if source else ""
+    if not 1 <= attempts <= MAX_ATTEMPTS:
+        raise BadInputError(f"{where}--attempts must be between 1 and {MAX_ATTEMPTS} per task (got {attempts})")
+    if not 1 <= k <= attempts:
+        raise BadInputError(f"{where}--k must be between 1 and the number of attempts ({attempts}); got {k}")
+    if not 1 <= jobs <= MAX_JOBS:
+        raise BadInputError(f"{where}--jobs must be between 1 and {MAX_JOBS} (got {jobs})")
+    if not 0 <= retry_errors <= MAX_RETRY_ERRORS:
+        raise BadInputError(f"{where}--retry-errors must be between 0 and {MAX_RETRY_ERRORS} (got {retry_errors})")
 
 
 @dataclass(frozen=True)
@@ -352,8 +363,11 @@ def run_suite(
             sandbox=sandbox[2],
         )
         store = RunStore.create(ws.state_root, meta)
-        settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox)
-        return _execute(settings, executor, store, observer, done=[])
+        try:
+            settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox)
+            return _execute(settings, executor, store, observer, done=[])
+        finally:
+            store.close()
 
 
 def resume_run(
@@ -368,13 +382,41 @@ def resume_run(
     """
     options = options or RunOptions()
     observer = observer or RunObserver()
-    store = RunStore.open(state_root_for(options.workspace), run_id)
+    store = RunStore.open(state_root_for(options.workspace), run_id, writer=True)
+    try:
+        return _resume(store, run_id, options, loaded, observer)
+    finally:
+        store.close()
+
+
+@dataclass(frozen=True)
+class StoredSuite:
+    """The suite file a stored run names, as it is now, and what the run recorded about it."""
+
+    loaded: LoadedSuite
+    workspace: Path
+    unchanged: bool
+    """The file still has the digest the run started with (else resume refuses, listing the differences)."""
+
+
+def stored_suite(run_id: str, workspace: Path | None = None) -> StoredSuite:
+    """The suite a stored run was started from, for the trust check before ``resume`` runs its commands."""
+    meta = RunStore.open(state_root_for(workspace), run_id).meta()
+    try:
+        loaded = load_suite(meta.suite_path)
+    except SuiteError as exc:
+        raise BadInputError(f"cannot resume {run_id}: {exc}") from None
+    unchanged = loaded.sha256 == meta.suite_sha256 and loaded.digest == (meta.suite_bundle_sha256 or meta.suite_sha256)
+    return StoredSuite(loaded, Path(meta.workspace), unchanged)
+
+
+def _resume(
+    store: RunStore, run_id: str, options: RunOptions, loaded: LoadedSuite | None, observer: RunObserver
+) -> RunResult:
     meta = store.meta()
+    check_counts(meta.attempts, meta.k, meta.jobs, meta.retry_errors, source=str(store.dir / "run.json"))
     if loaded is None:
-        try:
-            loaded = load_suite(meta.suite_path)
-        except SuiteError as exc:
-            raise BadInputError(f"cannot resume {run_id}: {exc}") from None
+        loaded = stored_suite(run_id, options.workspace).loaded
     loaded = reselect(loaded, meta.selection)
     ws = _resolve_workspace(loaded, Path(meta.workspace))
     bases = _task_bases(loaded, ws)
@@ -394,7 +436,10 @@ def resume_run(
             f"pass --base-url {meta.base_url} with them again to resume"
         )
     if meta.work_root:
-        remove_tree(Path(meta.work_root))  # left behind by a crash
+        _remove_crashed_work_root(Path(meta.work_root), run_id, observer)
+    stored_records = store.load_records(meta)
+    if (warning := stored_records.warning()) is not None:
+        observer.warning(warning)
     stored = RunOptions(
         agent=meta.agent,
         agent_cmd=meta.agent_cmd,
@@ -418,7 +463,32 @@ def resume_run(
         )
         store.write_meta(meta)
         settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox)
-        return _execute(settings, executor, store, observer, done=store.records())
+        return _execute(settings, executor, store, observer, done=stored_records.records)
+
+
+def _remove_crashed_work_root(path: Path, run_id: str, observer: RunObserver) -> None:
+    """Remove the worktrees a crashed run left behind, but only a directory this harness made for this run.
+
+    run.json is signed, but a run stored before signing (or a copied one) could name any directory: only a
+    real directory (not a symlink) owned by this user and named ``worktrial-<run id>-...`` is removed.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        observer.warning(f"leaving {path} alone: {exc.strerror}")
+        return
+    ours = (
+        path.is_absolute()
+        and path.name.startswith(f"worktrial-{run_id}-")
+        and stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.getuid()
+    )
+    if not ours:
+        observer.warning(f"leaving {path} alone: it is not a work directory this harness created for run {run_id}")
+        return
+    remove_tree(path)
 
 
 def _differences(loaded: LoadedSuite, ws: _Workspace, meta: RunMeta, options: RunOptions) -> list[str]:

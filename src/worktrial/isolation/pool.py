@@ -1,12 +1,18 @@
-"""Reusable attempt workspaces: one slot per job, reset exactly between attempts.
+"""Reusable attempt workspaces: one slot per job, reset exactly between attempts, never following the agent.
 
-Creating a worktree costs a checkout of every file; resetting one costs what the agent changed. A slot is
-a private repository plus its worktree (see ``workspace.create_attempt_workspace``). Right after creation
-its whole administrative state (everything in the private git dir but the object store) and the pristine
-index are saved; a reset throws away everything the agent could have touched in git — refs, stash,
-reflogs, config, hooks, info/, per-worktree state and every object it wrote — restores the saved state,
-and then lets git bring the files back (``reset --hard`` + ``clean -ffdx``, which also removes ignored
-files and nested repositories). Anything unexpected makes the slot be rebuilt from scratch instead.
+Creating a worktree costs a checkout of every file; resetting one costs what the agent changed. A slot is a
+private repository plus its worktree (see ``workspace.create_attempt_workspace``) in a randomly named build
+directory. Right after creation its whole administrative state (everything in the private git dir but the
+object store) and the pristine index are kept in memory; a reset throws away everything the agent could have
+touched in git — refs, stash, reflogs, config, hooks, info/, per-worktree state and every object it wrote —
+restores the saved state, moves the worktree to a fresh unpredictable path, and then lets git bring the files
+back (``reset --hard`` + ``clean -ffdx``, which also removes ignored files and nested repositories).
+
+The agent is hostile (DESIGN.md, "Trust boundary"): it may have replaced any directory of the slot with a
+symlink to the user's repository. So the reset works only on directory descriptors opened with O_NOFOLLOW and
+checked against the (device, inode) recorded at build time (``safefs``); anything unexpected makes the slot be
+discarded — the link itself removed, never its target — and rebuilt from scratch. The harness keeps its
+bookkeeping (snapshot, pristine index, reset time) in memory, where no relative path reaches it.
 """
 
 from __future__ import annotations
@@ -14,14 +20,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
+import secrets
+import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from worktrial.errors import WorkspaceError, WorktrialError
-from worktrial.isolation import proc
+from worktrial.isolation import proc, safefs
+from worktrial.isolation.environment import ENV_OBJECTS
+from worktrial.isolation.safefs import Identity
 from worktrial.isolation.workspace import (
+    GIT_DIR_NAME,
     AttemptWorkspace,
     SourceRepo,
     create_attempt_workspace,
@@ -29,37 +39,57 @@ from worktrial.isolation.workspace import (
     remove_tree,
 )
 
+SCRATCH = "scratch"
 log = logging.getLogger(__name__)
-_PRISTINE_INDEX = "pristine-index"
 _FIND_OUTPUT_LIMIT = 4 * 1024 * 1024
+_GITFILE = ".git"
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Snapshot:
-    files: dict[str, bytes]
+    files: dict[str, tuple[bytes, int]]
+    """Administrative files of the private git dir: relative path -> (content, mode)."""
     index_rel: str
+    index: bytes
+    admin: str
+    """Name of the worktree's directory under ``worktrees/`` in the private git dir."""
 
 
-def _snapshot(ws: AttemptWorkspace, store: Path) -> _Snapshot:
-    files: dict[str, bytes] = {}
-    index_rel = ""
+@dataclass(frozen=True)
+class _Ids:
+    build: Identity
+    git_dir: Identity
+    worktree: Identity
+
+
+def _snapshot(ws: AttemptWorkspace) -> _Snapshot:
+    """The git dir as ``git worktree add`` left it, read before any agent ran."""
+    files: dict[str, tuple[bytes, int]] = {}
+    index_rel, index = "", b""
     for path in ws.git_dir.rglob("*"):
         rel = path.relative_to(ws.git_dir).as_posix()
-        if not path.is_file() or (rel.startswith("objects/") and rel != "objects/info/alternates"):
+        st = path.lstat()
+        if not stat.S_ISREG(st.st_mode) or (rel.startswith("objects/") and rel != "objects/info/alternates"):
             continue
         if path.name == "index" and rel.startswith("worktrees/"):
-            index_rel = rel
-            shutil.copyfile(path, store / _PRISTINE_INDEX)
+            index_rel, index = rel, path.read_bytes()
             continue
-        files[rel] = path.read_bytes()
-    files[".worktree-gitfile"] = (ws.worktree / ".git").read_bytes()
+        files[rel] = (path.read_bytes(), stat.S_IMODE(st.st_mode))
     if not index_rel:
         raise WorkspaceError("new worktree has no index")
-    return _Snapshot(files=files, index_rel=index_rel)
+    return _Snapshot(files=files, index_rel=index_rel, index=index, admin=index_rel.split("/")[1])
+
+
+def _token(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(6)}"
 
 
 class Slot:
-    """One reusable workspace; not thread-safe (each job owns one)."""
+    """One reusable workspace; not thread-safe (each job owns one).
+
+    The slot creates its own directory, named ``root`` plus a random suffix, inside ``root``'s parent (which
+    must exist); it holds only the current build directory. If the agent replaced it, a new one is made.
+    """
 
     def __init__(
         self,
@@ -74,130 +104,189 @@ class Slot:
         self._prepare = prepare
         """Runs once per build on the fresh checkout (environment setup) and returns the commit to reset to."""
         self.builds = 0
+        self._base = root
+        self._parent_id = safefs.identity(root.parent)
         self.root = root
+        self._root_id: Identity | None = None
         self._ws: AttemptWorkspace | None = None
+        self._ids: _Ids | None = None
         self._snap: _Snapshot | None = None
         self._dirty = False
         self._mark_ns = 0
-
-    @property
-    def _meta(self) -> Path:
-        return self.root / "meta"
 
     def acquire(self) -> AttemptWorkspace:
         """A workspace at the base commit with nothing of any earlier attempt in it."""
         if self._ws is not None and self._dirty:
             try:
-                self._reset(self._ws)
-            except (WorktrialError, OSError) as exc:
+                self._reset()
+            except (WorktrialError, OSError, RecursionError) as exc:
                 # Safe (the slot is rebuilt from scratch) but slow, and a sign something fights the reset.
                 log.warning("slot %s: reset failed, rebuilding it: %s", self.root, exc)
                 self._discard()
         if self._ws is None:
             self._build()
-        assert self._ws is not None
+        ws, ids = self._ws, self._ids
+        assert ws is not None and ids is not None
         self._dirty = True
-        scratch = self._ws.root / "scratch"
-        remove_tree(scratch)
-        scratch.mkdir()
-        return self._ws
+        with self._open_build(ids) as build_fd:
+            safefs.remove_at(build_fd, SCRATCH)
+            os.mkdir(SCRATCH, 0o700, dir_fd=build_fd)
+        return ws
 
     def close(self) -> None:
         self._discard()
+        if self._root_id is not None:
+            with contextlib.suppress(OSError, WorktrialError), self._open_root() as root_fd:
+                safefs.clear_dir(root_fd)
+            with contextlib.suppress(OSError):
+                os.rmdir(self.root)
+            self._root_id = None
+
+    @contextlib.contextmanager
+    def _open_root(self) -> Iterator[int]:
+        with safefs.opened_dir(self.root, self._root_id) as fd:
+            yield fd
+
+    @contextlib.contextmanager
+    def _open_build(self, ids: _Ids) -> Iterator[int]:
+        assert self._ws is not None
+        with self._open_root() as root_fd, safefs.opened_dir(self._ws.root.name, ids.build, dir_fd=root_fd) as fd:
+            yield fd
 
     def _build(self) -> None:
-        self._meta.mkdir(parents=True, exist_ok=True)
+        if self._root_id is None:
+            self._make_root()
         self.base_commit = self.pinned_commit
-        ws = create_attempt_workspace(self.source, self.base_commit, self.root / "ws")
+        ws = create_attempt_workspace(self.source, self.base_commit, self.root / _token("b"), worktree_name=_token("w"))
         self.builds += 1
         log.info("slot %s: built at %s (build %d)", self.root, self.base_commit, self.builds)
         try:
+            ids = _Ids(safefs.identity(ws.root), safefs.identity(ws.git_dir), safefs.identity(ws.worktree))
             if self._prepare is not None:
                 self.base_commit = self._prepare(ws)
-            self._snap = _snapshot(ws, self._meta)
+            self._snap = _snapshot(ws)
         except BaseException:
             remove_tree(ws.root)
             raise
-        self._ws = ws
+        self._ws, self._ids = ws, ids
         self._dirty = False
-        self._mark_ns = self._fs_now_ns()
+        with self._open_build(ids) as build_fd:
+            self._mark_ns = _fs_now_ns(build_fd)
 
     def _discard(self) -> None:
-        self._ws = None
-        self._snap = None
-        remove_tree(self.root)
+        """Forget the current build and remove it (a symlink in its place is unlinked, never followed)."""
+        ws = self._ws
+        if ws is not None:
+            with contextlib.suppress(OSError, WorktrialError), self._open_root() as root_fd:
+                safefs.remove_at(root_fd, ws.root.name)
+        self._ws = self._ids = self._snap = None
+        try:
+            with self._open_root():
+                pass
+        except WorktrialError:
+            self._root_id = None  # replaced by the agent: the next build makes a new one, never enters this
 
-    def _reset(self, ws: AttemptWorkspace) -> None:
-        snap = self._snap
-        assert snap is not None
-        # 1. The private git dir: drop everything, objects the agent wrote included, then restore.
-        for entry in list(ws.git_dir.iterdir()):
-            remove_tree(entry)
-        for rel, data in snap.files.items():
-            if rel == ".worktree-gitfile":
-                continue
-            target = ws.git_dir / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        (ws.git_dir / "refs" / "tags").mkdir(parents=True, exist_ok=True)
-        (ws.git_dir / "objects" / "pack").mkdir(parents=True, exist_ok=True)
-        # 2. The worktree's link to it, in case the agent replaced or removed it.
-        gitfile = ws.worktree / ".git"
-        if gitfile.is_dir() or gitfile.is_symlink():
-            remove_tree(gitfile)
-        if not ws.worktree.is_dir():
-            raise WorkspaceError("worktree directory is gone")
-        gitfile.write_bytes(snap.files[".worktree-gitfile"])
-        # 3. git trusts stat data at one-second ctime granularity, so an edit that keeps size and restores the
-        #    mtime (cp -p, touch -r) within the same second would survive. The filesystem's own ctime, in
-        #    nanoseconds, cannot be forged: every file changed since the last reset is removed, and git
-        #    restores it below. Files git itself rewrote in the same clock tick only cost a rewrite.
-        _remove_changed_since(ws.worktree, self._meta / "mark", self._mark_ns)
-        # 4. The pristine index, then let git restore tracked files and remove everything else.
-        shutil.copyfile(self._meta / _PRISTINE_INDEX, ws.git_dir / snap.index_rel)
-        # Untracked-file caches and fsmonitor could hide what the agent left; never trust them here.
-        quiet = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false", "-C", str(ws.worktree)]
-        for args in (["reset", "--quiet", "--hard", self.base_commit], ["clean", "-ffdxq"]):
-            result = git([*quiet, *args], ws.worktree)
-            if not result.ok:
-                raise WorkspaceError(f"reset failed: {result.describe_failure('git ' + args[0])}")
-        self._mark_ns = self._fs_now_ns()
+    def _make_root(self) -> None:
+        """A new slot directory, created through a checked descriptor of the run's own directory."""
+        name = _token(self._base.name)
+        with safefs.opened_dir(self._base.parent, self._parent_id) as parent_fd:
+            os.mkdir(name, 0o700, dir_fd=parent_fd)
+            self._root_id = Identity.of(os.stat(name, dir_fd=parent_fd, follow_symlinks=False))
+        self.root = self._base.parent / name
 
-    def _fs_now_ns(self) -> int:
-        """The filesystem clock (coarser than time.time_ns), read from a file just touched."""
-        marker = self._meta / "mark"
-        marker.write_bytes(b"")
-        return marker.stat().st_ctime_ns
+    def _reset(self) -> None:
+        ws, ids, snap = self._ws, self._ids, self._snap
+        assert ws is not None and ids is not None and snap is not None
+        with contextlib.ExitStack() as fds:
+            root_fd = fds.enter_context(self._open_root())
+            build_fd = fds.enter_context(safefs.opened_dir(ws.root.name, ids.build, dir_fd=root_fd))
+            git_fd = fds.enter_context(safefs.opened_dir(GIT_DIR_NAME, ids.git_dir, dir_fd=build_fd))
+            if not os.path.lexists(ws.worktree):
+                raise WorkspaceError("worktree directory is gone")
+            old_fd = fds.enter_context(safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd))
+            # 0. Whatever the agent put next to its worktree is not the harness's: gone.
+            safefs.clear_dir(root_fd, keep=frozenset({ws.root.name}))
+            safefs.clear_dir(build_fd, keep=frozenset({GIT_DIR_NAME, ws.worktree.name, ENV_OBJECTS}))
+            # 1. The private git dir: drop everything, objects the agent wrote included, then restore.
+            safefs.clear_dir(git_fd)
+            for rel, (data, mode) in snap.files.items():
+                safefs.write_at(git_fd, rel, data, mode)
+            safefs.makedirs_at(git_fd, "refs/tags")
+            safefs.makedirs_at(git_fd, "objects/pack")
+            # 2. git trusts stat data at one-second ctime granularity, so an edit that keeps size and restores
+            #    the mtime (cp -p, touch -r) within the same second would survive. The filesystem's own ctime,
+            #    in nanoseconds, cannot be forged: every file changed since the last reset is removed, and git
+            #    restores it below. Files git itself rewrote in the same clock tick only cost a rewrite.
+            _remove_changed_since(old_fd, ws.worktree, self._mark_ns)
+            # 3. A fresh, unpredictable worktree directory: a process that outlived its attempt and writes by
+            #    path (or from the old directory) cannot reach the next attempt's files.
+            new_name = _token("w")
+            os.mkdir(new_name, 0o755, dir_fd=build_fd)
+            new_fd = fds.enter_context(safefs.opened_dir(new_name, None, dir_fd=build_fd))
+            new_id = Identity.of(os.fstat(new_fd))
+            for name in os.listdir(old_fd):
+                os.rename(name, name, src_dir_fd=old_fd, dst_dir_fd=new_fd)
+            safefs.remove_at(build_fd, ws.worktree.name)
+            worktree = ws.root / new_name
+            admin = f"worktrees/{snap.admin}"
+            safefs.write_at(new_fd, _GITFILE, f"gitdir: {ws.git_dir}/{admin}\n".encode())
+            safefs.write_at(git_fd, f"{admin}/gitdir", f"{worktree}/{_GITFILE}\n".encode())
+            safefs.write_at(git_fd, snap.index_rel, snap.index)
+            # 4. Let git restore tracked files and remove everything else, addressing both directories by
+            #    descriptor so a symlink swapped in after the checks above is never followed.
+            if safefs.has_fd_paths():
+                git_dir, work = f"{safefs.fd_path(git_fd)}/{admin}", str(safefs.fd_path(new_fd))
+            else:
+                git_dir, work = f"{ws.git_dir}/{admin}", str(worktree)
+            # Untracked-file caches and fsmonitor could hide what the agent left; never trust them here.
+            base = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false"]
+            base += [f"--git-dir={git_dir}", f"--work-tree={work}"]
+            for args in (["reset", "--quiet", "--hard", self.base_commit], ["clean", "-ffdxq"]):
+                result = git([*base, *args], Path(work))
+                if not result.ok:
+                    raise WorkspaceError(f"reset failed: {result.describe_failure('git ' + args[0])}")
+            self._mark_ns = _fs_now_ns(build_fd)
+        self._ws = replace(ws, worktree=worktree, worktree_id=new_id)
+        self._ids = replace(ids, worktree=new_id)
 
 
-def _remove_changed_since(root: Path, mark_file: Path, mark_ns: int) -> None:
-    """Unlink every non-directory under ``root`` (but its ``.git`` link) whose ctime is at or after ``mark_ns``.
+def _fs_now_ns(dir_fd: int) -> int:
+    """The filesystem clock (coarser than time.time_ns), read from a file just created (and removed)."""
+    name = f".worktrial-clock-{secrets.token_hex(6)}"
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600, dir_fd=dir_fd)
+    try:
+        return os.fstat(fd).st_ctime_ns
+    finally:
+        os.close(fd)
+        os.unlink(name, dir_fd=dir_fd)
 
-    find(1) walks the tree in C; the marker's mtime is set one nanosecond before the mark so that its strict
+
+def _remove_changed_since(worktree_fd: int, worktree: Path, mark_ns: int) -> None:
+    """Unlink every non-directory under the worktree (but its ``.git`` link) whose ctime is at or after ``mark_ns``.
+
+    find(1) walks the tree in C; the reference time is one nanosecond before the mark so that its strict
     "newer than" comparison means "at or after". If find is missing or lists more than fits the buffer, the
-    walk is done in Python instead.
+    walk is done in Python instead. Every unlink goes through O_NOFOLLOW directory descriptors.
     """
-    os.utime(mark_file, ns=(mark_ns - 1, mark_ns - 1))
-    argv = ["find", ".", "-path", "./.git", "-prune", "-o", "!", "-type", "d", "-newercm", str(mark_file), "-print0"]
-    result = proc.run(argv, cwd=root, timeout=600, sweep=False, tail_bytes=_FIND_OUTPUT_LIMIT)
+    ref = mark_ns - 1
+    cwd = safefs.fd_path(worktree_fd) if safefs.has_fd_paths() else worktree
+    newer = f"@{ref // 1_000_000_000}.{ref % 1_000_000_000:09d}"
+    argv = ["find", ".", "-path", "./.git", "-prune", "-o", "!", "-type", "d", "-newerct", newer, "-print0"]
+    result = proc.run(argv, cwd=cwd, timeout=600, sweep=False, tail_bytes=_FIND_OUTPUT_LIMIT)
     if result.ok and result.stdout_bytes < _FIND_OUTPUT_LIMIT:
-        paths = [root / p.decode("utf-8", "surrogateescape") for p in result.stdout_tail.split(b"\0") if p]
+        rels = [p.decode("utf-8", "surrogateescape") for p in result.stdout_tail.split(b"\0") if p]
     else:
-        paths = list(_walk_changed(root, mark_ns))
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+        rels = list(_walk_changed(worktree_fd, mark_ns))
+    for rel in rels:
+        safefs.unlink_rel(worktree_fd, rel.removeprefix("./"))
 
 
-def _walk_changed(root: Path, mark_ns: int) -> Iterator[Path]:
-    stack = [root]
-    while stack:
-        directory = stack.pop()
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if directory == root and entry.name == ".git":
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                elif entry.stat(follow_symlinks=False).st_ctime_ns >= mark_ns:
-                    yield Path(entry.path)
+def _walk_changed(worktree_fd: int, mark_ns: int) -> Iterator[str]:
+    for top, dirs, files, dir_fd in os.fwalk(".", dir_fd=worktree_fd, follow_symlinks=False):
+        if top == ".":
+            dirs[:] = [d for d in dirs if d != _GITFILE]
+            files = [f for f in files if f != _GITFILE]
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                if os.lstat(name, dir_fd=dir_fd).st_ctime_ns >= mark_ns:
+                    yield f"{top}/{name}"

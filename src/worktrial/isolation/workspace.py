@@ -9,20 +9,19 @@ checkout, nothing proportional to the history.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
 import shutil
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from worktrial.errors import HarnessError, WorkspaceError
-from worktrial.isolation import proc
+from worktrial.isolation import proc, safefs
 
 log = logging.getLogger(__name__)
 ATTEMPT_BRANCH = "worktrial/attempt"
+GIT_DIR_NAME = "repo.git"
 _GIT_TIMEOUT = 600.0
 
 
@@ -139,13 +138,21 @@ class AttemptWorkspace:
     root: Path
     git_dir: Path
     worktree: Path
+    git_dir_id: safefs.Identity | None = None
+    """(device, inode) of ``git_dir`` and ``worktree`` when the harness made them: after the agent ran, the
+    harness only enters them through descriptors that match (see ``safefs``)."""
+    worktree_id: safefs.Identity | None = None
+    admin: str = ""
+    """The worktree's directory under ``<git_dir>/worktrees/`` (its first name; a pooled worktree moves)."""
 
 
-def create_attempt_workspace(source: SourceRepo, base_commit: str, root: Path) -> AttemptWorkspace:
+def create_attempt_workspace(
+    source: SourceRepo, base_commit: str, root: Path, *, worktree_name: str = "work"
+) -> AttemptWorkspace:
     """A new private repository borrowing ``source``'s objects, with a worktree at ``base_commit``."""
     root.mkdir(parents=True, exist_ok=False)
-    git_dir = root / "repo.git"
-    worktree = root / "work"
+    git_dir = root / GIT_DIR_NAME
+    worktree = root / worktree_name
     try:
         _git_out(["init", "--bare", "--quiet", "--template=", str(git_dir)], root, "git init")
         (git_dir / "objects" / "info").mkdir(parents=True, exist_ok=True)
@@ -165,32 +172,33 @@ def create_attempt_workspace(source: SourceRepo, base_commit: str, root: Path) -
     except BaseException:
         remove_tree(root)
         raise
-    return AttemptWorkspace(root=root, git_dir=git_dir, worktree=worktree)
+    return AttemptWorkspace(
+        root=root,
+        git_dir=git_dir,
+        worktree=worktree,
+        git_dir_id=safefs.identity(git_dir),
+        worktree_id=safefs.identity(worktree),
+        admin=worktree_name,
+    )
 
 
-def _make_writable(func: object, path: str, _exc: object) -> None:
-    parent = os.path.dirname(path)
-    with contextlib.suppress(OSError):
-        os.chmod(parent, os.stat(parent).st_mode | stat.S_IWUSR | stat.S_IXUSR)
-    with contextlib.suppress(OSError):
-        os.chmod(path, os.stat(path, follow_symlinks=False).st_mode | stat.S_IWUSR)
-    if callable(func):
-        with contextlib.suppress(OSError):
-            func(path)
+def remove_tree(path: Path) -> bool:
+    """Delete a file or directory tree, even one an agent made read-only, unreadable or absurdly deep.
 
-
-def remove_tree(path: Path) -> None:
-    """Delete a directory tree even when an agent made parts of it read-only."""
-    if not path.exists() and not path.is_symlink():
-        return
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-        return
-    shutil.rmtree(path, onerror=_make_writable)
-    if path.exists():
-        shutil.rmtree(path, ignore_errors=True)
-    if path.exists():
+    A symlink is removed itself, never followed. Returns False if something could not be removed (a process
+    still writing into it); the caller decides whether that matters.
+    """
+    for _ in range(3):
+        try:
+            safefs.remove_at(None, str(path))
+        except OSError:
+            continue
+        if not os.path.lexists(path):
+            return True
+    if os.path.lexists(path):
         log.warning("could not remove %s completely; delete it by hand to free the space", path)
+        return False
+    return True
 
 
 def ensure_state_dir(workspace: Path) -> Path:

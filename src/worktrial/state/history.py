@@ -71,6 +71,39 @@ def stored_envelope(state_root: Path, run_id: str) -> Envelope:
     return envelope_from_records(meta, store.records())
 
 
+def store_problems(envelope_path: Path, envelope: Envelope) -> tuple[list[str], list[str]]:
+    """Mismatches and notes between an envelope in a run directory and that run's signed records.
+
+    An envelope that is not in a run directory (a published copy) has nothing to compare with: no findings.
+    """
+    directory = envelope_path.resolve().parent
+    if not (directory / RUN_FILE).is_file():
+        return [], []
+    store = RunStore(directory)
+    try:
+        stored = store.load_records()
+    except BadInputError as exc:
+        return [f"run store: {exc}"], []
+    notes = [f"run store: {w}"] if (w := stored.warning()) else []
+    by_key = {(r.task_id, r.attempt): r for r in stored.records}
+    published = {(a.task_id, a.attempt): a for t in envelope.report.tasks for a in t.attempts}
+    problems = []
+    for key, record in published.items():
+        where = f"report.tasks[{key[0]}].attempts[{key[1]}]"
+        mine = by_key.get(key)
+        if mine is None:
+            problems.append(f"{where}: not in the run store's records ({directory.name})")
+        elif (mine.outcome, mine.claimed, mine.verified) != (record.outcome, record.claimed, record.verified):
+            problems.append(
+                f"{where}: outcome {record.outcome} in the envelope, {mine.outcome} in the run store's record"
+            )
+    missing = sorted(set(by_key) - set(published))
+    if missing:
+        shown = ", ".join(f"{t}#{n}" for t, n in missing[:8])
+        problems.append(f"{len(missing)} stored attempt(s) missing from the envelope: {shown}")
+    return problems, notes
+
+
 def host_info() -> dict[str, object]:
     return {
         "os": platform.system(),

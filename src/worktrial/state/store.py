@@ -2,27 +2,48 @@
 
 Attempts are appended and fsynced the moment they finish, so a crash at any point loses at most the
 attempts that were running. A torn last line (the crash hit mid-write) is ignored on reading.
+
+The store belongs to the harness, not to the agent that can find it (DESIGN.md, "Trust boundary"): every
+record and every version of run.json is signed with the run's key (``signing``), and on reading only signed
+records of planned (task, attempt) pairs count, each once; anything else is ignored and counted. One process
+writes a run at a time (an advisory lock on ``lock`` in the run directory).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
+import stat
 import threading
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from worktrial.errors import BadInputError
+from worktrial.errors import BadInputError, HarnessError
+from worktrial.isolation.safefs import read_regular
 from worktrial.model.envelope import Envelope, SandboxInfo, Selection, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
-from worktrial.util import atomic_write_text
+from worktrial.state import signing
+from worktrial.util import replace_file
 
 RUN_FILE = "run.json"
+RUN_SIG_FILE = "run.json.sig"
 ATTEMPTS_FILE = "attempts.jsonl"
 ENVELOPE_FILE = "envelope.json"
+ENVELOPE_SIG_FILE = "envelope.json.sig"
+LOCK_FILE = "lock"
+_MAX_META_BYTES = 16 * 1024 * 1024
+_MAX_ATTEMPTS_BYTES = 1024 * 1024 * 1024
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class TaskMeta(BaseModel):
@@ -73,6 +94,24 @@ class RunMeta(BaseModel):
     artifacts: bool = True
     sandbox: SandboxInfo | None = None
     """The sandbox the run's attempts use (``run.sandbox`` in the envelope)."""
+    signed: bool = False
+    """Records and run.json carry signatures under the run's key (every run since records were signed)."""
+
+
+@dataclass
+class StoredRecords:
+    """The records that count, and how many lines were ignored for which reason."""
+
+    records: list[AttemptRecord]
+    ignored: Counter[str] = field(default_factory=Counter)
+
+    def warning(self) -> str | None:
+        """One line for the user, or None when every line counted."""
+        if not self.ignored:
+            return None
+        parts = ", ".join(f"{n} {why}" for why, n in sorted(self.ignored.items()))
+        total = sum(self.ignored.values())
+        return f"ignored {total} line(s) of {ATTEMPTS_FILE} the harness did not write for this run ({parts})"
 
 
 def runs_dir(state_root: Path) -> Path:
@@ -82,77 +121,213 @@ def runs_dir(state_root: Path) -> Path:
 class RunStore:
     """One run's directory. ``append`` may be called from several threads."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, key: bytes | None = None) -> None:
         self.dir = directory
+        self._key = key if key is not None else signing.load_key(directory.name)
         self._lock = threading.Lock()
+        self._lock_fd: int | None = None
+        self._append_fd: int | None = None
 
     @classmethod
     def create(cls, state_root: Path, meta: RunMeta) -> RunStore:
-        store = cls(runs_dir(state_root) / meta.id)
-        store.dir.mkdir(parents=True, exist_ok=False)
-        store.write_meta(meta)
-        (store.dir / ATTEMPTS_FILE).touch()
+        directory = runs_dir(state_root) / meta.id
+        directory.mkdir(parents=True, exist_ok=False)
+        store = cls(directory, key=signing.create_key(meta.id))
+        store.lock()
+        store.write_meta(meta.model_copy(update={"signed": True}))
+        store._open_attempts(create=True)
         return store
 
     @classmethod
-    def open(cls, state_root: Path, run_id: str) -> RunStore:
+    def open(cls, state_root: Path, run_id: str, *, writer: bool = False) -> RunStore:
+        """An existing run; ``writer`` takes the run's lock (refusing if a live process holds it)."""
         directory = runs_dir(state_root) / run_id
-        if not run_id or "/" in run_id or not (directory / RUN_FILE).is_file():
+        if not run_id or "/" in run_id or run_id.startswith(".") or not (directory / RUN_FILE).is_file():
             known = ", ".join(sorted(p.name for p in list_run_dirs(state_root))[-5:]) or "none"
             raise BadInputError(
                 f"no run {run_id!r} in {runs_dir(state_root)} (recent runs: {known}); `worktrial runs` lists them"
             )
-        return cls(directory)
+        store = cls(directory)
+        if writer:
+            store.lock()
+            store._open_attempts(create=False)
+        return store
+
+    def lock(self) -> None:
+        """Become the one writer of this run until ``close`` (or this process ends)."""
+        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC, 0o600)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise HarnessError(f"{self.dir / LOCK_FILE} is not a regular file; remove it and try again")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+                raise BadInputError(
+                    f"run {self.dir.name} is being written by another worktrial process (pid {holder}); "
+                    "wait for it to finish or stop it, then try again"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        """Release the lock and the append descriptor."""
+        for fd in (self._append_fd, self._lock_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._append_fd = self._lock_fd = None
+
+    def _open_attempts(self, *, create: bool) -> None:
+        """Open attempts.jsonl for appending now, before any agent runs: later appends go to this file only."""
+        flags = os.O_WRONLY | os.O_APPEND | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC | os.O_CREAT
+        if create:
+            flags |= os.O_EXCL
+        try:
+            fd = os.open(self.dir / ATTEMPTS_FILE, flags, 0o644)
+        except OSError as exc:
+            raise HarnessError(f"{self.dir / ATTEMPTS_FILE}: cannot open the run store: {exc.strerror}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise HarnessError(f"{self.dir / ATTEMPTS_FILE} is not a regular file; the run store was tampered with")
+        self._append_fd = fd
 
     def meta(self) -> RunMeta:
         try:
-            return RunMeta.model_validate_json((self.dir / RUN_FILE).read_bytes())
-        except (OSError, ValidationError) as exc:
+            data = read_regular(self.dir / RUN_FILE, _MAX_META_BYTES)
+            meta = RunMeta.model_validate_json(data)
+        except (OSError, ValueError, ValidationError) as exc:
             raise BadInputError(f"{self.dir / RUN_FILE}: unreadable run record ({type(exc).__name__})") from None
+        if self._key is None:
+            if meta.signed:
+                raise BadInputError(
+                    f"{self.dir / RUN_FILE}: the run's signing key ({signing.key_path(self.dir.name)}) is missing, "
+                    "so its records cannot be verified"
+                )
+            return meta
+        try:
+            sig = read_regular(self.dir / RUN_SIG_FILE, 1024).decode("ascii").strip()
+        except (OSError, ValueError):
+            sig = ""
+        if not signing.verify(self._key, self.dir.name, "run", data, sig) or meta.id != self.dir.name:
+            raise BadInputError(
+                f"{self.dir / RUN_FILE} was changed outside worktrial (its signature does not match); "
+                "refusing to use this run"
+            )
+        return meta
 
     def write_meta(self, meta: RunMeta) -> None:
-        atomic_write_text(self.dir / RUN_FILE, meta.model_dump_json(indent=2) + "\n")
+        data = meta.model_dump_json(indent=2) + "\n"
+        replace_file(self.dir / RUN_FILE, data)
+        if self._key is not None:
+            replace_file(self.dir / RUN_SIG_FILE, signing.sign(self._key, meta.id, "run", data.encode()) + "\n")
+
+    def _line(self, record: AttemptRecord) -> str:
+        body = record.model_dump_json()
+        if self._key is None:
+            return body + "\n"
+        sig = signing.sign(self._key, self.dir.name, "record", body.encode())
+        return f'{{"sig":"{sig}","record":{body}}}\n'
 
     def append(self, record: AttemptRecord) -> None:
-        line = record.model_dump_json() + "\n"
-        with self._lock, open(self.dir / ATTEMPTS_FILE, "a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
+        data = self._line(record).encode("utf-8")
+        with self._lock:
+            if self._append_fd is None:
+                self._open_attempts(create=False)
+            assert self._append_fd is not None
+            view = memoryview(data)
+            while view:
+                written = os.write(self._append_fd, view)
+                view = view[written:]
+            os.fsync(self._append_fd)
 
     def records(self) -> list[AttemptRecord]:
-        """Stored attempts, first record of each (task, attempt) only; a torn line is skipped."""
+        """The attempts that count: signed by this run's harness, planned, first of each (task, attempt)."""
+        return self.load_records().records
+
+    def load_records(self, meta: RunMeta | None = None) -> StoredRecords:
+        """Stored attempts that count, and what was ignored (see ``StoredRecords.warning``)."""
+        meta = meta or self.meta()
+        planned = {t.id for t in meta.tasks}
+        out = StoredRecords(records=[])
         seen: set[tuple[str, int]] = set()
-        out: list[AttemptRecord] = []
-        for record in self._iter_records():
+        for why, record in self._iter_records(meta):
+            if record is None:
+                out.ignored[why] += 1
+                continue
             key = (record.task_id, record.attempt)
-            if key not in seen:
+            if record.task_id not in planned:
+                out.ignored["for tasks not in the run"] += 1
+            elif not 1 <= record.attempt <= meta.attempts:
+                out.ignored[f"with attempt numbers outside 1..{meta.attempts}"] += 1
+            elif key in seen:
+                out.ignored["duplicates"] += 1
+            else:
                 seen.add(key)
-                out.append(record)
+                out.records.append(record)
         return out
 
-    def _iter_records(self) -> Iterator[AttemptRecord]:
+    def _iter_records(self, meta: RunMeta) -> Iterator[tuple[str, AttemptRecord | None]]:
         try:
-            text = (self.dir / ATTEMPTS_FILE).read_text(encoding="utf-8", errors="replace")
+            data = read_regular(self.dir / ATTEMPTS_FILE, _MAX_ATTEMPTS_BYTES)
         except FileNotFoundError:
             return
-        for line in text.splitlines():
-            if not line.strip():
-                continue
+        except (OSError, ValueError) as exc:
+            yield f"unreadable ({exc})", None
+            return
+        lines = data.split(b"\n")
+        torn = lines.pop() if lines else b""  # no newline yet: a crash hit mid-write
+        if torn.strip():
+            yield "torn (incomplete last line)", None
+        for line in lines:
+            if line.strip():
+                yield self._parse(line, meta)
+
+    def _parse(self, line: bytes, meta: RunMeta) -> tuple[str, AttemptRecord | None]:
+        try:
+            raw = json.loads(line)
+        except (ValueError, RecursionError):
+            return "not JSON", None
+        signed = isinstance(raw, dict) and set(raw) == {"sig", "record"}
+        if meta.signed or self._key is not None:
+            if not signed or self._key is None:
+                return "unsigned", None
             try:
-                yield AttemptRecord.model_validate_json(line)
+                record = AttemptRecord.model_validate(raw["record"])
             except ValidationError:
-                continue
+                return "not an attempt record", None
+            body = record.model_dump_json().encode()
+            if not signing.verify(self._key, self.dir.name, "record", body, raw["sig"]):
+                return "with a wrong signature", None
+            return "", record
+        try:  # a run stored before records were signed
+            return "", AttemptRecord.model_validate(raw["record"] if signed else raw)
+        except ValidationError:
+            return "not an attempt record", None
 
     def write_envelope(self, envelope: Envelope) -> Path:
         path = self.dir / ENVELOPE_FILE
-        atomic_write_text(path, envelope.to_json())
+        data = envelope.to_json()
+        replace_file(path, data)
+        if self._key is not None:
+            sig = signing.sign(self._key, self.dir.name, "envelope", data.encode())
+            replace_file(self.dir / ENVELOPE_SIG_FILE, sig + "\n")
         return path
 
     def envelope(self) -> Envelope | None:
+        """The stored envelope, or None if there is none or it is not the one this harness wrote."""
         try:
-            return Envelope.model_validate_json((self.dir / ENVELOPE_FILE).read_bytes())
-        except (OSError, ValidationError):
+            data = read_regular(self.dir / ENVELOPE_FILE, _MAX_ATTEMPTS_BYTES)
+            if self._key is not None:
+                sig = read_regular(self.dir / ENVELOPE_SIG_FILE, 1024).decode("ascii").strip()
+                if not signing.verify(self._key, self.dir.name, "envelope", data, sig):
+                    return None
+            return Envelope.model_validate_json(data)
+        except (OSError, ValueError, ValidationError):
             return None
 
 
