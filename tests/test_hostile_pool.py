@@ -60,6 +60,9 @@ def test_reset_never_follows_what_the_agent_left(repo: Path, write_suite, tmp_pa
     assert sorted(os.listdir(tmp)) == []
 
 
+OFF = ["--sandbox", "off"]
+
+
 def test_agent_files_next_to_the_worktree_do_not_survive(repo: Path, write_suite, tmp_path: Path) -> None:
     """Files an agent plants next to its worktree (in the slot, outside git) are gone for the next attempt."""
     agent = tmp_path / "agent.sh"
@@ -71,7 +74,8 @@ def test_agent_files_next_to_the_worktree_do_not_survive(repo: Path, write_suite
     )
     suite = write_suite([task("t", verify_commands=["test -f done.txt"])], attempts=3)
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1"],
+        # Unsandboxed: in the sandbox the slot around the worktree is not even writable.
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1", *OFF],
         cwd=repo,
         env={"WORKTRIAL_TRUST": "1"},
     )
@@ -93,7 +97,8 @@ def test_each_attempt_gets_a_fresh_worktree_path(repo: Path, write_suite, tmp_pa
     )
     suite = write_suite([task("t", verify_commands=["test -f done.txt"])], attempts=3)
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1"],
+        # Unsandboxed: the agent keeps a log outside its worktree, which the sandbox would hide.
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1", *OFF],
         cwd=repo,
         env={"WORKTRIAL_TRUST": "1", "SEEN": str(seen)},
     )
@@ -139,7 +144,8 @@ def test_remove_tree_of_unreadable_and_deep_dirs_without_root(tmp_path: Path) ->
 
     from tests.hostile_support import PROJECT
 
-    top = Path(tempfile.mkdtemp(prefix="wt-unpriv-"))
+    # Not under the per-test TMPDIR: nobody cannot traverse root's private pytest directory.
+    top = Path(tempfile.mkdtemp(prefix="wt-unpriv-", dir="/var/tmp" if os.geteuid() == 0 else None))
     try:
         if os.geteuid() == 0:
             if shutil.which("setpriv") is None:
