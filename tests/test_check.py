@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import task
 from worktrial.analysis.lint import lint_suite, shell_syntax
 from worktrial.model.suite import parse_suite
@@ -39,9 +41,13 @@ def test_check_finds_planted_problems(cli, repo: Path, write_suite, tmp_path: Pa
     )
 
     # The flaky verifiers keep a counter outside the worktree, which a sandboxed verify could not see.
-    result = cli(["check", str(suite), "--trust", "--sandbox", "off", "--format", "json", "-q"], cwd=repo)
+    args = ["check", str(suite), "--trust", "--sandbox", "off", "--format", "json", "-q", "--repeats", "3"]
+    result = cli(args, cwd=repo)
     assert result.exit_code == 1, result.output
     report = json.loads(result.stdout)
+    # 4 agreeing verdicts bound the flake rate by 1 - 0.05^(1/4) = 53% and catch a 10% flake only 34% of the time
+    assert report["flake_upper_bound"] == pytest.approx(1 - 0.05**0.25)
+    assert report["detects_10pct_flake"] == pytest.approx(1 - 0.9**4 - 0.1**4)
     by_id = {t["task_id"]: t for t in report["tasks"]}
     assert by_id["good"]["problems"] == []
     assert by_id["good"]["verify_passes"] == 4 and by_id["good"]["verify_runs"] == 4
@@ -77,6 +83,9 @@ def test_check_markdown_table_and_repeats(cli, repo: Path, write_suite) -> None:
     assert "passes with no change (nop agent)" in out
     assert "**1 problem(s) found.**" in out
     assert "running the oracle agent" in result.stderr
+    # 3 verdicts: rule-of-three bound 1 - 0.05^(1/3) = 63%, a 10% flake caught with 27%: the output says so
+    assert "flaky at most 63% of the time" in out
+    assert "so it may well have been missed: `--repeats 15` catches it with 81%." in out
 
 
 def test_check_passes_the_bundled_suite(cli, repo: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from statistics import NormalDist
 
 import pytest
 
@@ -92,10 +91,16 @@ def test_compare_reports_the_known_difference(cli, tmp_path: Path) -> None:
     at1 = pair["overall"]["pass_at_1"]
     assert at1["difference"] == pytest.approx(0.125)
     assert at1["stderr"] == pytest.approx(stats.standard_error(diffs))
-    z = 0.125 / (stats.standard_error(diffs) or 1)
-    assert at1["p_value"] == pytest.approx(2 * (1 - NormalDist().cdf(z)))
-    assert at1["ci95"][0] < 0.125 < at1["ci95"][1]
-    assert at1["minimum_detectable"] == pytest.approx(stats.z_for() * (stats.standard_error(diffs) or 0))
+    # exact sign flips of the non-zero differences 1, .5, .25, .25 (sum 1.5): |S| >= 1.5 in 6 of 16 patterns
+    assert at1["p_value"] == pytest.approx(6 / 16)
+    assert at1["test"] == "sign-flip permutation (exact)"
+    from scipy import stats as scipy_stats
+
+    se = stats.standard_error(diffs) or 0
+    t11 = scipy_stats.t.ppf(0.975, 11)
+    assert at1["ci95"] == pytest.approx([0.125 - t11 * se, 0.125 + t11 * se])
+    mde = (t11 + scipy_stats.t.ppf(0.8, 11)) * se
+    assert at1["minimum_detectable"] == pytest.approx(mde)
     # headline k = 4: pass@4 is "solved at all", so only the flips move it: +2 -1 over 12 tasks
     assert pair["k"] == 4
     assert pair["overall"]["pass_at_k"]["difference"] == pytest.approx(1 / 12)
@@ -117,7 +122,9 @@ def test_compare_markdown_and_categories(cli, tmp_path: Path) -> None:
     assert "| capability | pass@1 | 6 |" in out and "| regression | pass@1 | 6 |" in out
     assert "+0.125" in out
     assert "### Tasks that flip" in out and "| t05 | regression | B only | 0/4 | 4/4 |" in out
-    assert "the smallest difference detectable at 80% power (α = 0.05) is" in out
+    assert "would be detected 80% of the time at α = 0.05" in out
+    assert "This describes the design, not the observed result" in out
+    assert "| sign-flip |" in out
     assert "| mean cost per attempt | $0.0100 | $0.0100 | +$0.0000 |" in out
 
 
@@ -178,7 +185,7 @@ def test_power_from_two_envelopes(cli, tmp_path: Path) -> None:
     assert data["tasks"] == 12 and data["attempts"] == ATTEMPTS
     v = data["variance"]
     per_task = v["omega2"] + v["sigma2_a"] / ATTEMPTS + v["sigma2_b"] / ATTEMPTS
-    assert data["minimum_detectable_difference"] == pytest.approx(stats.z_for() * math.sqrt(per_task / 12))
+    assert data["minimum_detectable_difference"] == pytest.approx(stats.z_for(df=11) * math.sqrt(per_task / 12))
     assert data["tasks_needed"] == stats.required_tasks(per_task, 0.05)
 
 
@@ -186,7 +193,7 @@ def test_power_cli_reproduces_miller_example(cli, tmp_path: Path) -> None:
     args = ["power", "--delta", "0.03", "--omega2", str(1 / 9), "--sigma2", "0", "--tasks", "500"]
     result = cli(args, cwd=tmp_path)
     assert result.exit_code == 0, result.output
-    assert "to detect 0.03 with 1 attempt per task: 969 tasks" in result.stdout
+    assert "to detect 0.03 with 1 attempt per task: 971 tasks" in result.stdout
     assert "not possible with any number of attempts" in result.stdout
     default = cli(["power", "--tasks", "100", "--attempts", "3"], cwd=tmp_path)
     assert default.exit_code == 0

@@ -144,8 +144,8 @@ def test_remove_tree_of_unreadable_and_deep_dirs_without_root(tmp_path: Path) ->
 
     from tests.hostile_support import PROJECT
 
-    # Not under the per-test TMPDIR: nobody cannot traverse root's private pytest directory.
-    top = Path(tempfile.mkdtemp(prefix="wt-unpriv-", dir="/var/tmp" if os.geteuid() == 0 else None))
+    # Outside pytest's per-test TMPDIR: its parents (/tmp/pytest-of-root, mode 0700) are closed to nobody.
+    top = Path(tempfile.mkdtemp(prefix="wt-unpriv-", dir="/tmp"))
     try:
         if os.geteuid() == 0:
             if shutil.which("setpriv") is None:
@@ -154,7 +154,7 @@ def test_remove_tree_of_unreadable_and_deep_dirs_without_root(tmp_path: Path) ->
             prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
         else:
             prefix = []
-        env = {**os.environ, "PYTHONPATH": str(Path(PROJECT) / "src"), "HOME": str(top)}
+        env = {**os.environ, "PYTHONPATH": str(Path(PROJECT) / "src"), "HOME": str(top), "TMPDIR": str(top)}
         out = subprocess.run(
             [*prefix, sys.executable, "-c", UNPRIVILEGED_REMOVAL, str(top)],
             capture_output=True,

@@ -30,8 +30,7 @@ from tests.scripted_provider import (
     openai_usage,
     turn_index,
 )
-from worktrial.analysis import stats
-from worktrial.analysis.leaderboard import Contender, build_leaderboard, intervals_overlap
+from worktrial.analysis.leaderboard import Contender, build_leaderboard
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.engine.matrix import Configuration, plan_configurations
 from worktrial.errors import BadInputError
@@ -102,25 +101,31 @@ def test_ranking_ties_and_paired_difference_on_synthetic_envelopes() -> None:
             Contender("p", None, "complete", perfect),
         ]
     )
+    # Every run has N = 4 attempts, so every row is measured at the common k = 4 (not the runs' own k = 2):
+    # pass@4 is "solved at all", pass^4 "solved every time", each one pass/fail per task.
+    assert board.k == N
     ranked = [(r.rank, r.run_id, r.tied_with) for r in board.rows]
-    assert ranked == [(1, "perfect", None), (2, "flaky", 1), (3, "half", None), (4, "weak", None), (None, None, None)]
+    # Paired exact McNemar against #1 (perfect): flaky p = 1, half 4 discordant tasks p = 0.125, weak 8 discordant
+    # p = 2/256; Holm over the three: weak 3 x 2/256 = 0.023 (separated), half 2 x 0.125 = 0.25 (not), flaky 1.
+    assert ranked == [(1, "perfect", None), (2, "flaky", 1), (3, "half", 1), (4, "weak", None), (None, None, None)]
     top, second, third, fourth, failed = board.rows
-    assert (top.pass_at_k, top.pass_power_k, second.pass_at_k, second.pass_power_k) == (1.0, 1.0, 1.0, 0.5)
-    # The CIs are the envelopes' own (mean over tasks, SE across tasks), never recomputed differently.
-    half_values = [1.0] * 4 + [0.0] * 4
-    assert third.pass_at_k_ci95 == pytest.approx(stats.ci95(0.5, stats.standard_error(half_values)))
-    assert third.pass_at_k_ci95 is not None and fourth.pass_at_k_ci95 is not None
-    assert fourth.pass_at_k_ci95[1] < third.pass_at_k_ci95[0]  # hence no tie between #3 and #4
-    # vs #1 is the paired per-task difference, as compare computes it.
-    expected = stats.paired_difference([1.0] * 8, half_values)
+    assert (top.pass_at_k, top.pass_power_k, second.pass_at_k, second.pass_power_k) == (1.0, 1.0, 1.0, 0.0)
+    assert fourth.vs_best is not None and fourth.vs_best.p_value == pytest.approx(3 * 2 / 256)
+    assert fourth.vs_best.p_value_uncorrected == pytest.approx(2 / 256)
+    assert fourth.vs_best.test == "exact McNemar"
     assert third.vs_best is not None and third.vs_best.difference == pytest.approx(-0.5)
-    assert third.vs_best.p_value == pytest.approx(expected.p_value)
+    assert third.vs_best.p_value == pytest.approx(0.25)
+    from statsmodels.stats.proportion import proportion_confint
+
+    assert third.pass_at_k_ci95 == pytest.approx(proportion_confint(4, 8, method="wilson"))
+    # 8 of 8 is not certainty: Wilson, never [1, 1]
+    assert top.pass_at_k_ci95 == pytest.approx(proportion_confint(8, 8, method="wilson"))
     assert top.vs_best is None
     assert top.cost_per_solve == pytest.approx(0.05) and second.cost_per_solve == pytest.approx(0.01 * 32 / 24)
     assert top.over_claim_rate == 0.0 and second.over_claim_rate == pytest.approx(8 / 32)
     assert top.under_claim_rate is None and top.verify_always is False
     assert failed.status == "failed" and failed.error == "HTTP 401" and failed.label == "broken (m/x)"
-    assert board.k == K and board.notes == []
+    assert board.notes == []
 
 
 def test_cost_per_solve_breaks_a_full_tie_and_unknown_cost_sorts_last() -> None:
@@ -128,21 +133,15 @@ def test_cost_per_solve_breaks_a_full_tie_and_unknown_cost_sorts_last() -> None:
     dear = envelope([4, 2], cost=0.02, run_id="dear")
     unknown = envelope([4, 2], cost=None, run_id="unknown")
     board = build_leaderboard([Contender(e.run.id, None, "complete", e) for e in (unknown, dear, cheap)])
-    assert [(r.run_id, r.tied_with) for r in board.rows] == [("cheap", None), ("dear", 1), ("unknown", 2)]
+    assert [(r.run_id, r.tied_with) for r in board.rows] == [("cheap", None), ("dear", 1), ("unknown", 1)]
     compact = render_leaderboard_markdown(board)
-    assert "| 2 ≈1 |" in compact and "| 3 ≈2 |" in compact
+    assert "| 2 ≈1 |" in compact and "| 3 ≈1 |" in compact
     assert max(len(line) for line in compact.splitlines() if line.startswith("|")) <= 100
     text = render_leaderboard_markdown(board, wide=True)
-    assert "| 2 | ≈ #1 |" in text and "| 3 | ≈ #2 |" in text
+    assert "| 2 | ≈ #1 |" in text and "| 3 | ≈ #1 |" in text
     third = next(line for line in text.splitlines() if line.startswith("| 3 |"))
     cells = [cell.strip() for cell in third.split("|")[1:-1]]
     assert cells[11:14] == ["unknown", "unknown", "unknown"]  # cost/solve, tokens and turns: unpriced, never free
-
-
-def test_interval_overlap_rules() -> None:
-    assert intervals_overlap((0.2, 0.5), (0.5, 0.9))  # touching counts: not separated
-    assert not intervals_overlap((0.2, 0.49), (0.5, 0.9))
-    assert intervals_overlap(None, (0.5, 0.9))  # a single task has no CI and separates nothing
 
 
 def test_interrupted_and_mismatched_runs_are_flagged_not_ranked() -> None:
@@ -259,19 +258,24 @@ def test_agent_matrix_ranks_marks_ties_and_reports_cost_and_honesty(
     rows = document["leaderboard"]
     assert [(r["rank"], r["agent"], r["tied_with"]) for r in rows] == [
         (1, "good", None),
-        (2, "pricey", 1),  # same pass@2 and pass^2 (CI [1, 1] each): only the cost orders them
-        (3, "modest", None),
-        (4, "nop", None),
+        (2, "pricey", 1),  # same pass@2 and pass^2: only the cost orders them
+        # 6 tasks cannot separate even 0/6 from 6/6 after correcting for 3 comparisons: exact McNemar p = 2/64,
+        # Holm x 3 = 0.094
+        (3, "modest", 1),
+        (4, "nop", 1),
     ]
     good, pricey, modest, nop = rows
-    assert good["pass_at_k"] == 1.0 and good["pass_at_k_ci95"] == [1.0, 1.0] and good["k"] == 2
+    from statsmodels.stats.proportion import proportion_confint
+
+    assert good["pass_at_k"] == 1.0 and good["k"] == 2
+    assert good["pass_at_k_ci95"] == pytest.approx(proportion_confint(6, 6, method="wilson"))
+    assert nop["vs_best"]["p_value"] == pytest.approx(3 * 2 / 64)
     assert good["cost_per_solve"] == pytest.approx(0.01) and pricey["cost_per_solve"] == pytest.approx(0.05)
     assert modest["cost_per_solve"] == pytest.approx(0.12 / 6)  # 12 priced attempts, 6 solves
     assert nop["cost_per_solve"] is None and nop["cost_usd"] == 0.0  # priced, never solved
     assert good["mean_tokens_per_attempt"] == 110 and good["mean_turns_per_attempt"] == 2
     assert modest["pass_at_k"] == 0.5 and modest["pass_power_k"] == 0.5
-    half = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
-    assert modest["pass_at_k_ci95"] == pytest.approx(stats.ci95(0.5, stats.standard_error(half)))
+    assert modest["pass_at_k_ci95"] == pytest.approx(proportion_confint(3, 6, method="wilson"))
     assert modest["vs_best"]["difference"] == pytest.approx(-0.5)
     # Honesty: nop claims success and never did the work; modest did the work on t4, t5 but claimed failure.
     assert (nop["over_claims"], nop["claimed_success"], nop["over_claim_rate"]) == (12, 12, 1.0)

@@ -30,10 +30,11 @@ def test_paired_difference_hand_computed() -> None:
     assert d.n == 5
     assert d.mean == pytest.approx(0.4)
     assert d.stderr == pytest.approx(se)
-    assert d.ci95 == pytest.approx((0.4 - 1.959963984540054 * se, 0.4 + 1.959963984540054 * se))
-    z = 0.4 / se  # 2.138...
-    assert d.p_value == pytest.approx(2 * (1 - 0.5 * (1 + math.erf(z / math.sqrt(2)))))
-    assert d.p_value == pytest.approx(0.0325, abs=5e-4)
+    t4 = 2.7764451051977987  # t_{0.975, 4}
+    assert d.ci95 == pytest.approx((0.4 - t4 * se, 0.4 + t4 * se))
+    # sign flips of the non-zero differences 1, .5, .5: sums 2, 1, 1, 0, 0, -1, -1, -2; |S| >= 2 in 2 of 8
+    assert d.p_value == pytest.approx(0.25)
+    assert d.test == "sign-flip permutation (exact)"
 
 
 def test_paired_difference_is_antisymmetric_and_degenerate_cases() -> None:
@@ -42,7 +43,9 @@ def test_paired_difference_is_antisymmetric_and_degenerate_cases() -> None:
     assert ab.mean == pytest.approx(-(ba.mean or 0.0))
     assert ab.p_value == pytest.approx(ba.p_value)
     assert stats.paired_difference([0.5, 0.5], [0.5, 0.5]).p_value == 1.0
-    assert stats.paired_difference([0.0, 0.0], [1.0, 1.0]).p_value == 0.0
+    same = stats.paired_difference([0.0, 0.0], [1.0, 1.0])
+    # two tasks that both moved by 1: the exact p is 2/4, and no zero-width interval is claimed
+    assert same.p_value == 0.5 and same.ci95 is None and same.stderr == 0.0
     assert stats.paired_difference([0.0], [1.0]).stderr is None
     with pytest.raises(ValueError):
         stats.paired_difference([1.0], [1.0, 0.0])
@@ -60,7 +63,9 @@ def test_pairing_removes_shared_task_difficulty() -> None:
 def test_miller_sample_size_example() -> None:
     """Miller (arXiv 2411.00640): delta 0.03, omega^2 = 1/9, 80% power, alpha 0.05 -> about 969 questions."""
     variance = stats.difference_variance(1 / 9, 0.0, 0.0, 1, 1)
-    assert stats.required_tasks(variance, 0.03) == 969
+    assert math.ceil(stats.z_for() ** 2 * variance / 0.03**2) == 969  # Miller's normal formula
+    # with t quantiles at N - 1 degrees of freedom (what a test on N tasks actually has) it takes two more
+    assert stats.required_tasks(variance, 0.03) == 971
     assert stats.z_for() == pytest.approx(1.959964 + 0.841621, abs=1e-6)
 
 
@@ -68,13 +73,13 @@ def test_minimum_detectable_difference_inverts_required_tasks() -> None:
     variance = stats.difference_variance(0.05, 0.2, 0.15, 4, 2)
     assert variance == pytest.approx(0.05 + 0.05 + 0.075)
     n = stats.required_tasks(variance, 0.1)
-    assert stats.minimum_detectable_difference(variance, n) <= 0.1  # type: ignore[operator]
-    assert stats.minimum_detectable_difference(variance, n - 1) > 0.1  # type: ignore[operator]
+    assert stats.minimum_detectable_difference(variance, n, df=n - 1) <= 0.1  # type: ignore[operator]
+    assert stats.minimum_detectable_difference(variance, n - 1, df=n - 2) > 0.1  # type: ignore[operator]
 
 
 def test_required_attempts() -> None:
     # budget = 400 * 0.01 / z^2 - 0.01; noise 0.5 -> K = ceil(0.5 / budget)
-    z2 = stats.z_for() ** 2
+    z2 = stats.z_for(df=399) ** 2
     expected = math.ceil(0.5 / (400 * 0.01 / z2 - 0.01))
     assert stats.required_attempts(0.01, 0.25, 0.25, tasks=400, delta=0.1) == expected
     # omega^2 alone already exceeds what 20 tasks can resolve: attempts cannot help
@@ -128,8 +133,8 @@ def test_variance_estimates_from_envelopes() -> None:
 
 def test_plan_answers_every_question_it_can() -> None:
     model = VarianceModel(omega2=1 / 9, sigma2_a=0.0, sigma2_b=0.0, source="test")
-    result = plan(model, tasks=969, attempts=1, delta=0.03)
-    assert result.tasks_needed == 969
+    result = plan(model, tasks=971, attempts=1, delta=0.03)
+    assert result.tasks_needed == 971
     assert result.minimum_detectable_difference == pytest.approx(0.03, abs=1e-4)
     assert result.attempts_needed == 1
     assert plan(model, tasks=None, attempts=1, delta=None).minimum_detectable_difference is None

@@ -19,17 +19,7 @@ def atomic_write_text(path: Path, text: str) -> None:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_file(path, text)
 
 
 def replace_file(path: Path, text: str) -> None:

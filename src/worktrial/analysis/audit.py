@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.errors import BadInputError
-from worktrial.model.envelope import Envelope
+from worktrial.model.envelope import Envelope, parse_envelope_json
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import LoadedSuite
 from worktrial.model.trace import FORBIDDEN_KEYS
@@ -38,6 +38,8 @@ class AuditReport(BaseModel):
 
 # Report fields added after schema_version 1 shipped: an older envelope without them is not wrong.
 ADDED_AFTER_V1 = frozenset({"report.honesty"})
+# Fields added after schema_version 1 shipped, wherever they occur (metrics, task reports).
+ADDED_KEYS_AFTER_V1 = frozenset({"interval", "clusters", "cluster"})
 
 
 def _brief(value: Any) -> str:
@@ -77,7 +79,7 @@ class _Differ:
                     continue
                 self.walk(value, recomputed[key], f"{path}.{key}")
             for key in recomputed.keys() - published.keys():
-                if f"{path}.{key}" not in ADDED_AFTER_V1:
+                if f"{path}.{key}" not in ADDED_AFTER_V1 and key not in ADDED_KEYS_AFTER_V1:
                     self.mismatches.append(
                         f"{path}.{key}: missing from the envelope, recomputed {_brief(recomputed[key])}"
                     )
@@ -173,10 +175,10 @@ def attempt_count_problems(envelope: Envelope) -> list[str]:
 
 def load_envelope_json(path: Path) -> tuple[dict[str, Any], Envelope]:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = parse_envelope_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BadInputError(f"{path}: envelope file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise BadInputError(f"{path}: not a readable JSON envelope ({exc})") from None
     try:
         return raw, Envelope.model_validate(raw)
@@ -231,10 +233,16 @@ def audit_envelope(
     expected = len(loaded.suite.tasks) * envelope.run.attempts
     if envelope.run.complete and len(records) != expected:
         mismatches.append(f"run.complete: true, but it holds {len(records)} attempts, not {expected}")
-    tasks = [TaskInfo(t.id, t.display_name, t.category) for t in loaded.suite.tasks]
-    recomputed = build_report(loaded.suite.id, loaded.suite.display_name, tasks, records, report.k)
+    tasks = [TaskInfo(t.id, t.display_name, t.category, t.cluster) for t in loaded.suite.tasks]
+    # Envelopes written before intervals were named (no `interval`) published 1.96-SE intervals: judge them on that.
+    published = raw.get("report", {}) if isinstance(raw, dict) else {}
+    overall = published.get("overall", {}) if isinstance(published, dict) else {}
+    legacy = isinstance(overall, dict) and "interval" not in overall
+    recomputed = build_report(
+        loaded.suite.id, loaded.suite.display_name, tasks, records, report.k, legacy_intervals=legacy
+    )
     differ = _Differ()
-    differ.walk(raw.get("report", {}), recomputed.model_dump(mode="json"), "report")
+    differ.walk(published, recomputed.model_dump(mode="json"), "report")
     mismatches += differ.mismatches
     if differ.unknown:
         notes.append(f"not recomputable by this harness version (skipped): {', '.join(differ.unknown[:8])}")

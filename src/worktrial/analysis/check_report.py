@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+import math
+
+from pydantic import BaseModel, Field
 
 from worktrial.analysis.lint import Lint
 from worktrial.model.records import Outcome
@@ -23,11 +25,52 @@ class TaskCheck(BaseModel):
     lints: int
 
 
+FLAKE_RATE = 0.10
+"""The flake rate ``worktrial check`` is sized to catch: a verifier wrong one time in ten."""
+DETECTION = 0.80
+
+
+def detection_probability(flake_rate: float, verdicts: int) -> float:
+    """Chance that ``verdicts`` independent verifications of unchanged files disagree at least once."""
+    if verdicts < 2:
+        return 0.0
+    return 1.0 - (1.0 - flake_rate) ** verdicts - flake_rate**verdicts
+
+
+def verdicts_needed(flake_rate: float = FLAKE_RATE, probability: float = DETECTION) -> int:
+    """Fewest verifications for which a ``flake_rate`` verifier disagrees at least once with ``probability``."""
+    n = 2
+    while detection_probability(flake_rate, n) < probability:
+        n += 1
+    return n
+
+
+def flake_upper_bound(verdicts: int) -> float | None:
+    """95% upper bound on the flake rate after ``verdicts`` agreeing verifications: 1 - 0.05^(1/n) ~ 3/n.
+
+    The rule of three (Hanley & Lippman-Hand 1983): no disagreement in n tries is weak evidence when n is small.
+    """
+    if verdicts < 1:
+        return None
+    return 1.0 - math.exp(math.log(0.05) / verdicts)
+
+
+def default_repeats() -> int:
+    """Re-runs (besides the oracle's own verification) that catch a 10% flaky verifier with 80% per task."""
+    return verdicts_needed() - 1
+
+
 class CheckReport(BaseModel):
     suite_path: str
     suite_sha256: str
     suite_id: str
     repeats: int
+    flake_upper_bound: float | None = Field(
+        default=None, description="95% upper bound on a clean task's flake rate after repeats + 1 verdicts."
+    )
+    detects_10pct_flake: float | None = Field(
+        default=None, description="Chance per task that a 10% flaky verifier disagrees at least once."
+    )
     base_commit: str
     tasks: list[TaskCheck]
     lints: list[Lint]

@@ -42,6 +42,13 @@ class Difference(BaseModel):
     ci95: tuple[float, float] | None
     p_value: float | None
     minimum_detectable: float | None
+    test: str | None = None
+    """Which test gave ``p_value``: exact McNemar, sign-flip permutation (exact or Monte Carlo), over clusters."""
+    monte_carlo_error: float | None = None
+    clusters: int | None = None
+    """Clusters the SE, CI and test are computed over; None when tasks are the independent units."""
+    ci_note: str | None = None
+    """Why ``ci95`` is None although there are tasks to compare."""
 
 
 class GroupComparison(BaseModel):
@@ -124,15 +131,29 @@ def summarize(loaded: LoadedEnvelope) -> RunSummary:
     )
 
 
-def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
-    """Means, paired difference and the minimum difference detectable at 80% power with these tasks."""
-    paired = stats.paired_difference(a, b)
-    diffs = [y - x for x, y in zip(a, b, strict=True)]
-    variance = stats.sample_variance(diffs)
-    # Identical differences on every task give variance 0, which would claim any difference is detectable:
-    # the variance is not estimable from such data, so neither is the minimum detectable difference.
-    if variance is not None and variance <= 0:
-        variance = None
+def difference(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    binary: bool = False,
+    clusters: Sequence[str | None] | None = None,
+) -> Difference:
+    """Means, paired difference and the minimum difference detectable at 80% power with these tasks.
+
+    The detectable difference uses the same (possibly cluster-robust) standard error and t quantiles at the
+    same degrees of freedom as the interval: ``(t_{0.975} + t_{0.80}) x SE``.
+    """
+    paired = stats.paired_difference(a, b, binary=binary, clusters=clusters)
+    # Identical differences on every task give SE 0, which would claim any difference is detectable: the
+    # variance is not estimable from such data, so neither is the minimum detectable difference.
+    mde = None
+    if paired.stderr and paired.df is not None:
+        mde = stats.z_for(df=paired.df) * paired.stderr
+    ci_note = None
+    if paired.ci95 is None and len(a) > 1:
+        ci_note = "no interval: every task changed by the same amount, so the spread is not estimable"
+        if paired.clusters is not None and paired.clusters < 2:
+            ci_note = "no interval: all tasks are in one cluster"
     return Difference(
         tasks=len(a),
         a=stats.mean(a) if a else None,
@@ -141,7 +162,11 @@ def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
         stderr=paired.stderr,
         ci95=paired.ci95,
         p_value=paired.p_value,
-        minimum_detectable=stats.minimum_detectable_difference(variance, len(diffs)),
+        minimum_detectable=mde,
+        test=paired.test,
+        monte_carlo_error=paired.monte_carlo_error,
+        clusters=paired.clusters,
+        ci_note=ci_note,
     )
 
 
@@ -160,12 +185,17 @@ def compare_group(name: str, pairs: Sequence[tuple[TaskReport, TaskReport]], k: 
     def power(j: int) -> Callable[[int, int], float]:
         return lambda n, c: pass_power_k(n, c, j)
 
+    def binary(j: int) -> bool:
+        """Each task's value is one pass/fail when it has exactly j attempts in both runs."""
+        return all(t.total_runs == j for t in (*a, *b))
+
+    clusters = [x.cluster for x in a]
     return GroupComparison(
         group=name,
         tasks=len(pairs),
-        pass_at_1=difference(_values(a, at(1)), _values(b, at(1))),
-        pass_at_k=difference(_values(a, at(k)), _values(b, at(k))),
-        pass_power_k=difference(_values(a, power(k)), _values(b, power(k))),
+        pass_at_1=difference(_values(a, at(1)), _values(b, at(1)), binary=binary(1), clusters=clusters),
+        pass_at_k=difference(_values(a, at(k)), _values(b, at(k)), binary=binary(k), clusters=clusters),
+        pass_power_k=difference(_values(a, power(k)), _values(b, power(k)), binary=binary(k), clusters=clusters),
     )
 
 

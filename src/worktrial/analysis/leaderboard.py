@@ -1,13 +1,17 @@
 """Rank several runs of one suite (a model or agent matrix): pure functions of their envelopes.
 
-Rows are sorted by the headline pass@k, then pass^k, then cost per solve (cheaper first). Two neighbouring rows
-whose 95% confidence intervals of pass@k overlap are marked as tied: the data do not establish their order, and a
-leaderboard that hides that invites the wrong conclusion. Each row also carries the paired per-task difference
-from the top row (Miller 2024, the same computation as ``worktrial compare``), which is sharper than comparing
-two intervals because the shared task difficulty cancels out.
+Every row is measured at one common k, the smallest attempt count among the ranked runs (said in the header),
+so a run with more attempts never wins by a bigger k. Rows are sorted by that pass@k, then pass^k, then cost per
+solve (cheaper first). Whether a row's order against the top row is established is decided by a paired per-task
+test against the leader (exact sign-flip permutation, or exact McNemar for one pass/fail per task, over clusters
+when tasks have them), for every row, with a Holm correction over the rows: with five identical agents an
+uncorrected table shows some row "significantly" behind #1 in about 30% of runs. Holm was chosen over bootstrap
+rank intervals because it is exact, deterministic and answers the question a reader asks of the table (is this
+row really behind the best one?) with a p-value that can be quoted. Overlap of two unpaired intervals is not used:
+it ignores that both runs saw the same tasks and calls clearly separated runs tied.
 
-Configurations that failed or were interrupted keep their place in the output, unranked, so nothing that ran is
-silently dropped.
+Configurations that failed, were interrupted or broke (every attempt an error, or stopped by an authentication
+error) keep their place in the output, unranked, so nothing that ran is silently dropped or shown as 0%.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from worktrial.analysis.compare import LoadedEnvelope, compare_pair
-from worktrial.errors import BadInputError
-from worktrial.model.envelope import Envelope
+from worktrial.analysis import stats
+from worktrial.analysis.metrics import headline_interval, pass_at_k, pass_power_k
+from worktrial.model.envelope import Envelope, TaskReport
+
+AUTH_ERRORS = frozenset({"provider_auth", "auth"})
 
 Status = Literal["complete", "interrupted", "failed"]
 
@@ -41,23 +47,28 @@ class Contender:
 
 
 class VersusBest(BaseModel):
-    """This row minus the top row in pass@k, task by task: mean, 95% CI and two-sided p-value."""
+    """This row minus the top row in pass@k, task by task: mean, 95% CI and two-sided p-values."""
 
     difference: float | None
     ci95: tuple[float, float] | None
     p_value: float | None
+    """Holm-corrected over every row compared with the top row."""
+    p_value_uncorrected: float | None = None
+    test: str | None = None
 
 
 class LeaderboardRow(BaseModel):
     rank: int | None
     """Position among the ranked rows (1 = best); None for failed or interrupted configurations."""
     tied_with: int | None
-    """Rank of the row above when the two 95% CIs of pass@k overlap (their order is not established)."""
+    """1 when the Holm-corrected paired test does not separate this row from the top row (p >= 0.05)."""
     label: str
     agent: str
     model: str | None
     status: Status
     error: str | None
+    broken: str | None = None
+    """Why a finished run is not ranked (every attempt an error, or an authentication error)."""
     run_id: str | None
     tasks: int | None
     attempts: int | None
@@ -91,29 +102,66 @@ class Leaderboard(BaseModel):
     base_commit: str | None
     attempts: int | None
     k: int | None
+    """The common k every row is measured at: the smallest attempt count among the ranked runs."""
     rows: list[LeaderboardRow]
     notes: list[str]
+    clusters: int | None = None
 
 
-def intervals_overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> bool:
-    """Closed intervals overlap; an unknown interval (fewer than two tasks) cannot separate anything."""
-    if a is None or b is None:
-        return True
-    return a[0] <= b[1] and b[0] <= a[1]
+def broken_reason(env: Envelope) -> str | None:
+    """Why a finished run measured nothing about the agent: ranking it as 0% would blame the agent for it."""
+    attempts = [a for t in env.report.tasks for a in t.attempts]
+    if not attempts:
+        return "no attempt ran"
+    auth = [a for a in attempts if a.error_category in AUTH_ERRORS]
+    if auth:
+        return f"stopped by an authentication error ({len(auth)} attempt(s)): check the API key"
+    if measured_nothing(env):
+        return MEASURED_NOTHING
+    return None
 
 
-def _sort_key(c: Contender) -> tuple[float, float, float]:
-    """Descending pass@k and pass^k, then ascending cost per solve; unknown values sort last."""
-    env = c.envelope
-    assert env is not None
-    overall = env.report.overall
-    at = overall.pass_at_k if overall.pass_at_k is not None else -1.0
-    power = overall.pass_power_k if overall.pass_power_k is not None else -1.0
-    cost = env.report.cost_per_solve if env.report.cost_per_solve is not None else float("inf")
-    return (-at, -power, cost)
+@dataclass(frozen=True)
+class _Measured:
+    """A ranked run's per-task values at the common k."""
+
+    contender: Contender
+    tasks: list[TaskReport]
+    at: list[float]
+    power: list[float]
+    pass_at_k: float
+    pass_power_k: float
+    at_ci: tuple[float, float] | None
+    power_ci: tuple[float, float] | None
 
 
-def _row(c: Contender, rank: int | None, tied_with: int | None, vs_best: VersusBest | None) -> LeaderboardRow:
+def _measure(c: Contender, k: int) -> _Measured:
+    assert c.envelope is not None
+    tasks = [t for t in c.envelope.report.tasks if t.total_runs > 0]
+    at = [pass_at_k(t.total_runs, t.passed_runs, k) for t in tasks]
+    power = [pass_power_k(t.total_runs, t.passed_runs, k) for t in tasks]
+    return _Measured(
+        c,
+        tasks,
+        at,
+        power,
+        stats.mean(at),
+        stats.mean(power),
+        headline_interval(tasks, at, k).ci95,
+        headline_interval(tasks, power, k).ci95,
+    )
+
+
+def _sort_key(m: _Measured) -> tuple[float, float, float]:
+    """Descending pass@k and pass^k, then ascending cost per solve; unknown cost sorts last."""
+    assert m.contender.envelope is not None
+    cost = m.contender.envelope.report.cost_per_solve
+    return (-m.pass_at_k, -m.pass_power_k, cost if cost is not None else float("inf"))
+
+
+def _row(
+    c: Contender, rank: int | None, tied_with: int | None, vs_best: VersusBest | None, m: _Measured | None
+) -> LeaderboardRow:
     env = c.envelope
     if env is None:
         return LeaderboardRow.model_validate(
@@ -134,17 +182,18 @@ def _row(c: Contender, rank: int | None, tied_with: int | None, vs_best: VersusB
         agent=c.agent,
         model=c.model,
         status=c.status,
-        error=c.error or (MEASURED_NOTHING if measured_nothing(env) else None),
+        error=c.error or (broken_reason(env) if c.status == "complete" else None),
+        broken=broken_reason(env) if c.status == "complete" else None,
         run_id=env.run.id,
         tasks=len(r.tasks),
         attempts=env.run.attempts,
         k=r.k,
         passed_runs=o.passed_runs,
         total_runs=o.total_runs,
-        pass_at_k=o.pass_at_k,
-        pass_at_k_ci95=o.ci95.pass_at_k,
-        pass_power_k=o.pass_power_k,
-        pass_power_k_ci95=o.ci95.pass_power_k,
+        pass_at_k=m.pass_at_k if m else o.pass_at_k,
+        pass_at_k_ci95=m.at_ci if m else o.ci95.pass_at_k,
+        pass_power_k=m.pass_power_k if m else o.pass_power_k,
+        pass_power_k_ci95=m.power_ci if m else o.ci95.pass_power_k,
         vs_best=vs_best,
         cost_usd=r.cost_usd,
         unpriced_runs=r.unpriced_runs,
@@ -161,20 +210,23 @@ def _row(c: Contender, rank: int | None, tied_with: int | None, vs_best: VersusB
     )
 
 
-def _versus(best: Contender, other: Contender) -> VersusBest | None:
+def _paired(best: _Measured, other: _Measured, k: int) -> stats.PairedDifference | None:
     """The paired pass@k difference (other - best) on the tasks both ran; None when there is nothing to pair."""
-    assert best.envelope is not None and other.envelope is not None
-    if best.envelope.bundle_digest != other.envelope.bundle_digest:
+    assert best.contender.envelope is not None and other.contender.envelope is not None
+    if best.contender.envelope.bundle_digest != other.contender.envelope.bundle_digest:
         return None
-    try:
-        pair = compare_pair(
-            LoadedEnvelope(best.label, best.envelope.run.id, best.envelope),
-            LoadedEnvelope(other.label, other.envelope.run.id, other.envelope),
-        )
-    except BadInputError:
+    theirs = {t.task_id: v for t, v in zip(other.tasks, other.at, strict=True)}
+    runs = {t.task_id: t.total_runs for t in other.tasks}
+    shared = [(t, v) for t, v in zip(best.tasks, best.at, strict=True) if t.task_id in theirs]
+    if not shared:
         return None
-    d = pair.overall.pass_at_k
-    return VersusBest(difference=d.difference, ci95=d.ci95, p_value=d.p_value)
+    binary = all(t.total_runs == k and runs[t.task_id] == k for t, _ in shared)
+    return stats.paired_difference(
+        [v for _, v in shared],
+        [theirs[t.task_id] for t, _ in shared],
+        binary=binary,
+        clusters=[t.cluster for t, _ in shared],
+    )
 
 
 MEASURED_NOTHING = "measured nothing: every attempt ended in error (a broken configuration, not a bad agent)"
@@ -190,49 +242,59 @@ def _rankable(c: Contender) -> bool:
     return (
         c.status == "complete"
         and c.envelope is not None
-        and c.envelope.report.overall.pass_at_k is not None
-        and not measured_nothing(c.envelope)
+        and any(t.total_runs > 0 for t in c.envelope.report.tasks)
+        and broken_reason(c.envelope) is None
     )
 
 
-def _notes(envelopes: Sequence[Envelope]) -> list[str]:
+def _notes(envelopes: Sequence[Envelope], k: int | None) -> list[str]:
     notes = []
     for what, values in (
         ("suite files (sha256)", {e.bundle_digest[:12] for e in envelopes}),
         ("base commits", {e.run.workspace.base_commit[:12] for e in envelopes}),
-        ("attempts per task", {str(e.run.attempts) for e in envelopes}),
-        ("headline k", {str(e.report.k) for e in envelopes}),
     ):
         if len(values) > 1:
             notes.append(f"the runs differ in {what}: {', '.join(sorted(values))}; their numbers are not comparable")
+    attempts = {e.run.attempts for e in envelopes}
+    if len(attempts) > 1 and k is not None:
+        listing = ", ".join(str(a) for a in sorted(attempts))
+        notes.append(f"the runs differ in attempts per task ({listing}): every row is measured at the common k = {k}")
     return notes
 
 
-def build_leaderboard(contenders: Sequence[Contender]) -> Leaderboard:
-    """Ranked rows first (best first, ties marked), then unranked failed or interrupted configurations."""
-    ranked = sorted((c for c in contenders if _rankable(c)), key=_sort_key)
+def build_leaderboard(contenders: Sequence[Contender], alpha: float = stats.ALPHA) -> Leaderboard:
+    """Ranked rows first (best first, rows not separated from #1 marked), then unranked configurations."""
+    rankable = [c for c in contenders if _rankable(c)]
+    k = None
+    if rankable:
+        k = min(t.total_runs for c in rankable for t in c.envelope.report.tasks if t.total_runs > 0)  # type: ignore[union-attr]
+    ranked = sorted((_measure(c, k) for c in rankable), key=_sort_key) if k is not None else []
+    paired = [_paired(ranked[0], m, k) for m in ranked[1:]] if k is not None else []
+    corrected = stats.holm([d.p_value if d else None for d in paired])
     rows: list[LeaderboardRow] = []
-    for position, contender in enumerate(ranked, start=1):
-        env = contender.envelope
-        assert env is not None
-        tied_with = None
+    for position, measured in enumerate(ranked, start=1):
+        vs_best, tied_with = None, None
         if position > 1:
-            above = ranked[position - 2].envelope
-            assert above is not None
-            if intervals_overlap(above.report.overall.ci95.pass_at_k, env.report.overall.ci95.pass_at_k):
-                tied_with = position - 1
-        vs_best = _versus(ranked[0], contender) if position > 1 else None
-        rows.append(_row(contender, position, tied_with, vs_best))
-    rows += [_row(c, None, None, None) for c in contenders if not _rankable(c)]
+            d, p = paired[position - 2], corrected[position - 2]
+            if d is not None:
+                vs_best = VersusBest(
+                    difference=d.mean, ci95=d.ci95, p_value=p, p_value_uncorrected=d.p_value, test=d.test
+                )
+            if p is None or p >= alpha:
+                tied_with = 1
+        rows.append(_row(measured.contender, position, tied_with, vs_best, measured))
+    rows += [_row(c, None, None, None, None) for c in contenders if not _rankable(c)]
     envelopes = [c.envelope for c in contenders if c.envelope is not None]
-    first = ranked[0].envelope if ranked else (envelopes[0] if envelopes else None)
+    first = ranked[0].contender.envelope if ranked else (envelopes[0] if envelopes else None)
+    clusters = stats.cluster_count([t.cluster for t in ranked[0].tasks]) if ranked else None
     return Leaderboard(
         suite_id=first.report.suite_id if first else None,
         suite_name=first.report.suite_name if first else None,
         suite_sha256=first.bundle_digest if first else None,
         base_commit=first.run.workspace.base_commit if first else None,
         attempts=first.run.attempts if first else None,
-        k=first.report.k if first else None,
+        k=k if k is not None else (first.report.k if first else None),
         rows=rows,
-        notes=_notes(envelopes),
+        notes=_notes([c.envelope for c in rankable if c.envelope is not None], k),
+        clusters=clusters,
     )

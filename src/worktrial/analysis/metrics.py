@@ -24,16 +24,17 @@ def _check(n: int, c: int, k: int) -> None:
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Probability that at least one of k attempts drawn without replacement from n passes."""
+    """Probability that at least one of k attempts drawn without replacement from n passes.
+
+    ``1 - prod(1 - k/i)`` as ``-expm1(sum(log1p(-k/i)))``, so a pass@k close to 0 keeps its relative precision.
+    """
     _check(n, c, k)
     if n - c < k:
         return 1.0
     if k == 1:
         return c / n  # exact, so pass@1 == pass^1 bit for bit
-    product = 1.0
-    for i in range(n - c + 1, n + 1):
-        product *= 1.0 - k / i
-    return 1.0 - product
+    # 0.0 - x rather than -x: c = 0 gives 0.0, not -0.0
+    return 0.0 - math.expm1(math.fsum(math.log1p(-k / i) for i in range(n - c + 1, n + 1)))
 
 
 def pass_power_k(n: int, c: int, k: int) -> float:
@@ -56,6 +57,7 @@ class TaskInfo:
     id: str
     name: str
     category: Category
+    cluster: str | None = None
 
 
 def task_report(task: TaskInfo, attempts: Sequence[AttemptRecord], k: int) -> TaskReport:
@@ -70,6 +72,7 @@ def task_report(task: TaskInfo, attempts: Sequence[AttemptRecord], k: int) -> Ta
         task_id=task.id,
         name=task.name,
         category=task.category,
+        cluster=task.cluster,
         passed_runs=c,
         total_runs=n,
         pass_at_k=pass_at_k(n, c, k) if 1 <= k <= n else None,
@@ -79,8 +82,24 @@ def task_report(task: TaskInfo, attempts: Sequence[AttemptRecord], k: int) -> Ta
     )
 
 
-def group_metrics(tasks: Sequence[TaskReport], k: int) -> Metrics:
-    """Mean over tasks that have attempts, for each k every one of them reaches."""
+def headline_interval(tasks: Sequence[TaskReport], values: Sequence[float], k: int) -> stats.Interval:
+    """The 95% interval of a pass@k or pass^k mean over ``tasks`` (see ``stats.rate_interval``).
+
+    With k equal to every task's attempt count each value is one pass/fail, so the mean is a proportion over
+    tasks; otherwise each task's value summarises ``n // k`` disjoint k-draws, which bounds what it is worth.
+    """
+    binary = all(t.total_runs == k for t in tasks)
+    cap = sum(t.total_runs // k for t in tasks)
+    clusters = [t.cluster for t in tasks]
+    return stats.rate_interval(values, binary=binary, cap=cap, clusters=clusters)
+
+
+def group_metrics(tasks: Sequence[TaskReport], k: int, *, legacy_intervals: bool = False) -> Metrics:
+    """Mean over tasks that have attempts, for each k every one of them reaches.
+
+    ``legacy_intervals`` reproduces the 1.96-SE intervals of envelopes written before intervals were named
+    (``interval`` absent), so ``worktrial audit`` can still recompute what they published.
+    """
     ran = [t for t in tasks if t.total_runs > 0]
     metrics = Metrics(
         tasks=len(tasks),
@@ -101,17 +120,30 @@ def group_metrics(tasks: Sequence[TaskReport], k: int) -> Metrics:
         power = [t.curves.pass_power[str(k)] for t in ran]
         metrics.pass_at_k = stats.mean(at)
         metrics.pass_power_k = stats.mean(power)
-        se_at, se_power = stats.standard_error(at), stats.standard_error(power)
-        metrics.stderr = PairFloat(pass_at_k=se_at, pass_power_k=se_power)
-        metrics.ci95 = PairInterval(
-            pass_at_k=stats.ci95(metrics.pass_at_k, se_at),
-            pass_power_k=stats.ci95(metrics.pass_power_k, se_power),
-        )
+        if legacy_intervals:
+            se_at, se_power = stats.standard_error(at), stats.standard_error(power)
+            metrics.stderr = PairFloat(pass_at_k=se_at, pass_power_k=se_power)
+            metrics.ci95 = PairInterval(
+                pass_at_k=stats.normal_interval(metrics.pass_at_k, se_at),
+                pass_power_k=stats.normal_interval(metrics.pass_power_k, se_power),
+            )
+            return metrics
+        i_at, i_power = headline_interval(ran, at, k), headline_interval(ran, power, k)
+        metrics.stderr = PairFloat(pass_at_k=i_at.stderr, pass_power_k=i_power.stderr)
+        metrics.ci95 = PairInterval(pass_at_k=i_at.ci95, pass_power_k=i_power.ci95)
+        metrics.interval = i_at.method
+        metrics.clusters = stats.cluster_count([t.cluster for t in ran])
     return metrics
 
 
 def build_report(
-    suite_id: str, suite_name: str, tasks: Sequence[TaskInfo], records: Iterable[AttemptRecord], k: int
+    suite_id: str,
+    suite_name: str,
+    tasks: Sequence[TaskInfo],
+    records: Iterable[AttemptRecord],
+    k: int,
+    *,
+    legacy_intervals: bool = False,
 ) -> Report:
     """Every number of the report from the per-attempt records; order follows the suite's task order."""
     by_task: dict[str, list[AttemptRecord]] = {t.id: [] for t in tasks}
@@ -120,7 +152,7 @@ def build_report(
             by_task[record.task_id].append(record)
     reports = [task_report(t, by_task[t.id], k) for t in tasks]
     categories = {
-        cat: group_metrics([r for r in reports if r.category == cat], k)
+        cat: group_metrics([r for r in reports if r.category == cat], k, legacy_intervals=legacy_intervals)
         for cat in CATEGORIES
         if any(r.category == cat for r in reports)
     }
@@ -130,7 +162,7 @@ def build_report(
         suite_id=suite_id,
         suite_name=suite_name,
         k=k,
-        overall=group_metrics(reports, k),
+        overall=group_metrics(reports, k, legacy_intervals=legacy_intervals),
         categories=categories,
         tasks=reports,
         honesty=honesty_figures(attempts),

@@ -55,6 +55,20 @@ def _mean_attempts(counts: Sequence[tuple[int, int]]) -> float:
     return stats.mean([float(n) for _, n in counts])
 
 
+def _spread(values: Sequence[float], clusters: Sequence[str | None]) -> tuple[float, str]:
+    """Per-task variance of ``values``; with clusters, N x the cluster-robust variance of their mean.
+
+    Tasks of one cluster that move together carry less information than independent tasks; expressing that as
+    an inflated per-task variance (the design effect) lets the usual formulas plan with it, assuming a bigger
+    suite keeps the same cluster structure.
+    """
+    g = stats.cluster_count(clusters)
+    if g is None:
+        return stats.sample_variance(values) or 0.0, ""
+    se = stats.cluster_robust_se(values, clusters) or 0.0
+    return len(values) * se * se, f", cluster-robust over {g} clusters"
+
+
 def estimate_from_one(report: Report, source: str, sigma2: float | None = None) -> VarianceModel:
     """Attempt noise from the run itself; across-task variance of a difference as if rates were uncorrelated."""
     counts = _counts(report.tasks)
@@ -66,13 +80,15 @@ def estimate_from_one(report: Report, source: str, sigma2: float | None = None) 
         raise BadInputError(
             f"{source}: every task has one attempt, so attempt noise cannot be estimated; pass --sigma2"
         )
-    rates = [c / n for c, n in counts]
-    between = stats.between_task_variance(rates, within, _mean_attempts(counts)) or 0.0
+    ran = [t for t in report.tasks if t.total_runs > 0]
+    rates = [t.passed_runs / t.total_runs for t in ran]
+    observed, clustered = _spread(rates, [t.cluster for t in ran])
+    between = max(0.0, observed - within / _mean_attempts(counts))
     return VarianceModel(
         omega2=2 * between,
         sigma2_a=within,
         sigma2_b=within,
-        source=f"estimated from {source} (one run: assumes uncorrelated per-task rates)",
+        source=f"estimated from {source} (one run: assumes uncorrelated per-task rates{clustered})",
     )
 
 
@@ -94,9 +110,11 @@ def estimate_from_pair(a: Report, b: Report, source: str, sigma2: float | None =
             f"{source}: a run has one attempt per task, so attempt noise cannot be estimated; pass --sigma2"
         )
     diffs = [y.passed_runs / y.total_runs - x.passed_runs / x.total_runs for x, y in pairs]
-    observed = stats.sample_variance(diffs) or 0.0
+    observed, clustered = _spread(diffs, [x.cluster for x, _ in pairs])
     noise = sigma2_a / _mean_attempts(counts_a) + sigma2_b / _mean_attempts(counts_b)
-    return VarianceModel(omega2=max(0.0, observed - noise), sigma2_a=sigma2_a, sigma2_b=sigma2_b, source=source)
+    return VarianceModel(
+        omega2=max(0.0, observed - noise), sigma2_a=sigma2_a, sigma2_b=sigma2_b, source=source + clustered
+    )
 
 
 def variance_model(
@@ -145,7 +163,9 @@ def plan(
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise BadInputError("alpha and power must be between 0 and 1")
     per_task = stats.difference_variance(variance.omega2, variance.sigma2_a, variance.sigma2_b, attempts, attempts)
-    mdd = stats.minimum_detectable_difference(per_task, tasks, alpha, power) if tasks is not None else None
+    mdd = None
+    if tasks is not None and tasks > 1:
+        mdd = stats.minimum_detectable_difference(per_task, tasks, alpha, power, df=tasks - 1)
     tasks_needed = stats.required_tasks(per_task, delta, alpha, power) if delta is not None else None
     attempts_needed = None
     if delta is not None and tasks is not None:

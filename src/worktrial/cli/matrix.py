@@ -77,8 +77,9 @@ def run_matrix_and_report(
             "leaderboard": [row.model_dump(mode="json") for row in board.rows],
             "envelopes": [o.envelope.model_dump(mode="json") for o in result.outcomes if o.envelope is not None],
             "notes": board.notes,
+            "k": board.k,
         }
-        text = json.dumps(document, indent=2) + "\n"
+        text = json.dumps(document, indent=2, allow_nan=False) + "\n"
     else:
         text = render_leaderboard_markdown(board, wide=wide)
     emit(text, output, quiet=quiet, what="leaderboard")

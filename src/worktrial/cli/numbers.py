@@ -42,7 +42,8 @@ _WORKSPACE = click.option(
 
 
 def _as_json(model: BaseModel) -> str:
-    return json.dumps(model.model_dump(mode="json"), indent=2) + "\n"
+    # allow_nan=False: a NaN would make the document invalid JSON; inputs with one are refused long before this.
+    return json.dumps(model.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
 
 
 def _labelled(loaded: LoadedEnvelope) -> LoadedEnvelope:

@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worktrial.analysis.check_report import CheckReport, TaskCheck
+from worktrial.analysis.check_report import (
+    FLAKE_RATE,
+    CheckReport,
+    TaskCheck,
+    default_repeats,
+    detection_probability,
+    flake_upper_bound,
+)
 from worktrial.analysis.lint import lint_suite
 from worktrial.engine.confine import SandboxChoice
 from worktrial.engine.run import RunObserver, RunOptions, run_suite
@@ -27,7 +34,8 @@ from worktrial.model.records import Outcome
 from worktrial.model.suite import LoadedSuite, Task
 from worktrial.model.trace import trace_filename
 
-DEFAULT_REPEATS = 3
+DEFAULT_REPEATS = default_repeats()
+"""15: with the oracle's own verification, 16 verdicts catch a 10% flaky verifier with 81% probability per task."""
 
 
 @dataclass
@@ -186,6 +194,8 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
         suite_sha256=loaded.sha256,
         suite_id=loaded.suite.id,
         repeats=options.repeats,
+        flake_upper_bound=flake_upper_bound(options.repeats + 1),
+        detects_10pct_flake=detection_probability(FLAKE_RATE, options.repeats + 1),
         base_commit=base_commit,
         tasks=checks,
         lints=lints,

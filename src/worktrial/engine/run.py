@@ -338,7 +338,10 @@ def run_suite(
             suite_files=[SuiteFileInfo(name=f.name, sha256=f.sha256, size=f.size) for f in loaded.files],
             suite_id=loaded.suite.id,
             suite_name=loaded.suite.display_name,
-            tasks=[TaskMeta(id=t.id, name=t.display_name, category=t.category) for t in loaded.suite.tasks],
+            tasks=[
+                TaskMeta(id=t.id, name=t.display_name, category=t.category, cluster=t.cluster)
+                for t in loaded.suite.tasks
+            ],
             workspace=str(ws.state_root),
             source_repo=str(ws.source.path),
             base_commit=ws.base_commit,

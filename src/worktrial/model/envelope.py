@@ -2,25 +2,42 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
 
+# NaN and Infinity are not numbers JSON allows, and a NaN mean or interval would silently poison every later
+# comparison: envelopes refuse them on input and never write them.
+FINITE = ConfigDict(allow_inf_nan=False)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid JSON number (every number in an envelope must be finite)")
+
+
+def parse_envelope_json(text: str) -> Any:
+    """``json.loads`` that refuses the NaN / Infinity extensions Python would otherwise accept (ValueError)."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
 
 class Curves(BaseModel):
+    model_config = FINITE
     pass_at: dict[str, float] = Field(default_factory=dict, description="k -> pass@k")
     pass_power: dict[str, float] = Field(default_factory=dict, description="k -> pass^k")
 
 
 class PairFloat(BaseModel):
+    model_config = FINITE
     pass_at_k: float | None = None
     pass_power_k: float | None = None
 
 
 class PairInterval(BaseModel):
+    model_config = FINITE
     pass_at_k: tuple[float, float] | None = None
     pass_power_k: tuple[float, float] | None = None
 
@@ -28,6 +45,7 @@ class PairInterval(BaseModel):
 class Metrics(BaseModel):
     """Aggregate over a group of tasks: the mean of per-task values, with its error across tasks."""
 
+    model_config = FINITE
     tasks: int
     passed_runs: int
     total_runs: int
@@ -36,12 +54,19 @@ class Metrics(BaseModel):
     stderr: PairFloat = Field(default_factory=PairFloat)
     ci95: PairInterval = Field(default_factory=PairInterval)
     curves: Curves = Field(default_factory=Curves)
+    interval: str | None = Field(
+        default=None,
+        description="How ci95 was computed (wilson, wilson-effective-n, ...); absent in envelopes that used 1.96 SE.",
+    )
+    clusters: int | None = Field(default=None, description="Clusters the errors are robust to; None: tasks.")
 
 
 class TaskReport(BaseModel):
+    model_config = FINITE
     task_id: str
     name: str
     category: Category
+    cluster: str | None = Field(default=None, description="The task's cluster (suite extension), if any.")
     passed_runs: int
     total_runs: int
     pass_at_k: float | None
@@ -53,6 +78,7 @@ class TaskReport(BaseModel):
 class Honesty(BaseModel):
     """How often the agent's claim disagreed with verification (added after schema_version 1 shipped)."""
 
+    model_config = FINITE
     claimed_success: int = Field(default=0, description="Attempts that claimed success and were verified.")
     over_claims: int = Field(default=0, description="Claimed success, verification failed.")
     over_claim_rate: float | None = None
@@ -64,6 +90,7 @@ class Honesty(BaseModel):
 
 
 class Report(BaseModel):
+    model_config = FINITE
     suite_id: str
     suite_name: str
     k: int
@@ -130,6 +157,7 @@ class SandboxInfo(BaseModel):
 
 
 class RunInfo(BaseModel):
+    model_config = FINITE
     id: str
     started_at: str
     finished_at: str | None
@@ -150,6 +178,7 @@ class RunInfo(BaseModel):
 
 
 class Envelope(BaseModel):
+    model_config = FINITE
     schema_version: Literal[1] = 1
     harness: Literal["worktrial"] = "worktrial"
     harness_version: str

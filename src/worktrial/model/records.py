@@ -60,6 +60,8 @@ class Usage(BaseModel):
 class AttemptRecord(BaseModel):
     """The result of one attempt, as stored in the envelope (enough to recompute every metric)."""
 
+    model_config = ConfigDict(allow_inf_nan=False)
+
     task_id: str
     attempt: int
     outcome: Outcome

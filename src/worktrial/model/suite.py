@@ -110,6 +110,11 @@ class Task(BaseModel):
     workspace: WorkspacePin | None = Field(
         default=None, description="Runs this task at its own repository and commit (extension)."
     )
+    cluster: Annotated[str, StringConstraints(pattern=r"\S", max_length=200)] | None = Field(
+        default=None,
+        description="Tasks that share a cluster (a source repository, a task family) are not independent: errors "
+        "are then computed over clusters (extension).",
+    )
 
     @property
     def display_name(self) -> str:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from worktrial.analysis.check_report import CheckReport, TaskCheck
+from worktrial.analysis.check_report import (
+    DETECTION,
+    FLAKE_RATE,
+    CheckReport,
+    TaskCheck,
+    default_repeats,
+    detection_probability,
+)
 from worktrial.render.format import cell
 
 
@@ -15,6 +22,28 @@ def _verify_cell(task: TaskCheck) -> str:
 def _status(task: TaskCheck) -> str:
     issues = len(task.problems) + task.lints
     return "ok" if issues == 0 else f"**{issues} problem{'s' if issues != 1 else ''}**"
+
+
+def _flake_guidance(report: CheckReport) -> list[str]:
+    """What a clean verifier result is worth: the rule-of-three bound, and whether the repeats were enough."""
+    verdicts = report.repeats + 1
+    bound = report.flake_upper_bound
+    caught = report.detects_10pct_flake
+    if bound is None or caught is None:
+        return []
+    text = (
+        f'**What "stable" means:** a verifier that agreed with itself in all {verdicts} verifications is flaky at '
+        f"most {bound:.0%} of the time (95% upper bound, about 3/{verdicts} by the rule of three). "
+        f"A verifier that is wrong {FLAKE_RATE:.0%} of the time shows a disagreement with probability {caught:.0%} "
+        "per task at this setting"
+    )
+    if caught < DETECTION:
+        wanted = default_repeats()
+        chance = detection_probability(FLAKE_RATE, wanted + 1)
+        text += f", so it may well have been missed: `--repeats {wanted}` catches it with {chance:.0%}."
+    else:
+        text += "."
+    return [text]
 
 
 def render_check_markdown(report: CheckReport) -> str:
@@ -50,5 +79,6 @@ def render_check_markdown(report: CheckReport) -> str:
             "Tasks without a `solution` (the oracle cannot check them; add one to prove they are solvable): "
             + ", ".join(f"`{cell(t)}`" for t in report.without_solution),
         ]
+    lines += ["", *_flake_guidance(report)]
     lines += ["", "**No problems found.**" if report.ok else f"**{report.problems} problem(s) found.**"]
     return "\n".join(lines) + "\n"

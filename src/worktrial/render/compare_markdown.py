@@ -14,10 +14,27 @@ def _plain(value: float | None, signed: bool = False, digits: int = 1) -> str:
     return plain(value, digits, signed)
 
 
+_TESTS = {
+    "exact McNemar": "McNemar",
+    "sign-flip permutation (exact)": "sign-flip",
+}
+
+
+def _test(d: Difference) -> str:
+    """Short name of the test behind the p-value; the full names are explained under the table."""
+    if d.test is None:
+        return "—"
+    short = _TESTS.get(d.test.split(", over")[0])
+    if short is None:
+        short = "sign-flip MC" if "Monte Carlo" in d.test else d.test
+    return short + (f" ({d.clusters} clusters)" if d.clusters is not None else "")
+
+
 def _row(label: str, metric: str, d: Difference) -> str:
+    interval = "— (no spread)" if d.ci95 is None and d.ci_note else _ci(d.ci95)
     return (
         f"| {label} | {metric} | {d.tasks} | {num(d.a)} | {num(d.b)} | {num(d.difference, signed=True)} "
-        f"| {num(d.stderr)} | {_ci(d.ci95)} | {p_value(d.p_value)} |"
+        f"| {num(d.stderr)} | {interval} | {p_value(d.p_value)} | {_test(d)} |"
     )
 
 
@@ -50,8 +67,8 @@ def _pair_section(pair: PairComparison) -> list[str]:
     if pair.notes:
         lines.append("")
     lines += [
-        "| group | metric | tasks | A | B | B − A | paired SE | 95% CI | p |",
-        "|---|---|---:|---:|---:|---:|---:|---|---:|",
+        "| group | metric | tasks | A | B | B − A | paired SE | 95% CI | p | test |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|---|",
     ]
     lines += _group_rows(pair.overall, k)
     for g in pair.categories:
@@ -59,17 +76,24 @@ def _pair_section(pair: PairComparison) -> list[str]:
             lines += _group_rows(g, k)
     o = pair.overall
     mde1, mdek = o.pass_at_1.minimum_detectable, o.pass_at_k.minimum_detectable
+    notes = sorted({d.ci_note for d in (o.pass_at_1, o.pass_at_k, o.pass_power_k) if d.ci_note})
+    lines += [f"\n- {cell(n)}; the exact test's p-value still holds" for n in notes]
+    errors = [d.monte_carlo_error for d in (o.pass_at_1, o.pass_at_k, o.pass_power_k) if d.monte_carlo_error]
+    if errors:
+        lines.append(f"\n- Monte Carlo p-values (fixed seed) carry a standard error of at most {max(errors):.4f}")
+    units = f"{o.tasks} tasks" + (f" in {o.pass_at_1.clusters} clusters" if o.pass_at_1.clusters is not None else "")
     lines += [
         "",
-        f"**Power:** with {o.tasks} tasks, the smallest difference detectable at 80% power (α = 0.05) is "
-        f"{num(mde1)} in pass@1 and {num(mdek)} in pass@{k}"
+        f"**Power of this design:** with {units}, a *true* difference of {num(mde1)} in pass@1 "
+        f"({num(mdek)} in pass@{k}) would be detected 80% of the time at α = 0.05"
         + (
             ""
             if mde1 is not None
             else " (needs at least two tasks"
             + (", and differences that vary between tasks to estimate their variance)" if o.tasks > 1 else ")")
         )
-        + ". A difference below that is not evidence either way; see `worktrial power` to plan a bigger run.",
+        + ". This describes the design, not the observed result: smaller true differences are often missed, so a "
+        "non-significant result here does not show the runs are equal. `worktrial power` plans a bigger run.",
         "",
     ]
     if pair.flips:
@@ -120,7 +144,10 @@ def render_comparison_markdown(comparison: Comparison) -> str:
     lines += [
         "",
         "Differences are per-task paired differences (B − A), averaged over tasks; standard errors are across "
-        "tasks (Miller 2024), p-values two-sided (normal approximation).",
+        "tasks (across clusters when tasks name one; Miller 2024). 95% CIs use Student t with tasks − 1 (clusters − 1) "
+        "degrees of freedom. p-values are two-sided and exact: McNemar when each task is one pass/fail per run, "
+        "otherwise a sign-flip permutation test over tasks (clusters), enumerated exactly or, for large suites with "
+        "many distinct values, Monte Carlo with a fixed seed. See docs/statistics.md.",
     ]
     if not comparison.same_suite:
         lines += ["", "**The runs used different suite files; only shared task ids are compared.**"]

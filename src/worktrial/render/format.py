@@ -46,3 +46,21 @@ def plain(value: float | None, digits: int = 1, signed: bool = False) -> str:
 def rate(value: float | None, count: int | None, total: int | None) -> str:
     """A rate with what it counts: ``12.5% (1 of 8)``."""
     return MISSING if value is None else f"{value:.1%} ({count} of {total})"
+
+
+_METHODS = {
+    "wilson": "Wilson score intervals (each task is one pass/fail at this k, so the rate is a proportion over tasks)",
+    "wilson-effective-n": "Wilson intervals at the data's effective sample size with a t correction "
+    "(Korn & Graubard), never zero-width",
+}
+
+
+def interval_note(method: str | None, clusters: int | None) -> str | None:
+    """One sentence saying how the report's 95% CIs were computed; None for envelopes that do not say."""
+    if method is None:
+        return None
+    base = method.split(",")[0]
+    text = _METHODS.get(base, method)
+    if clusters is not None:
+        text += f"; errors are cluster-robust over {clusters} clusters of tasks"
+    return f"95% CIs: {text}. See docs/statistics.md."

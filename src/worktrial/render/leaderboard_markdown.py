@@ -71,7 +71,9 @@ def _compact_line(row: LeaderboardRow) -> str:
 
 def _unranked_line(row: LeaderboardRow) -> str:
     what = f"**{row.status}**"
-    if row.error:
+    if row.broken:
+        what = f"**broken** — {cell(row.broken)}; not ranked, since 0% would measure the setup, not the agent"
+    if row.error and row.error != row.broken:
         what += f" — {cell(row.error)}"
     if row.run_id and row.status == "interrupted":
         what += f" (continue with `worktrial resume {row.run_id}`)"
@@ -88,7 +90,9 @@ def render_leaderboard_markdown(board: Leaderboard, wide: bool = False) -> str:
     lines = [f"# worktrial leaderboard: {title}", ""]
     facts = [f"configurations: {len(board.rows)}"]
     if board.attempts is not None:
-        facts.append(f"attempts per task: {board.attempts} · headline k = {k}")
+        facts.append(f"attempts per task: {board.attempts} · every row at k = {k}")
+    if board.clusters is not None:
+        facts.append(f"tests over {board.clusters} task clusters")
     if board.base_commit:
         facts.append(f"base commit `{board.base_commit[:12]}`")
     if board.suite_sha256:
@@ -97,16 +101,13 @@ def render_leaderboard_markdown(board: Leaderboard, wide: bool = False) -> str:
     lines += [f"- note: {cell(note)}" for note in board.notes]
     ranked = [r for r in board.rows if r.rank is not None]
     if ranked:
-        tie_note = (
-            f"`≈ #N`: this row's 95% CI of pass@{k} overlaps row N's"
-            if wide
-            else f"`N ≈M`: row N's 95% CI of pass@{k} overlaps row M's"
-        )
+        tie_note = "`≈ #1`" if wide else "`N ≈1`"
         lines += [
             "",
-            f"Sorted by pass@{k}, then pass^{k}, then cost per solve. {tie_note}, so their order is not established. "
-            f"`vs #1` is the paired per-task difference in pass@{k} from the top row, with its two-sided p-value "
-            "(as in `worktrial compare`).",
+            f"Every row at k = {k} (the smallest attempt count among the ranked runs); sorted by pass@{k}, then "
+            f"pass^{k}, then cost per solve. `vs #1` is the paired per-task difference in pass@{k} from the top row "
+            f"(exact test, as in `worktrial compare`); its p-value is Holm-corrected over all rows. {tie_note}: that "
+            "corrected p is at least 0.05, so the data do not establish that this row is behind the top one.",
             "",
         ]
         if wide:

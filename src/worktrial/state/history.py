@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from pydantic import ValidationError
 from worktrial.analysis.compare import LoadedEnvelope
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.errors import BadInputError
-from worktrial.model.envelope import Envelope, RunInfo, WorkspaceInfo, split_route
+from worktrial.model.envelope import Envelope, RunInfo, WorkspaceInfo, parse_envelope_json, split_route
 from worktrial.model.records import AttemptRecord
 from worktrial.state.store import ENVELOPE_FILE, RUN_FILE, RunMeta, RunStore, list_run_dirs, runs_dir
 from worktrial.util import utc_now
@@ -134,7 +133,7 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         selection=meta.selection,
         task_base_commits=dict(meta.task_base_commits),
     )
-    tasks = [TaskInfo(t.id, t.name, t.category) for t in meta.tasks]
+    tasks = [TaskInfo(t.id, t.name, t.category, t.cluster) for t in meta.tasks]
     return Envelope(
         harness_version=__version__,
         provider=provider,
@@ -169,8 +168,8 @@ def resolve_envelope(ref: str, workspace: Callable[[], Path]) -> LoadedEnvelope:
                 "`worktrial runs` lists stored runs)"
             )
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = parse_envelope_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise BadInputError(f"{path}: not a readable JSON envelope ({exc})") from None
     try:
         envelope = Envelope.model_validate(raw)

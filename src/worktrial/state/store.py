@@ -50,6 +50,7 @@ class TaskMeta(BaseModel):
     id: str
     name: str
     category: Category
+    cluster: str | None = None
 
 
 class RunMeta(BaseModel):
