@@ -376,3 +376,15 @@ def test_compare_never_prints_a_zero_width_interval_for_identical_differences() 
     text = render_comparison_markdown(comparison)
     assert "| +0.333 | 0.000 | — (no spread) | 0.250 | sign-flip |" in text
     assert "[+0.333, +0.333]" not in text
+
+
+def test_the_cluster_field_is_an_optional_non_empty_string() -> None:
+    from tests.conftest import task
+    from worktrial.errors import SuiteError
+    from worktrial.model.suite import parse_suite
+
+    suite = parse_suite({"id": "s", "tasks": [task("a", cluster="repo-x"), task("b")]})
+    assert [t.cluster for t in suite.tasks] == ["repo-x", None]
+    for bad in ("", "   ", 3, "x" * 201):
+        with pytest.raises(SuiteError, match="cluster"):
+            parse_suite({"id": "s", "tasks": [task("a", cluster=bad)]})
