@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean fmt browser sandbox
+.PHONY: demo test lint typecheck unit bench clean fmt browser agents sandbox
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "worktrial needs Python 3.11 or newer")'
@@ -30,6 +30,12 @@ fmt: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The real agent CLIs the presets are tested against, pinned in tests/real_agents/versions.toml and cached outside
+# the checkout (a no-op when already installed). `pytest -m agents` runs just their end-to-end tests.
+agents: $(STAMP)
+	@command -v npm >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq nodejs npm)
+	$(BIN)/python -m tests.real_agents.install
+
 # The view tests drive Debian's chromium (never a downloaded browser build); installed once, skipped when present.
 browser:
 	@command -v chromium >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq \
@@ -42,7 +48,7 @@ sandbox:
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null) \
 		|| echo "warning: bubblewrap could not be installed; attempts will run unsandboxed"
 
-unit: $(STAMP) browser sandbox
+unit: $(STAMP) browser agents sandbox
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

@@ -141,7 +141,8 @@ def test_cost_per_solve_breaks_a_full_tie_and_unknown_cost_sorts_last() -> None:
     assert "| 2 | ≈ #1 |" in text and "| 3 | ≈ #1 |" in text
     third = next(line for line in text.splitlines() if line.startswith("| 3 |"))
     cells = [cell.strip() for cell in third.split("|")[1:-1]]
-    assert cells[11:14] == ["unknown", "unknown", "unknown"]  # cost/solve, tokens and turns: unpriced, never free
+    # cost/solve is unknown (unpriced, never free); tokens and turns do not depend on price and stay shown
+    assert cells[11:14] == ["unknown", "120", "3.0"]
 
 
 def test_interrupted_and_mismatched_runs_are_flagged_not_ranked() -> None:

@@ -156,6 +156,13 @@ def test_unknown_cost_is_never_free() -> None:
     figures = efficiency_figures(mixed)
     assert figures["cost_usd"] == pytest.approx(0.06) and figures["unpriced_runs"] == 1
     assert figures["cost_per_solve"] is None and figures["mean_cost_per_attempt"] is None
-    assert figures["mean_tokens_per_attempt"] is None and figures["mean_turns_per_attempt"] is None
+    # Token and turn figures do not depend on price: the unpriced attempt still has both.
+    assert figures["mean_tokens_per_attempt"] == 150 and figures["mean_turns_per_attempt"] == 3
+    unknown_turns = efficiency_figures([*priced, record("a", 3, "pass", 0.01, tokens=tokens, turns=None)])
+    assert unknown_turns["mean_turns_per_attempt"] is None and unknown_turns["mean_tokens_per_attempt"] == 150
+    unknown_tokens = efficiency_figures([*priced, record("a", 3, "pass", 0.01, tokens=Tokens(), turns=2)])
+    assert unknown_tokens["mean_tokens_per_attempt"] is None and unknown_tokens[
+        "mean_turns_per_attempt"
+    ] == pytest.approx(10 / 3)
     no_solve = efficiency_figures([record("a", 1, "fail", 0.5)])
     assert no_solve["cost_per_solve"] is None and no_solve["mean_cost_per_attempt"] == 0.5

@@ -37,7 +37,7 @@ def test_stream_cut_off_by_the_timeout(
     notes = trace(repo, attempt)["notes"]
     assert any("cut off mid-event" in note for note in notes), notes
     if preset == "opencode":  # the steps finished before the cut still count
-        assert attempt["tokens"]["input"] == 1000 and attempt["cost_usd"] == pytest.approx(0.0123)
+        assert attempt["tokens"]["input"] == 1000 + 4000 + 300 and attempt["cost_usd"] == pytest.approx(0.0123)
 
 
 def test_missing_binary_is_one_clear_error_naming_the_install(
@@ -113,7 +113,7 @@ def test_custom_agent_with_prompt_placeholder_and_a_builtin_parser(
     envelope = run_eval(cli, repo, suite, "thing", "--model", "acme/m 1")
     attempt = attempts_by_task(envelope)["t"]
     assert attempt["outcome"] == "pass"
-    assert attempt["tokens"]["input"] == 24763 and attempt["turns"] == 1
+    assert attempt["tokens"]["input"] == 24763 and attempt["turns"] is None  # no Codex session file: calls unknown
     (run,) = invocations(fake_env.log_dir, "thing")
     assert run["argv"] == ["--model", "acme/m 1", "run", "--json", prompt]  # quoted: one argument each
     assert run["env"] == {"THING_MODE": "ci"}

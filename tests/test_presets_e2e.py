@@ -20,6 +20,7 @@ from click.testing import Result
 from tests.conftest import task
 from tests.fakes import install_fake, invocations, share_with_sandbox
 from tests.fakes.streams import CONFIG_ENV, EXPECTED, SCENARIOS
+from worktrial.agents.pricing import price_table
 
 PRESETS = sorted(SCENARIOS)
 
@@ -178,7 +179,8 @@ def test_codex_is_priced_from_the_table_when_the_model_is_known(
     # openai/gpt-5.1 in data/prices.json: 1.25 input, 0.125 cached input, 10.0 output (USD per million)
     expected = (fresh * 1.25 + tokens["cached_input"] * 0.125 + tokens["output"] * 10.0) / 1_000_000
     assert attempt["cost_usd"] == pytest.approx(expected)
-    assert envelope["agent"]["price"] == {"route": "openai/gpt-5.1", "source": "table", "taken_on": "2025-11-24"}
+    taken_on = price_table().taken_on
+    assert envelope["agent"]["price"] == {"route": "openai/gpt-5.1", "source": "table", "taken_on": taken_on}
     assert envelope["report"]["unpriced_runs"] == 0
 
     (repo / "worktrial.toml").write_text('[pricing."openai/*"]\ninput = 0.0\noutput = 0.0\n')

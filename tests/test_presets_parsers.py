@@ -38,7 +38,7 @@ def test_events_split_across_arbitrary_chunks_parse_the_same(tmp_path: Path) -> 
         parser.feed(data[i : i + 7])
     verdict = parser.finish(exit_ok(tmp_path))
     assert verdict.claimed is True
-    assert verdict.usage.tokens.input == 1200 and verdict.usage.cost_usd == pytest.approx(0.1046)
+    assert verdict.usage.tokens.input == 1200 + 13368 + 7924 and verdict.usage.cost_usd == pytest.approx(0.1046)
     assert verdict.usage.tool_counts == {"Write": 1, "Bash": 2}
     assert verdict.usage.notes == []
 
@@ -146,7 +146,7 @@ def test_gemini_document_with_error_is_a_claimed_failure(tmp_path: Path) -> None
     parser.feed(json.dumps({**GEMINI_NORMAL_DOC, "error": {"type": "ApiError", "message": "quota"}}).encode())
     verdict = parser.finish(exit_ok(tmp_path, 1))
     assert verdict.claimed is False and verdict.reason == "gemini-cli reported ApiError"
-    assert verdict.usage.tokens.output == 30  # stats still count
+    assert verdict.usage.tokens.output == 30 + 154  # stats still count (candidates + thoughts)
 
 
 @pytest.mark.parametrize(("code", "meaning"), [(42, "input error"), (53, "turn limit exceeded")])

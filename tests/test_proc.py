@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import uuid
@@ -83,6 +84,18 @@ def test_git_location_variables_do_not_leak(tmp_path: Path, monkeypatch) -> None
     monkeypatch.setenv("GIT_DIR", "/somewhere/else")
     result = proc.run(["/bin/sh", "-c", 'printf %s "${GIT_DIR-unset}"'], cwd=tmp_path, timeout=10)
     assert result.stdout_tail == b"unset"
+
+
+def test_pwd_is_the_working_directory(tmp_path: Path, monkeypatch) -> None:
+    """A tool that reads $PWD (OpenCode does) must see the attempt's directory, not the harness's."""
+    monkeypatch.setenv("PWD", "/somewhere/else")
+    work = tmp_path / "work"
+    work.mkdir()
+    script = "import os, sys; sys.stdout.write(os.environ.get('PWD', 'unset') + '|' + os.getcwd())"
+    result = proc.run([sys.executable, "-c", script], cwd=work, env={"PWD": "/stale"}, timeout=30)
+    pwd, cwd = result.stdout_tail.decode().split("|")
+    assert pwd == str(work)
+    assert os.path.samefile(pwd, cwd)
 
 
 def test_whitespace_argv_keeps_braces_quotes_and_hash(tmp_path: Path) -> None:

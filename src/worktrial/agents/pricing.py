@@ -78,3 +78,29 @@ def cost_usd(tokens: Tokens, price: Price | None) -> float | None:
     write_price = price.input if price.cache_write is None else price.cache_write
     total = fresh * price.input + cached * cached_price + created * write_price + tokens.output * price.output
     return round(total / PER_MILLION, 8)
+
+
+@dataclass(frozen=True)
+class PriceRow:
+    """One priced route for ``worktrial prices``: the price in force and where it comes from."""
+
+    route: str
+    input: float
+    output: float
+    cached_input: float | None
+    cache_write: float | None
+    source: Literal["table", "config"]
+    taken_on: str | None
+
+
+def price_rows(config: Config | None = None) -> list[PriceRow]:
+    """Every route with a price: the shipped table, with config's ``[pricing]`` entries replacing or adding rows."""
+    table = price_table()
+    rows: dict[str, PriceRow] = {}
+    for route, price in table.models.items():
+        rows[route] = PriceRow(
+            route, price.input, price.output, price.cached_input, price.cache_write, "table", table.taken_on
+        )
+    for route, price in (config.pricing if config is not None else {}).items():
+        rows[route] = PriceRow(route, price.input, price.output, price.cached_input, price.cache_write, "config", None)
+    return sorted(rows.values(), key=lambda row: row.route)

@@ -171,7 +171,11 @@ def build_report(
 
 
 def efficiency_figures(attempts: Sequence[AttemptRecord]) -> dict[str, float | int | None]:
-    """Cost and efficiency; unknown cost is never treated as free, so any unpriced attempt nulls the means."""
+    """Cost and efficiency; unknown cost is never treated as free, so any unpriced attempt nulls the cost means.
+
+    Token and turn means depend only on tokens and turns: they are null when some attempt's own figure is unknown,
+    never because an attempt is unpriced (a CLI that reports tokens but no cost still shows its token figures).
+    """
     known = [a.cost_usd for a in attempts if a.cost_usd is not None]
     unpriced = len(attempts) - len(known)
     solves = sum(1 for a in attempts if a.outcome == "pass")
@@ -186,12 +190,12 @@ def efficiency_figures(attempts: Sequence[AttemptRecord]) -> dict[str, float | i
         "mean_cost_per_attempt": total / len(attempts) if all_priced and total is not None else None,
         "mean_tokens_per_attempt": (
             stats.mean([float(t) for t in tokens if t is not None])
-            if all_priced and all(t is not None for t in tokens)
+            if tokens and all(t is not None for t in tokens)
             else None
         ),
         "mean_turns_per_attempt": (
             stats.mean([float(t) for t in turns if t is not None])
-            if all_priced and all(t is not None for t in turns)
+            if turns and all(t is not None for t in turns)
             else None
         ),
     }

@@ -386,6 +386,46 @@ def agents_cmd(workspace: Path | None, fmt: str) -> None:
         click.echo(markdown_table(headers, cells), nl=False)
 
 
+@main.command("prices")
+@click.option(
+    "--workspace",
+    type=click.Path(path_type=Path),
+    help="Read [pricing] overrides from this repository's worktrial.toml (default: the current one).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "markdown", "json"]),
+    default="table",
+    show_default=True,
+    help="table: a terminal table (markdown when piped); markdown; json.",
+)
+def prices_cmd(workspace: Path | None, fmt: str) -> None:
+    """List the models worktrial can price (USD per million tokens), from the shipped table or your config."""
+    from worktrial.agents.pricing import price_rows, price_table
+    from worktrial.state.config import load_config
+
+    rows = price_rows(load_config(state_root(workspace)))
+    taken_on = price_table().taken_on
+    if fmt == "json":
+        click.echo(json.dumps({"taken_on": taken_on, "models": [row.__dict__ for row in rows]}, indent=2))
+        return
+    headers = ["route", "input", "cached input", "cache write", "output", "from"]
+    cells = []
+    for row in rows:
+        prices = [
+            "—" if value is None else f"{value:g}"
+            for value in (row.input, row.cached_input, row.cache_write, row.output)
+        ]
+        source = f"table ({row.taken_on})" if row.source == "table" else "your config"
+        cells.append([row.route, *prices, source])
+    click.echo(f"Shipped prices taken on {taken_on}; any other model is unpriced (cost unknown, never 0).")
+    if fmt == "table" and sys.stdout.isatty():
+        Console(highlight=False).print(rich_table(headers, cells))
+    else:
+        click.echo(markdown_table(headers, cells), nl=False)
+
+
 @main.command("validate")
 @click.argument("suite_path", type=click.Path(path_type=Path))
 def validate_cmd(suite_path: Path) -> None:

@@ -290,6 +290,9 @@ def run(
     token = uuid.uuid4().hex
     child_env = clean_env(env)
     child_env[TOKEN_VAR] = token
+    # Tools such as OpenCode take their project directory from $PWD, not from getcwd(): a stale PWD
+    # inherited from the harness would point them at the user's own checkout instead of the worktree.
+    child_env["PWD"] = os.path.abspath(cwd)
     start = time.monotonic()
     if not Path(cwd).is_dir():
         return ProcResult(args, None, False, 0.0, start_error=f"working directory does not exist: {cwd}")

@@ -108,9 +108,12 @@ class AgentConfig(Table):
     """Presets: extra arguments placed before the prompt."""
     binary: NonEmptyStr | None = None
     """Presets: a different executable name or path."""
+    config_dir: bool | NonEmptyStr = True
+    """Presets: ``true`` a fresh config directory per attempt with the user's settings copied in; ``false`` the
+    user's own config directory; a path: copy the settings from there."""
 
     CUSTOM_ONLY: ClassVar[tuple[str, ...]] = ("command", "parser", "model_flag", "description")
-    PRESET_ONLY: ClassVar[tuple[str, ...]] = ("args", "binary")
+    PRESET_ONLY: ClassVar[tuple[str, ...]] = ("args", "binary", "config_dir")
 
 
 class SandboxConfig(Table):

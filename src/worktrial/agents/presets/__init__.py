@@ -14,6 +14,7 @@ from worktrial.agents.presets import (
     goose,
     mini_swe_agent,
     opencode,
+    qwen_code,
     vtcode,
 )
 from worktrial.agents.presets.base import PresetAgent, PresetSpec
@@ -27,6 +28,7 @@ PRESETS: dict[str, PresetSpec] = {
         codex.SPEC,
         gemini_cli.SPEC,
         opencode.SPEC,
+        qwen_code.SPEC,
         goose.SPEC,
         cursor.SPEC,
         aider.SPEC,

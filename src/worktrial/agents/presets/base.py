@@ -23,6 +23,7 @@ from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
 from worktrial.model.config import AgentConfig
+from worktrial.model.envelope import split_route
 
 VERSION_TIMEOUT_SECS = 15.0
 
@@ -37,10 +38,37 @@ class Invocation:
     worktree: Path
     extra_args: tuple[str, ...] = ()
     """``[agents.<preset>].args``: each preset places them before its prompt argument."""
+    provider: str | None = None
+    """The provider half of a ``provider/model`` route the preset split (``model`` is then the bare name)."""
+    base_url: str | None = None
+    """``--base-url``, for presets that map it to their CLI's own mechanism."""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """Budget flags (``max_turns``...) the preset declared it honours."""
 
 
 ArgvBuilder = Callable[[Invocation], list[str]]
 EnvBuilder = Callable[[Path], dict[str, str]]
+RunEnvBuilder = Callable[[Invocation, Mapping[str, str]], dict[str, str]]
+"""Environment derived from the invocation and the environment the agent would get (base URL, key names)."""
+
+
+@dataclass(frozen=True)
+class ConfigCarry:
+    """The CLI's own config directory: redirected per attempt, with the user's setup copied in.
+
+    Attempts must not share sessions, history or caches, so the CLI's config-dir variable points into the
+    attempt's scratch directory; but the files that say which provider, model and credentials to use are
+    copied there from the user's own directory, so a setup that works for the user works under worktrial.
+    """
+
+    env_var: str
+    """The variable the CLI reads its config directory from (set per attempt)."""
+    subdir: str
+    """Where under the attempt's scratch directory the fresh config directory goes."""
+    default: str
+    """The user's config directory relative to $HOME (``""``: $HOME itself), used when the variable is not set."""
+    files: tuple[str, ...]
+    """The files copied (names in that directory): settings and credentials, never history or sessions."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +95,15 @@ class PresetSpec:
     price_provider: str | None = None
     """For a CLI that reports tokens of one model but no cost: the provider under which a bare ``--model``
     is looked up in the price table (``provider/model`` routes are looked up as given)."""
+    carries: tuple[ConfigCarry, ...] = ()
+    """The CLI's config directories (most have one; OpenCode has a config and a data directory)."""
+    splits_route: bool = False
+    """The CLI takes a bare model name: worktrial splits ``provider/model`` and passes the name."""
+    run_env: RunEnvBuilder | None = None
+    base_url: str | None = None
+    """How the CLI is pointed at ``--base-url`` (for docs and errors); None: the preset refuses it."""
+    budgets: tuple[str, ...] = ()
+    """Budget flags (``max_turns``, ``max_tokens``, ``temperature``) the CLI honours; the rest are refused."""
 
 
 def first_line(data: bytes, limit: int = 200) -> str | None:
@@ -108,17 +145,17 @@ class PresetAgent:
         self.binary = overrides.binary or spec.binary
         self.binary_path: str | None = None
         self.version: str | None = None
+        config_dir = overrides.config_dir
+        self.config_dir: bool | Path = config_dir if isinstance(config_dir, bool) else Path(config_dir).expanduser()
+        self.provider: str | None = None
+        self.model: str | None = options.model
+        if options.model and spec.splits_route:
+            self.provider, self.model = split_route(options.model)
 
     # -- protocol ---------------------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
-        example = Invocation(
-            prompt="PROMPT",
-            model=self.options.model,
-            scratch=Path("SCRATCH"),
-            worktree=Path("."),
-            extra_args=tuple(self.extra_args),
-        )
+        example = self._invocation("PROMPT", Path("SCRATCH"), Path("."))
         described: dict[str, Any] = {
             "name": self.name,
             "preset": True,
@@ -137,6 +174,7 @@ class PresetAgent:
         return described
 
     def preflight(self) -> None:
+        self._check_flags()
         installed, version = self.probe()
         if not installed:
             raise BadInputError(
@@ -156,19 +194,15 @@ class PresetAgent:
         if self.binary_path is None:
             return False, None
         with tempfile.TemporaryDirectory(prefix="worktrial-probe-") as tmp:
-            env = proc.clean_env(extra=self._env(Path(tmp)))
+            env = proc.clean_env(extra=self._env(Path(tmp), os.environ))
             return True, probe_version(self.binary_path, self.spec.version_args, env)
 
     def run(self, ctx: AgentContext) -> AgentResult:
-        invocation = Invocation(
-            prompt=ctx.task.prompt,
-            model=self.options.model,
-            scratch=ctx.scratch,
-            worktree=ctx.worktree,
-            extra_args=tuple(self.extra_args),
-        )
+        invocation = self._invocation(ctx.task.prompt, ctx.scratch, ctx.worktree)
         env = dict(ctx.env)
-        env.update(self._env(ctx.scratch))
+        env.update(self._env(ctx.scratch, ctx.env))
+        if self.spec.run_env is not None:
+            env.update(self.spec.run_env(invocation, env))
         parser = self.spec.parser()
         result = proc.run(
             [self.binary_path or self.binary, *self.spec.argv(invocation)],
@@ -182,39 +216,106 @@ class PresetAgent:
         if result.not_found or result.start_error:
             message = f"{self.binary} not found" if result.not_found else f"{self.name}: {result.start_error}"
             return AgentResult(claimed=None, error=AgentError("not_installed", message, fatal=True))
-        verdict = parser.finish(ExitInfo(returncode=result.returncode, timed_out=result.timed_out, scratch=ctx.scratch))
+        exit_info = ExitInfo(
+            returncode=result.returncode,
+            timed_out=result.timed_out,
+            scratch=ctx.scratch,
+            stderr_tail=result.stderr_tail,
+        )
+        verdict = parser.finish(exit_info)
         usage = verdict.usage
-        if usage.cost_usd is None and (resolved := self._price()) is not None:
+        if usage.cost_usd == 0 and (usage.tokens.total() or 0) > 0:
+            # CLIs report 0 for a model they cannot price; tokens were spent, so the cost is unknown, not free.
+            usage.cost_usd = None
+            usage.notes.append(f"{self.name} reported cost 0 for {usage.tokens.total()} tokens: treated as unpriced")
+        if usage.cost_usd is None and (resolved := self._price(verdict.model)) is not None:
             usage.cost_usd = cost_usd(usage.tokens, resolved[1].price)
         usage.output_bytes = result.output_bytes
         if result.timed_out:
             return AgentResult(claimed=None, usage=usage, timed_out=True)
         if verdict.error_category:
-            error = AgentError(verdict.error_category, verdict.reason or f"{self.name} failed")
+            error = AgentError(verdict.error_category, verdict.reason or f"{self.name} failed", fatal=verdict.fatal)
             return AgentResult(claimed=None, usage=usage, error=error)
         return AgentResult(claimed=verdict.claimed, usage=usage, reason=verdict.reason)
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    def _price(self) -> tuple[str, ResolvedPrice] | None:
+    def _price(self, used: str | None = None) -> tuple[str, ResolvedPrice] | None:
         """The price of the model this CLI runs, when it reports tokens but no cost and the model is known.
 
-        Without ``--model`` the CLI picks its own default, which worktrial cannot know: cost stays unknown.
+        Without ``--model`` the model is the one the CLI says it used (its init or session events); when it
+        says nothing, the cost stays unknown.
         """
-        model = self.options.model
+        model = self.options.model or used
         if self.spec.price_provider is None or not model:
             return None
         route = model if "/" in model else f"{self.spec.price_provider}/{model}"
         resolved = resolve_price(route, self.options.config)
         return None if resolved is None else (route, resolved)
 
-    def _env(self, scratch: Path) -> dict[str, str]:
+    def _invocation(self, prompt: str, scratch: Path, worktree: Path) -> Invocation:
+        return Invocation(
+            prompt=prompt,
+            model=self.model,
+            scratch=scratch,
+            worktree=worktree,
+            extra_args=tuple(self.extra_args),
+            provider=self.provider,
+            base_url=self.options.base_url,
+            settings={k: v for k, v in self.options.settings.items() if k in self.spec.budgets},
+        )
+
+    def _check_flags(self) -> None:
+        """Refuse what this CLI cannot honour instead of dropping it silently."""
+        if self.options.base_url and self.spec.base_url is None:
+            raise BadInputError(
+                f"agent {self.name} cannot be pointed at --base-url by worktrial; drop --base-url and set the "
+                f"provider in the CLI's own configuration (it is copied into each attempt)"
+            )
+        refused = sorted(k for k in self.options.settings if k not in self.spec.budgets)
+        if refused:
+            flags = ", ".join("--" + k.replace("_", "-") for k in refused)
+            honoured = ", ".join("--" + k.replace("_", "-") for k in self.spec.budgets) or "none"
+            raise BadInputError(f"agent {self.name} has no equivalent of {flags} (it honours: {honoured}); drop it")
+
+    def _env(self, scratch: Path, parent: Mapping[str, str]) -> dict[str, str]:
         env = self.spec.env(scratch)
+        if self.config_dir is False:
+            for carry in self.spec.carries:
+                env.pop(carry.env_var, None)
         for value in env.values():
             if value.startswith(str(scratch)):
                 Path(value).mkdir(parents=True, exist_ok=True)
+        for carry in self.spec.carries:
+            if carry.env_var in env:
+                copy_user_config(carry, parent, Path(env[carry.env_var]), self.config_dir)
         env.update(self.extra_env)
         return env
+
+
+def user_config_dir(carry: ConfigCarry, parent: Mapping[str, str], config_dir: bool | Path) -> Path | None:
+    """Where the user's own settings for this CLI live: ``config_dir = PATH``, the CLI's variable, or $HOME."""
+    if isinstance(config_dir, Path):
+        return config_dir
+    if parent.get(carry.env_var):
+        return Path(parent[carry.env_var])
+    home = parent.get("HOME") or os.environ.get("HOME")
+    if not home:
+        return None
+    return Path(home) / carry.default if carry.default else Path(home)
+
+
+def copy_user_config(carry: ConfigCarry, parent: Mapping[str, str], target: Path, config_dir: bool | Path) -> None:
+    """Copy (never link: the agent may write to them) the user's settings and credentials files into target."""
+    source = user_config_dir(carry, parent, config_dir)
+    if source is None or not source.is_dir() or source.resolve() == target.resolve():
+        return
+    for name in carry.files:
+        path = source / name
+        if path.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target / name)
+            (target / name).chmod(0o600)
 
 
 def scratch_dir(scratch: Path, *parts: str) -> str:

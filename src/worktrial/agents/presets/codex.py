@@ -1,16 +1,21 @@
 """OpenAI Codex CLI: ``codex exec --json``, one JSON event per line.
 
-``turn.completed`` carries ``usage{input_tokens, cached_input_tokens, output_tokens}`` (input includes
-the cached part, as OpenAI reports it); ``item.completed`` items are the tool calls; ``turn.failed`` and
-``error`` mean the run failed. Codex reports no cost: with ``--model`` the attempt is priced from the price
+``turn.completed`` carries ``usage{input_tokens, cached_input_tokens, cache_write_input_tokens,
+output_tokens, reasoning_output_tokens}`` (input includes the cached part, as OpenAI reports it);
+``item.completed`` items are the tool calls; ``turn.failed`` means the run failed (``error`` events are
+reconnect notices it may recover from). Codex reports no cost: with ``--model`` the attempt is priced from the price
 table (``openai/<model>``, or the route as given), otherwise its cost stays unknown.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -19,24 +24,43 @@ from worktrial.agents.presets.parsing import (
     as_str,
     bump,
     exit_reason,
+    iter_json_lines,
     tokens_from,
 )
+from worktrial.agents.presets.provider_errors import classify, failure
 from worktrial.model.records import Tokens, Usage
 
-USAGE_FIELDS = {"input": "input_tokens", "cached_input": "cached_input_tokens", "output": "output_tokens"}
+USAGE_FIELDS = {
+    "input": "input_tokens",
+    "cached_input": "cached_input_tokens",
+    "cache_creation": "cache_write_input_tokens",
+    "output": "output_tokens",
+    "reasoning": "reasoning_output_tokens",
+}
 TOOL_ITEMS = {"command_execution", "file_change", "mcp_tool_call", "web_search", "collab_tool_call"}
+STATUS = re.compile(r"(?:unexpected status|status:?|HTTP)\s*(\d{3})\b", re.I)
+KEY_HINT = "check OPENAI_API_KEY / CODEX_API_KEY or the provider's env_key in ~/.codex/config.toml"
 
 
 class ThreadEventsParser(JsonLinesParser):
-    """The ``thread.*`` / ``turn.*`` / ``item.*`` event family (Codex; VT Code speaks a superset)."""
+    """The ``thread.*`` / ``turn.*`` / ``item.*`` event family (Codex; VT Code speaks a superset).
+
+    Only ``turn.failed`` is a claim of failure. ``error`` events are notices: Codex prints one per reconnect
+    ("Reconnecting... 2/5", including its fallback from WebSockets to HTTPS) and still completes the turn;
+    ``item.completed`` items of type ``error`` are warnings ("Model metadata ... not found"). Both are
+    counted in ``error_counts``; the last error text explains a ``turn.failed`` that carries none.
+    """
 
     label = "codex"
+    key_hint = KEY_HINT
 
     def __init__(self) -> None:
         super().__init__()
         self.tokens = Tokens()
         self.turns = 0
         self.failed: str | None = None
+        self.failure_text: str | None = None
+        self.last_error: str | None = None
         self.tool_counts: dict[str, int] = {}
         self.error_counts: dict[str, int] = {}
 
@@ -48,12 +72,14 @@ class ThreadEventsParser(JsonLinesParser):
         elif kind == "turn.failed":
             self.turns += 1
             self.failed = self.failed or "turn.failed"
+            self.failure_text = as_str(as_dict(event.get("error")).get("message")) or self.last_error
             bump(self.error_counts, "turn_failed")
             if event.get("usage") is not None:
                 self.tokens = self.tokens.add(tokens_from(as_dict(event.get("usage")), USAGE_FIELDS))
         elif kind == "error":
-            self.failed = self.failed or "error event"
-            bump(self.error_counts, "stream_error")
+            message = as_str(event.get("message")) or ""
+            bump(self.error_counts, "reconnect" if message.startswith("Reconnecting") else "stream_error")
+            self.last_error = message[:2000]
         elif kind == "item.completed":
             self.on_item(as_dict(event.get("item")))
 
@@ -64,7 +90,7 @@ class ThreadEventsParser(JsonLinesParser):
         elif item_type in TOOL_ITEMS:
             bump(self.tool_counts, item_type)
         elif item_type == "error":
-            bump(self.error_counts, "item_error")
+            bump(self.error_counts, "warning")
 
     def verdict(self, exit_info: ExitInfo) -> Verdict:
         usage = Usage(
@@ -73,7 +99,21 @@ class ThreadEventsParser(JsonLinesParser):
             tool_counts=dict(self.tool_counts),
             error_counts=dict(self.error_counts),
         )
-        if self.failed and not exit_info.timed_out:
+        if exit_info.timed_out:
+            return Verdict(claimed=None, usage=usage)
+        crashed = exit_info.returncode not in (0, None)
+        text = self.failure_text if self.failed else (self.last_error if crashed else None)
+        if text:
+            match = STATUS.search(text)
+            status = int(match.group(1)) if match else None
+            category = classify(status, text)
+            if category is not None:
+                bump(usage.error_counts, category)
+                found = failure(self.label, category, status, text, self.key_hint)
+                return Verdict(
+                    claimed=None, usage=usage, reason=found.message, error_category=category, fatal=found.fatal
+                )
+        if self.failed:
             return Verdict(claimed=False, usage=usage, reason=f"{self.label} reported {self.failed}")
         if self.turns == 0:
             usage.notes.append(f"{self.label}: no completed turn; usage unknown")
@@ -83,11 +123,64 @@ class ThreadEventsParser(JsonLinesParser):
         return Verdict(claimed=True, usage=usage)
 
 
+class CodexParser(ThreadEventsParser):
+    """Codex's events, normalised (docs/agents.md, "Usage figures") with its session rollout file.
+
+    ``turn.completed`` counts one turn per ``codex exec`` and reports input *including* cached tokens. The
+    rollout Codex writes under ``$CODEX_HOME/sessions`` has one ``token_count`` event per model call and
+    ``turn_context`` with the model it used: turns are those calls, and after a timeout the last running total
+    there is what the run used until the cut. Input already counts every prompt token, cached ones included.
+    """
+
+    def verdict(self, exit_info: ExitInfo) -> Verdict:
+        verdict = super().verdict(exit_info)
+        calls, model, last_total = self._rollout(exit_info.scratch)
+        usage = verdict.usage
+        if usage.tokens.input is None and last_total is not None:
+            usage.tokens = last_total
+            usage.notes.append("codex: no completed turn; tokens are the last total in its session file")
+        usage.turns = calls
+        if calls is None:
+            usage.notes.append("codex: session file not found; model calls (turns) unknown")
+        verdict.model = model
+        return verdict
+
+    def _rollout(self, scratch: Path) -> tuple[int | None, str | None, Tokens | None]:
+        sessions = scratch / "codex" / "sessions"
+        files = sorted(sessions.rglob("rollout-*.jsonl")) if sessions.is_dir() else []
+        if not files:
+            return None, None, None
+        calls, model, last_total = 0, None, None
+        notes: list[str] = []
+        for path in files[-4:]:
+            for event in iter_json_lines(path, self.label, notes):
+                payload = as_dict(event.get("payload"))
+                if event.get("type") == "turn_context":
+                    model = as_str(payload.get("model")) or model
+                elif payload.get("type") == "token_count" and payload.get("info") is not None:
+                    calls += 1
+                    total = as_dict(as_dict(payload.get("info")).get("total_token_usage"))
+                    last_total = tokens_from(total, USAGE_FIELDS)
+        return calls, model, last_total
+
+
 def _argv(inv: Invocation) -> list[str]:
     args = ["exec", "--json", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check"]
+    if inv.base_url:
+        # Codex ignores OPENAI_BASE_URL; its built-in provider reads openai_base_url from config or -c.
+        args += ["-c", f"openai_base_url={json.dumps(inv.base_url)}"]
+    if inv.provider and inv.provider != "openai":
+        args += ["-c", f"model_provider={json.dumps(inv.provider)}"]
     if inv.model:
         args += ["--model", inv.model]
     return [*args, *inv.extra_args, "--", inv.prompt]
+
+
+def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
+    # Codex 0.171 never sends OPENAI_API_KEY (only CODEX_API_KEY or a provider's env_key): map it.
+    if env.get("OPENAI_API_KEY") and not env.get("CODEX_API_KEY"):
+        return {"CODEX_API_KEY": env["OPENAI_API_KEY"]}
+    return {}
 
 
 SPEC = PresetSpec(
@@ -96,8 +189,12 @@ SPEC = PresetSpec(
     summary="OpenAI Codex CLI (codex exec --json)",
     install="npm install -g @openai/codex",
     argv=_argv,
-    parser=ThreadEventsParser,
+    parser=CodexParser,
     env=lambda scratch: {"CODEX_HOME": scratch_dir(scratch, "codex")},
-    reports=("tokens", "cost (from the price table when --model is given)", "turns", "tool calls"),
+    reports=("tokens", "cost (from the price table)", "turns", "tool calls"),
     price_provider="openai",
+    carries=(ConfigCarry("CODEX_HOME", "codex", ".codex", ("config.toml", "auth.json")),),
+    splits_route=True,
+    run_env=_run_env,
+    base_url="-c openai_base_url=URL",
 )

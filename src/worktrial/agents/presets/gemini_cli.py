@@ -1,14 +1,20 @@
 """Google Gemini CLI: ``gemini --yolo --output-format json --prompt PROMPT``.
 
 The single JSON document has ``stats.models.<model>.tokens{prompt, candidates, cached, thoughts}``
-and ``api.totalRequests`` per model, and ``stats.tools{totalCalls, byName}``; ``error`` is present when
-the request failed. Documented exit codes: 0 ok, 1 error, 42 input error, 53 turn limit exceeded.
-No cost is reported.
+and ``api.totalRequests`` per model, and ``stats.tools{totalCalls, byName}``. When the run fails, 0.61 prints
+its ``{"error": {...}}`` document to *stderr* (stdout stays empty) and exits with a code that says why: 41
+authentication, 42 input error, 52 configuration, 53 turn limit, 55 untrusted folder, or an HTTP status & 0xFF
+(145 for 401). No cost is reported: the attempt is priced from the price table (``gemini/<model>``).
 """
 
 from __future__ import annotations
 
-from worktrial.agents.presets.base import Invocation, PresetSpec, scratch_dir
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, scratch_dir
 from worktrial.agents.presets.parsing import (
     DocumentParser,
     ExitInfo,
@@ -20,18 +26,59 @@ from worktrial.agents.presets.parsing import (
     plus,
     tokens_from,
 )
+from worktrial.agents.presets.provider_errors import classify, failure
 from worktrial.model.records import Tokens, Usage
 
 TOKEN_FIELDS = {"input": "prompt", "output": "candidates", "cached_input": "cached", "reasoning": "thoughts"}
-EXIT_MEANINGS = {1: "general error or API failure", 42: "input error", 53: "turn limit exceeded"}
+EXIT_MEANINGS = {
+    1: "general error or API failure",
+    41: "authentication failed",
+    42: "input error",
+    52: "configuration error",
+    53: "turn limit exceeded",
+    55: "the folder is not trusted",
+}
+KEY_HINT = "check GEMINI_API_KEY or security.auth.selectedType in ~/.gemini/settings.json (copied into each attempt)"
+STACK_STATUS = re.compile(r"\b(?:status|code):\s*(\d{3})\b")
+
+
+def stderr_error(tail: bytes) -> tuple[dict[str, Any] | None, int | None]:
+    """The last ``{"error": ...}`` document Gemini CLI printed to stderr, and an HTTP status seen in its stack."""
+    text = tail.decode("utf-8", "replace")
+    statuses = STACK_STATUS.findall(text)
+    status = int(statuses[-1]) if statuses else None
+    start = text.rfind("\n{")
+    while start >= 0:
+        try:
+            value = json.loads(text[start + 1 :])
+        except ValueError:
+            start = text.rfind("\n{", 0, start)
+            continue
+        return (as_dict(value) if isinstance(value, dict) else None), status
+    return None, status
 
 
 class GeminiJsonParser(DocumentParser):
     label = "gemini-cli"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: str | None = None
+
     def finish(self, exit_info: ExitInfo) -> Verdict:
+        verdict = self._finish(exit_info)
+        verdict.model = self.model
+        return verdict
+
+    def _finish(self, exit_info: ExitInfo) -> Verdict:
         document, problem = self.document()
         usage = Usage()
+        if document is None and not exit_info.timed_out and exit_info.returncode not in (0, None):
+            error_doc, status = stderr_error(exit_info.stderr_tail)
+            error = as_dict((error_doc or {}).get("error"))
+            provider = self._provider_failure(exit_info.returncode, error, status, usage)
+            if provider is not None:
+                return provider
         if document is None:
             usage.notes.append(problem or "gemini-cli: no output")
             return self._by_exit(exit_info, usage, parsed=False)
@@ -41,20 +88,41 @@ class GeminiJsonParser(DocumentParser):
             usage = Usage(notes=[f"gemini-cli: stats of unexpected shape ({type(exc).__name__}); usage unknown"])
         if problem:
             usage.notes.append(problem)
-        error = document.get("error")
-        if error is not None and not exit_info.timed_out:
-            kind = as_str(as_dict(error).get("type")) or "error"
+        reported = document.get("error")
+        if reported is not None and not exit_info.timed_out:
+            kind = as_str(as_dict(reported).get("type")) or "error"
             usage.error_counts[kind] = usage.error_counts.get(kind, 0) + 1
             return Verdict(claimed=False, usage=usage, reason=f"gemini-cli reported {kind}")
         return self._by_exit(exit_info, usage, parsed=True)
 
+    def _provider_failure(
+        self, returncode: int | None, error: dict[str, Any], status: int | None, usage: Usage
+    ) -> Verdict | None:
+        code = as_int(error.get("code"))
+        if code is not None and 400 <= code <= 599:
+            status = code
+        elif returncode == 41:
+            status = status or 401
+        message = as_str(error.get("message"))
+        category = classify(status, message)
+        if category is None:
+            return None
+        usage.error_counts[category] = usage.error_counts.get(category, 0) + 1
+        found = failure(self.label, category, status, message, KEY_HINT)
+        return Verdict(claimed=None, usage=usage, reason=found.message, error_category=category, fatal=found.fatal)
+
     def _read_stats(self, stats: dict[str, object], usage: Usage) -> None:
         tokens = Tokens()
         requests: int | None = None
+        models = [name for name in as_dict(stats.get("models")) if isinstance(name, str)]
+        self.model = models[0] if len(models) == 1 else None
         for model_stats in as_dict(stats.get("models")).values():
             model_stats = as_dict(model_stats)
             tokens = tokens.add(tokens_from(as_dict(model_stats.get("tokens")), TOKEN_FIELDS))
             requests = plus(requests, as_int(as_dict(model_stats.get("api")).get("totalRequests")))
+        if tokens.output is not None and tokens.reasoning:
+            # Gemini's candidates exclude thinking tokens; worktrial's output counts every generated token.
+            tokens = tokens.model_copy(update={"output": tokens.output + tokens.reasoning})
         usage.tokens = tokens
         usage.turns = requests
         tools = as_dict(stats.get("tools"))
@@ -88,6 +156,10 @@ def _argv(inv: Invocation) -> list[str]:
     return [*args, *inv.extra_args, "--prompt", inv.prompt]
 
 
+def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
+    return {"GOOGLE_GEMINI_BASE_URL": inv.base_url} if inv.base_url else {}
+
+
 SPEC = PresetSpec(
     name="gemini-cli",
     binary="gemini",
@@ -95,7 +167,20 @@ SPEC = PresetSpec(
     install="npm install -g @google/gemini-cli",
     argv=_argv,
     parser=GeminiJsonParser,
-    # GEMINI_CLI_HOME replaces the home directory Gemini CLI keeps its .gemini state under.
-    env=lambda scratch: {"GEMINI_CLI_HOME": scratch_dir(scratch, "gemini")},
-    reports=("tokens", "turns", "tool calls"),
+    # GEMINI_CLI_HOME replaces the home directory Gemini CLI keeps its .gemini state under; the worktree is a
+    # fresh folder it has never seen, which headless mode refuses (exit 55) unless trust is granted.
+    env=lambda scratch: {"GEMINI_CLI_HOME": scratch_dir(scratch, "gemini"), "GEMINI_CLI_TRUST_WORKSPACE": "true"},
+    reports=("tokens", "turns", "tool calls", "cost (from the price table)"),
+    price_provider="gemini",
+    carries=(
+        ConfigCarry(
+            "GEMINI_CLI_HOME",
+            "gemini",
+            "",
+            (".gemini/settings.json", ".gemini/.env", ".gemini/oauth_creds.json", ".gemini/google_accounts.json"),
+        ),
+    ),
+    splits_route=True,
+    run_env=_run_env,
+    base_url="GOOGLE_GEMINI_BASE_URL",
 )

@@ -2,7 +2,11 @@
 
 Each ``step_finish`` event's ``part`` carries ``cost`` and ``tokens{input, output, reasoning,
 cache{read, write}}`` for one model step; ``tool_use`` events are completed (or failed) tool calls;
-``error`` events are session errors (the CLI then exits 1).
+``error`` events are session errors (the CLI then exits 1): an ``APIError`` with ``data.statusCode`` is a
+provider failure. OpenCode's ``input`` excludes cache reads and writes and its ``output`` excludes reasoning:
+both are added back, so the figures mean what they mean for every other agent. Its title-generation call prints
+no ``step_finish`` and is therefore not counted. OpenCode takes its project directory from ``$PWD``, which the
+process layer sets to the worktree.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -24,7 +28,10 @@ from worktrial.agents.presets.parsing import (
     bump,
     exit_reason,
 )
+from worktrial.agents.presets.provider_errors import classify, failure
 from worktrial.model.records import Tokens, Usage
+
+KEY_HINT = "check the provider's key variable or ~/.local/share/opencode/auth.json (copied into each attempt)"
 
 
 class OpenCodeParser(JsonLinesParser):
@@ -38,6 +45,7 @@ class OpenCodeParser(JsonLinesParser):
         self.tool_counts: dict[str, int] = {}
         self.error_counts: dict[str, int] = {}
         self.error: str | None = None
+        self.api_error: tuple[int | None, str | None] | None = None
 
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -46,13 +54,15 @@ class OpenCodeParser(JsonLinesParser):
             self.steps += 1
             tokens = as_dict(part.get("tokens"))
             cache = as_dict(tokens.get("cache"))
+            fresh, read, write = as_int(tokens.get("input")), as_int(cache.get("read")), as_int(cache.get("write"))
+            output, reasoning = as_int(tokens.get("output")), as_int(tokens.get("reasoning"))
             self.tokens = self.tokens.add(
                 Tokens(
-                    input=as_int(tokens.get("input")),
-                    output=as_int(tokens.get("output")),
-                    reasoning=as_int(tokens.get("reasoning")),
-                    cached_input=as_int(cache.get("read")),
-                    cache_creation=as_int(cache.get("write")),
+                    input=None if fresh is None else fresh + (read or 0) + (write or 0),
+                    output=None if output is None else output + (reasoning or 0),
+                    reasoning=reasoning,
+                    cached_input=read,
+                    cache_creation=write,
                 )
             )
             self.cost = add_cost(self.cost, as_cost(part.get("cost")))
@@ -61,9 +71,13 @@ class OpenCodeParser(JsonLinesParser):
             if as_dict(part.get("state")).get("status") == "error":
                 bump(self.error_counts, "tool_error")
         elif kind == "error":
-            name = as_str(as_dict(event.get("error")).get("name")) or "error"
+            error = as_dict(event.get("error"))
+            name = as_str(error.get("name")) or "error"
             self.error = self.error or name
             bump(self.error_counts, name)
+            data = as_dict(error.get("data"))
+            if name == "APIError" and self.api_error is None:
+                self.api_error = (as_int(data.get("statusCode")), as_str(data.get("message")))
 
     def verdict(self, exit_info: ExitInfo) -> Verdict:
         usage = Usage(
@@ -73,6 +87,15 @@ class OpenCodeParser(JsonLinesParser):
             tool_counts=dict(self.tool_counts),
             error_counts=dict(self.error_counts),
         )
+        if self.api_error is not None and not exit_info.timed_out:
+            status, message = self.api_error
+            category = classify(status, message)
+            if category is not None:
+                bump(usage.error_counts, category)
+                found = failure(self.label, category, status, message, KEY_HINT)
+                return Verdict(
+                    claimed=None, usage=usage, reason=found.message, error_category=category, fatal=found.fatal
+                )
         if self.error and not exit_info.timed_out:
             return Verdict(claimed=False, usage=usage, reason=f"opencode reported {self.error}")
         if self.steps == 0:
@@ -110,4 +133,14 @@ SPEC = PresetSpec(
     parser=OpenCodeParser,
     env=_env,
     reports=("tokens", "cost", "turns", "tool calls"),
+    carries=(
+        ConfigCarry(
+            "XDG_CONFIG_HOME",
+            "opencode/config",
+            ".config",
+            ("opencode/opencode.json", "opencode/opencode.jsonc", "opencode/config.json"),
+        ),
+        ConfigCarry("XDG_DATA_HOME", "opencode/data", ".local/share", ("opencode/auth.json",)),
+    ),
+    price_provider="opencode",
 )

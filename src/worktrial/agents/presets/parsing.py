@@ -36,6 +36,8 @@ class ExitInfo:
     timed_out: bool
     scratch: Path
     """The attempt's scratch directory, where file-based parsers find their logs."""
+    stderr_tail: bytes = b""
+    """The end of the agent's stderr, for CLIs that print their final error there (Gemini CLI)."""
 
 
 @dataclass
@@ -46,7 +48,11 @@ class Verdict:
     usage: Usage
     reason: str | None = None
     error_category: str | None = None
-    """Set when the agent itself broke (exited non-zero without reporting anything)."""
+    """Set when the agent itself broke (exited non-zero without reporting anything) or its provider failed."""
+    fatal: bool = False
+    """The error would repeat on every attempt (a rejected key, an unknown model): stop the run."""
+    model: str | None = None
+    """The model the CLI says it used (from its own init or metadata events), when it says so."""
 
 
 class OutputParser(Protocol):

@@ -1,0 +1,86 @@
+"""Shared pieces of the real-CLI end-to-end tests: the pinned tools, a user's home of its own, what was served."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import Result
+
+from tests.conftest import alive_with_marker, task
+from tests.real_agents.install import Tool, tools
+from worktrial.model.records import Tokens
+
+TOOLS = tools()  # read at import: the tests change $HOME, under which the cache lies by default
+SOLVE = "mkdir -p notes && echo hi > notes/hello.txt"
+TASK = task(
+    "hello",
+    prompt="Create notes/hello.txt containing the line hi.",
+    timeout_secs=240,
+    verify_commands=["grep -qx hi notes/hello.txt"],
+)
+
+
+@dataclass
+class Served:
+    """What the scripted server answered, summed: the figures the envelope must show."""
+
+    tokens: Tokens = field(default_factory=Tokens)
+    calls: int = 0
+    models: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, model: str, tokens: Tokens) -> None:
+        with self.lock:
+            self.tokens = self.tokens.add(tokens)
+            self.calls += 1
+            self.models.append(model)
+
+
+def installed(name: str) -> Tool:
+    tool = TOOLS[name]
+    if not tool.installed:
+        pytest.fail(f"{tool.package} {tool.version} is not installed in {tool.home}; run `make agents`")
+    return tool
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user's home of its own, so the test neither reads nor writes the real user's CLI settings."""
+    path = tmp_path / "home"
+    path.mkdir()
+    monkeypatch.setenv("HOME", str(path))
+    config_dirs = ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
+    keys = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "CODEX_API_KEY", "GEMINI_API_KEY")
+    urls = ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "GOOGLE_API_KEY")
+    for var in (*config_dirs, *keys, *urls, "XDG_STATE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("IS_SANDBOX", "1")  # Claude Code as root needs it for bypassPermissions
+    monkeypatch.setenv("DISABLE_AUTOUPDATER", "1")
+    monkeypatch.setenv("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+    return path
+
+
+def on_path(monkeypatch: pytest.MonkeyPatch, tool: Tool) -> None:
+    monkeypatch.setenv("PATH", f"{tool.executable.parent}{os.pathsep}{os.environ['PATH']}")
+
+
+def evaluate(cli: Callable[..., Result], repo: Path, suite: Path, *args: str) -> tuple[Result, dict[str, Any] | None]:
+    result = cli(["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", *args], cwd=repo)
+    envelope = json.loads(result.stdout) if result.exit_code == 0 else None
+    return result, envelope
+
+
+def only_attempt(envelope: dict[str, Any]) -> dict[str, Any]:
+    attempt: dict[str, Any] = envelope["report"]["tasks"][0]["attempts"][0]
+    return attempt
+
+
+def assert_nothing_left(tool: Tool) -> None:
+    assert alive_with_marker(str(tool.home)) == []
