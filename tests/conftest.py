@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
@@ -14,6 +15,12 @@ import pytest
 from click.testing import CliRunner, Result
 
 from worktrial.cli.main import main
+
+# A shell without job control starts background commands (`make test &`, nohup) with SIGINT ignored, and an
+# ignored signal stays ignored across exec: every harness a test starts would then shrug off its Ctrl-C.
+# Restoring Python's own handler here makes children start with the default disposition, as under a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
