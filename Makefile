@@ -9,6 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "worktrial needs Python 3.11 or newer")'
 	@command -v git >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq git)
+	@command -v npm >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq nodejs npm)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -58,3 +59,4 @@ clean:
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/setup_once.py

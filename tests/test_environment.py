@@ -132,8 +132,8 @@ def test_suite_dir_reaches_setup_and_verify_but_not_the_agent(cli, repo: Path, t
         "tasks": [
             task(
                 "t1",
-                # The agent has no $WORKTRIAL_SUITE_DIR; the verifier reads the declared file, not the undeclared one.
-                solution=[{"sh": 'test -z "$WORKTRIAL_SUITE_DIR" && echo 42 > answer.txt'}],
+                # The oracle may apply shipped files; the verifier reads the declared file, not the undeclared one.
+                solution=[{"sh": 'test -d "$WORKTRIAL_SUITE_DIR/hidden" && echo 42 > answer.txt'}],
                 verify_commands=[
                     {"sh": 'sh "$WORKTRIAL_SUITE_DIR/hidden/check.sh"'},
                     {"sh": 'test ! -e "$WORKTRIAL_SUITE_DIR/undeclared.txt"'},
@@ -148,3 +148,55 @@ def test_suite_dir_reaches_setup_and_verify_but_not_the_agent(cli, repo: Path, t
     result = _eval(cli, repo, suite)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 1, result.stdout
+
+
+def test_an_agent_under_test_is_not_told_the_suite_dir(cli, repo: Path, tmp_path: Path) -> None:
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hidden" / "answer.txt").write_text("42\n")
+    data = {"id": "s", "files": ["hidden/*"], "tasks": [task("t1", verify_commands=["test -f answer.txt"])]}
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps(data))
+    peek = 'test -z "$WORKTRIAL_SUITE_DIR" && touch answer.txt'
+    result = cli(["eval", "--suite", str(suite), "--agent-cmd", peek, "--trust", "--format", "json"], cwd=repo)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 1
+
+
+def test_a_suite_committed_in_the_repository_is_removed_from_the_agents_base(cli, repo: Path) -> None:
+    evals = repo / "evals"
+    (evals / "hidden").mkdir(parents=True)
+    (evals / "hidden" / "answer.txt").write_text("42\n")
+    solution = [{"sh": f'test ! -e evals && {CLEAN} && cp "$WORKTRIAL_SUITE_DIR/hidden/answer.txt" .'}]
+    data = {
+        "id": "s",
+        "files": ["hidden/*"],
+        "tasks": [task("t1", solution=solution, verify_commands=[{"sh": "grep -qx 42 answer.txt"}])],
+    }
+    (evals / "suite.json").write_text(json.dumps(data))
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "suite")
+    result = _eval(cli, repo, evals / "suite.json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 1, result.stdout
+
+
+def test_cache_key_reuses_a_setup_across_runs(cli, repo: Path, write_suite, tmp_path: Path) -> None:
+    counter = tmp_path / "setups.txt"
+    setup = [
+        {"sh": f"echo x >> {counter}"},
+        {"sh": "mkdir -p .venv/lib && echo dep > .venv/lib/dep.txt && touch -d 2001-01-01 .venv/lib/dep.txt"},
+        {"sh": "rm README.md"},
+    ]
+    # The agent sees the restored files, with their modification times, and the deletion, in a clean tree.
+    check = 'test "$(stat -c %Y .venv/lib/dep.txt)" = "$(date -d 2001-01-01 +%s)" && test ! -e README.md'
+    solution = [{"sh": f"{CLEAN} && {check} && echo done > done.txt"}]
+    environment = {"setup": setup, "cache_key": "v1"}
+    suite = write_suite([task("t1", solution=solution)], attempts=2, environment=environment)
+    for _ in range(2):
+        result = _eval(cli, repo, suite, "--jobs", "1")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 2, result.stdout
+    assert len(counter.read_text().splitlines()) == 1  # the second run restored the first one's result
+    changed = write_suite([task("t1", solution=solution)], attempts=1, environment={**environment, "cache_key": "v2"})
+    assert _eval(cli, repo, changed).exit_code == 0
+    assert len(counter.read_text().splitlines()) == 2  # a new cache_key is a miss

@@ -46,6 +46,9 @@ class AgentContext:
     """A per-attempt directory outside the worktree for usage files, agent config and session state."""
     scope: proc.ProcessScope = field(default_factory=proc.ProcessScope)
     """The run's processes: start every child with ``scope=ctx.scope`` so stopping the run ends it."""
+    suite_dir: Path | None = None
+    """The run's read-only copy of the suite's declared files. Only the oracle uses it (reference solutions may
+    apply shipped patches); it is never in ``env``, so an agent under test is not told where hidden tests are."""
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

@@ -30,6 +30,7 @@ from worktrial.isolation.proc import run_command
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.commands import SHELL, display
 from worktrial.model.records import Tokens, Usage
+from worktrial.model.suite import SUITE_DIR_ENV
 
 
 class OracleAgent:
@@ -50,8 +51,9 @@ class OracleAgent:
         if not ctx.task.solution:
             return AgentResult(claimed=None, error=AgentError("no_solution", "task has no solution"))
         usage = Usage(tokens=Tokens(input=0, output=0), cost_usd=0.0, turns=0)
+        env = {**ctx.env, SUITE_DIR_ENV: str(ctx.suite_dir)} if ctx.suite_dir else ctx.env
         for i, command in enumerate(ctx.task.solution, start=1):
-            result = run_command(command, cwd=ctx.worktree, env=ctx.env, timeout=ctx.remaining(), scope=ctx.scope)
+            result = run_command(command, cwd=ctx.worktree, env=env, timeout=ctx.remaining(), scope=ctx.scope)
             usage.output_bytes += result.output_bytes
             usage.tool_counts["solution_command"] = i
             if result.timed_out:

@@ -439,10 +439,11 @@ def validate_cmd(suite_path: Path) -> None:
 
 def _register_number_commands() -> None:
     """compare, power, check and audit live in their own module; imported late to keep imports one-way."""
+    from worktrial.cli.init import COMMANDS as INIT_COMMANDS
     from worktrial.cli.numbers import COMMANDS
     from worktrial.cli.view import show_cmd, view_cmd
 
-    for command in (*COMMANDS, show_cmd, view_cmd):
+    for command in (*COMMANDS, show_cmd, view_cmd, *INIT_COMMANDS):
         main.add_command(command)
 
 

@@ -15,6 +15,7 @@ from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, Ta
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
 from worktrial.isolation import proc
+from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import EnvironmentSetupError, run_setup
 from worktrial.isolation.patch import PatchData, agent_patch
 from worktrial.isolation.pool import Slot
@@ -42,6 +43,10 @@ DEADLINE_GRACE_SECS = 2.0
 def suite_env(env: dict[str, str], spec: AttemptSpec) -> dict[str, str]:
     """The environment of setup and verify commands: the agent's plus ``$WORKTRIAL_SUITE_DIR`` (never the agent's)."""
     return {**env, SUITE_DIR_ENV: spec.suite_dir} if spec.suite_dir else dict(env)
+
+
+def environment_cache(spec: AttemptSpec) -> EnvironmentCache | None:
+    return EnvironmentCache(Path(spec.environment_cache)) if spec.environment_cache else None
 
 
 def setup_log(spec: AttemptSpec) -> Path | None:
@@ -75,8 +80,7 @@ def slot_preparer(
     base: TaskBase, spec: AttemptSpec, scope: proc.ProcessScope | None
 ) -> Callable[[AttemptWorkspace], str] | None:
     """What a slot runs once on its fresh checkout: the task base's environment setup, committed as the base."""
-    environment = base.environment
-    if environment is None:
+    if not base.prepared:
         return None
     env = suite_env(proc.clean_env(None, spec.env), spec)
 
@@ -84,7 +88,16 @@ def slot_preparer(
         sandbox = attempt_sandbox(spec, ws, _borrowed(base, ws))
         try:
             sandbox.prepare()
-            return run_setup(ws, environment, env, scope=_harness_scope(scope, sandbox, spec), log=setup_log(spec))
+            log = setup_log(spec) if base.environment else None
+            return run_setup(
+                ws,
+                base.environment,
+                env,
+                scope=_harness_scope(scope, sandbox, spec),
+                log=log,
+                hide=base.hide,
+                cache=environment_cache(spec),
+            )
         finally:
             sandbox.cleanup()
 
@@ -170,13 +183,16 @@ def run_attempt(
                 workspace = create_attempt_workspace(source, base.commit, root)
             sandbox = attempt_sandbox(spec, workspace, source)
             sandbox.prepare()
-            if slot is None and base.environment is not None:
+            if slot is None and base.prepared:
+                log = setup_log(spec) if base.environment else None
                 run_setup(
                     workspace,
                     base.environment,
                     suite_env(env, spec),
                     scope=_harness_scope(scope, sandbox, spec),
-                    log=setup_log(spec),
+                    log=log,
+                    hide=base.hide,
+                    cache=environment_cache(spec),
                 )
         except EnvironmentSetupError as exc:
             progress.reason, progress.category = str(exc).splitlines()[0], "environment"
@@ -321,6 +337,7 @@ def _run_in(
         env=dict(env),
         scratch=scratch,
         scope=run_scope.confined(sandbox),
+        suite_dir=Path(job.spec.suite_dir) if job.spec.suite_dir else None,
     )
     try:
         result = agent.run(ctx)

@@ -3,13 +3,13 @@
 Three runs and a lint pass. The ``oracle`` agent must pass every task that has a reference solution (else
 the task is unsolvable or its verifier wrong); the ``nop`` agent must fail every task (a verifier that
 passes an untouched worktree measures nothing); and each verifier is re-run several times on the oracle's
-result, in a fresh worktree, so a verdict that changes without any change to the files shows up as flaky.
+result, rebuilt on the task's own base (see ``check_rebuild``), so a verdict that changes without any change to
+the files shows up as flaky, and the classic mistakes of suites for real repositories are named.
 """
 
 from __future__ import annotations
 
 import tempfile
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,16 +23,17 @@ from worktrial.analysis.check_report import (
     flake_upper_bound,
 )
 from worktrial.analysis.lint import lint_suite
+from worktrial.analysis.suite_paths import lint_locations
+from worktrial.engine.check_rebuild import Rebuild, rebuilder
 from worktrial.engine.confine import SandboxChoice
-from worktrial.engine.run import RunObserver, RunOptions, run_suite
-from worktrial.isolation import proc
-from worktrial.isolation.proc import run_command
-from worktrial.isolation.workspace import SourceRepo, create_attempt_workspace, open_source, remove_tree
+from worktrial.engine.run import RunObserver, RunOptions, resolve_task_bases, run_suite
+from worktrial.isolation.env_cache import EnvironmentCache
+from worktrial.isolation.workspace import remove_tree
 from worktrial.model.commands import display
 from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import Outcome
 from worktrial.model.suite import LoadedSuite, Task
-from worktrial.model.trace import trace_filename
+from worktrial.state.config import cache_dir
 
 DEFAULT_REPEATS = default_repeats()
 """15: with the oracle's own verification, 16 verdicts catch a 10% flaky verifier with 81% probability per task."""
@@ -47,46 +48,7 @@ class CheckOptions:
     sandbox: SandboxChoice = field(default_factory=SandboxChoice)
 
 
-@dataclass(frozen=True)
-class _Repeats:
-    """``rounds[r][i]``: whether verify command i passed in re-run r; ``error`` when the rebuild failed."""
-
-    rounds: list[list[bool]]
-    error: str | None = None
-
-
-def _repeat_verify(task: Task, source: SourceRepo, base_commit: str, repeats: int, work_root: Path) -> _Repeats:
-    """Rebuild the oracle's result in a fresh worktree, then run every verify command ``repeats`` times on it.
-
-    Each re-run is one full verification in order, but it does not stop at a failing command, so a flaky
-    command is found even when it is not the first one.
-    """
-    root = work_root / f"{trace_filename(task.id, 0)[:-5]}-{uuid.uuid4().hex[:8]}"
-    workspace = create_attempt_workspace(source, base_commit, root)
-    env = proc.clean_env()
-    try:
-        steps = [("setup", c, task.verify_timeout_secs) for c in task.setup_commands]
-        steps += [("solution", c, task.timeout_secs) for c in task.solution or []]
-        for label, command, timeout in steps:
-            result = run_command(command, cwd=workspace.worktree, env=env, timeout=timeout)
-            if not result.ok:
-                return _Repeats(
-                    [],
-                    f"{label} failed when rebuilding the oracle's result: {result.describe_failure(display(command))}",
-                )
-        rounds = [
-            [
-                run_command(c, cwd=workspace.worktree, env=env, timeout=task.verify_timeout_secs).ok
-                for c in task.verify_commands
-            ]
-            for _ in range(repeats)
-        ]
-        return _Repeats(rounds)
-    finally:
-        remove_tree(root)
-
-
-def _flaky(task: Task, repeats: _Repeats, oracle_verified: bool | None) -> list[str]:
+def _flaky(task: Task, repeats: Rebuild, oracle_verified: bool | None) -> list[str]:
     """Every verify command whose verdict changed while the files it looked at did not."""
     problems: list[str] = []
     n = len(repeats.rounds)
@@ -114,7 +76,7 @@ def _first_attempt(report: TaskReport) -> tuple[Outcome, str | None, bool | None
     return a.outcome, a.reason, a.verified
 
 
-def _task_check(task: Task, oracle: TaskReport, nop: TaskReport, repeats: _Repeats | None, lints: int) -> TaskCheck:
+def _task_check(task: Task, oracle: TaskReport, nop: TaskReport, repeats: Rebuild | None, lints: int) -> TaskCheck:
     has_solution = bool(task.solution)
     o_outcome, o_reason, o_verified = _first_attempt(oracle)
     n_outcome, n_reason, _ = _first_attempt(nop)
@@ -132,6 +94,7 @@ def _task_check(task: Task, oracle: TaskReport, nop: TaskReport, repeats: _Repea
             problems.append(repeats.error)
         verdicts = ([o_verified] if o_verified is not None else []) + [all(r) for r in repeats.rounds]
         problems += _flaky(task, repeats, o_verified)
+        problems += repeats.problems
     return TaskCheck(
         task_id=task.id,
         has_solution=has_solution,
@@ -165,7 +128,7 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
     if options.repeats < 1:
         raise ValueError(f"repeats must be at least 1 (got {options.repeats})")
     say = options.on_progress or (lambda _message: None)
-    lints = lint_suite(loaded.suite)
+    lints = lint_suite(loaded.suite) + lint_locations(loaded)
 
     def run(agent: str) -> Envelope:
         say(f"running the {agent} agent on {len(loaded.suite.tasks)} tasks")
@@ -174,18 +137,19 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
 
     oracle, nop = run("oracle"), run("nop")
     oracle_tasks, nop_tasks = _by_id(oracle), _by_id(nop)
-    source = open_source(Path(oracle.run.workspace.path))
     base_commit = oracle.run.workspace.base_commit
+    bases = resolve_task_bases(loaded, options.workspace, base_commit)
     work_root = Path(tempfile.mkdtemp(prefix="worktrial-check-"))
     checks: list[TaskCheck] = []
     try:
-        for task in loaded.suite.tasks:
-            repeats = None
-            if task.solution:
-                say(f"re-running the verifier of {task.id} {options.repeats} times on the oracle's result")
-                repeats = _repeat_verify(task, source, base_commit, options.repeats, work_root)
-            count = sum(1 for lint in lints if lint.task_id == task.id)
-            checks.append(_task_check(task, oracle_tasks[task.id], nop_tasks[task.id], repeats, count))
+        with rebuilder(loaded, work_root, EnvironmentCache(cache_dir() / "environments")) as builder:
+            for task in loaded.suite.tasks:
+                repeats = None
+                if task.solution:
+                    say(f"re-running the verifier of {task.id} {options.repeats} times on the oracle's result")
+                    repeats = builder.rebuild(task, bases[task.id], options.repeats)
+                count = sum(1 for lint in lints if lint.task_id == task.id)
+                checks.append(_task_check(task, oracle_tasks[task.id], nop_tasks[task.id], repeats, count))
     finally:
         remove_tree(work_root)
     problems = sum(len(c.problems) for c in checks) + len(lints)

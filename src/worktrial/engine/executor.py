@@ -43,11 +43,18 @@ class TaskBase:
     source: RepoSource
     commit: str
     environment: Environment | None = None
+    hide: tuple[str, ...] = ()
+    """Paths removed from the base (the suite's directory when it is committed in the repository under test)."""
 
     @property
     def key(self) -> str:
         env = self.environment.model_dump_json() if self.environment is not None else ""
-        return f"{self.source.kind}:{self.source.location}@{self.commit}#{env}"
+        return f"{self.source.kind}:{self.source.location}@{self.commit}#{env}#{':'.join(self.hide)}"
+
+    @property
+    def prepared(self) -> bool:
+        """Whether the base is a commit the harness makes on top of ``commit`` (environment or hidden paths)."""
+        return self.environment is not None or bool(self.hide)
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,8 @@ class AttemptSpec:
     """--sandbox, --network, --max-memory, --max-procs and the host paths attempts must not see."""
     sandbox_decision: SandboxDecision | None = None
     """What the driver found this machine can do; None: decide on the worker (``decide``)."""
+    environment_cache: str | None = None
+    """Directory of the cache of environment setups across runs (for environments with a ``cache_key``)."""
 
 
 @dataclass(frozen=True)

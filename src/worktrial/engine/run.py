@@ -40,6 +40,7 @@ from worktrial.isolation.workspace import (
     open_source,
     remove_tree,
     resolve_commit,
+    tracked_in,
 )
 from worktrial.model.bundle import copy_bundle
 from worktrial.model.config import Config
@@ -214,13 +215,14 @@ def _task_bases(loaded: LoadedSuite, ws: _Workspace) -> dict[str, TaskBase]:
     """Each task's repository, commit and environment; tasks with their own ``workspace`` pin resolve it here."""
     suite = loaded.suite
     default_source = _source_of(ws)
+    hide = _committed_suite_dir(loaded, ws.source.path, ws.base_commit)
     resolved: dict[tuple[str | None, str | None], tuple[RepoSource, str]] = {}
     bases: dict[str, TaskBase] = {}
     for task in suite.tasks:
         environment = suite.environment_for(task)
         pin = task.workspace
         if pin is None or (pin.repo is None and pin.ref is None):
-            bases[task.id] = TaskBase(default_source, ws.base_commit, environment)
+            bases[task.id] = TaskBase(default_source, ws.base_commit, environment, hide)
             continue
         key = (pin.repo, pin.ref)
         if key not in resolved:
@@ -231,8 +233,27 @@ def _task_bases(loaded: LoadedSuite, ws: _Workspace) -> dict[str, TaskBase]:
                 raise BadInputError(f"task {task.id}: {exc}") from None
             resolved[key] = (RepoSource("path", str(repo)), commit)
         source, commit = resolved[key]
-        bases[task.id] = TaskBase(source, commit, environment)
+        own_hide = _committed_suite_dir(loaded, Path(source.location), commit)
+        bases[task.id] = TaskBase(source, commit, environment, own_hide)
     return bases
+
+
+def _committed_suite_dir(loaded: LoadedSuite, repo: Path, commit: str) -> tuple[str, ...]:
+    """The suite's directory relative to ``repo`` when ``commit`` holds it (hidden tests must not reach agents)."""
+    try:
+        rel = loaded.suite_dir.relative_to(repo.resolve()).as_posix()
+    except ValueError:
+        return ()
+    if rel in ("", "."):
+        return ()  # a suite at the repository's top level: its files are declared one by one, see lint
+    return (rel,) if tracked_in(repo, commit, rel) else ()
+
+
+def resolve_task_bases(
+    loaded: LoadedSuite, workspace: Path | None, base_commit: str | None = None
+) -> dict[str, TaskBase]:
+    """Where each task's attempts start, resolved as a run would (``check`` rebuilds results on them)."""
+    return _task_bases(loaded, _resolve_workspace(loaded, workspace, base_commit))
 
 
 def state_root_for(workspace: Path | None) -> Path:
@@ -582,6 +603,7 @@ def _settings(
         artifacts_dir=str(store_dir),
         sandbox=sandbox[0],
         sandbox_decision=sandbox[1],
+        environment_cache=str(cache_dir() / "environments"),
     )
     return RunSettings(
         loaded=loaded,

@@ -19,8 +19,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from worktrial.errors import WorktrialError
+from worktrial.isolation.env_cache import EnvironmentCache, entry_key
 from worktrial.isolation.proc import ProcessScope, ProcResult, run_command
-from worktrial.isolation.workspace import AttemptWorkspace, git
+from worktrial.isolation.workspace import AttemptWorkspace, git, remove_tree
 from worktrial.model.commands import display
 from worktrial.model.suite import Environment
 
@@ -52,32 +53,53 @@ def _log(log: Path | None, text: str) -> None:
 
 def run_setup(
     ws: AttemptWorkspace,
-    environment: Environment,
+    environment: Environment | None,
     env: Mapping[str, str],
     *,
     scope: ProcessScope | None = None,
     log: Path | None = None,
+    hide: tuple[str, ...] = (),
+    cache: EnvironmentCache | None = None,
 ) -> str:
     """Run the setup commands in ``ws``'s worktree, commit the result, and return the new base commit.
 
+    ``hide`` lists paths (relative to the worktree) removed before setup: the suite's own directory when it is
+    committed in the repository under test, so hidden tests and solutions are not in the agent's checkout.
     Raises EnvironmentSetupError (with the tail of the failing command's output) when a command fails or
     times out, or when the result cannot be committed.
     """
-    for i, command in enumerate(environment.setup, start=1):
+    for rel in hide:
+        remove_tree(ws.worktree / rel)
+    key = None
+    pinned = ""
+    if cache is not None and environment is not None:
+        pinned = _head(ws)
+        key = entry_key(pinned, environment, hide)
+        if key is not None and cache.restore(key, ws):
+            _log(log, f"restored from the environment cache ({key[:12]}), setup commands not run\n")
+            return commit_result(ws)
+    commands = environment.setup if environment is not None else []
+    timeout = environment.timeout_secs if environment is not None else 0
+    for i, command in enumerate(commands, start=1):
         _log(log, f"$ {display(command)}\n")
-        result = run_command(command, cwd=ws.worktree, env=env, timeout=environment.timeout_secs, scope=scope)
+        result = run_command(command, cwd=ws.worktree, env=env, timeout=timeout, scope=scope)
         output = _output(result)
         _log(log, output + ("" if output.endswith("\n") or not output else "\n") + f"[exit {result.returncode}]\n")
         if not result.ok:
-            if result.timed_out:
-                why = f"timed out after {environment.timeout_secs}s"
-            else:
-                why = result.describe_failure(display(command))
+            why = f"timed out after {timeout}s" if result.timed_out else result.describe_failure(display(command))
             raise EnvironmentSetupError(
                 f"environment setup failed at step {i} ({display(command)}): {why}; output tail:\n{output.rstrip()}",
                 output,
             )
-    return commit_result(ws)
+    commit = commit_result(ws)
+    if cache is not None and key is not None:
+        cache.store(key, ws, pinned, commit)
+    return commit
+
+
+def _head(ws: AttemptWorkspace) -> str:
+    result = git(["-C", str(ws.worktree), "rev-parse", "HEAD"], ws.worktree)
+    return result.stdout_tail.decode().strip() if result.ok else ""
 
 
 def commit_result(ws: AttemptWorkspace) -> str:

@@ -99,6 +99,12 @@ def resolve_commit(repo: Path, ref: str = "HEAD") -> str:
     return result.stdout_tail.decode().strip()
 
 
+def tracked_in(repo: Path, commit: str, rel: str) -> bool:
+    """Whether ``commit`` holds anything at ``rel`` (a file or a directory)."""
+    result = git(["ls-tree", "--name-only", commit, "--", rel], repo)
+    return result.ok and bool(result.stdout_tail.strip())
+
+
 def is_dirty(repo: Path) -> bool:
     """Uncommitted changes (tracked or untracked, not ignored) in the user's working tree."""
     out = _git_out(["status", "--porcelain", "--untracked-files=normal"], repo, f"{repo}: git status")
@@ -108,9 +114,14 @@ def is_dirty(repo: Path) -> bool:
 def fetch_pinned(repo_spec: str, ref: str | None, suite_dir: Path, cache_dir: Path) -> Path:
     """A local repository for a suite's ``workspace.repo``: a path as is, a URL as a cached bare clone."""
     local = (suite_dir / repo_spec).expanduser()
+    identity = repo_spec
     if "://" not in repo_spec and not repo_spec.startswith("git@") and local.exists():
-        return find_workspace(local)
-    dest = cache_dir / "repos" / (hashlib.sha256(repo_spec.encode()).hexdigest()[:20] + ".git")
+        if local.is_dir():
+            return find_workspace(local)
+        # A git bundle shipped with the suite: cloned once per content, so an updated bundle is a new clone.
+        repo_spec = str(local.resolve())
+        identity = "bundle:" + hashlib.sha256(local.read_bytes()).hexdigest()
+    dest = cache_dir / "repos" / (hashlib.sha256(identity.encode()).hexdigest()[:20] + ".git")
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_suffix(".tmp")

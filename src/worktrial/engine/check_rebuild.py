@@ -1,0 +1,183 @@
+"""``worktrial check``'s own workspaces: the oracle's result rebuilt on each task's base, and what it reveals.
+
+The rebuild happens exactly as an attempt would see it — the task's repository and commit, its environment set
+up once per base and committed, per-attempt setup commands, then the reference solution — and then the verifier
+is re-run several times (flakiness) and probed for the classic mistakes of suites written for real
+repositories: per-attempt setup that leaves the tree dirty (the agent sees it as uncommitted changes), a verifier
+that reads a suite file that is not declared in ``files`` (so not in the digest), and a verifier that still
+passes when the files the solution changed are emptied (it reads something outside the worktree and the suite
+directory, e.g. an editable install of another checkout, or measures too little).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from worktrial.engine.executor import TaskBase
+from worktrial.errors import WorktrialError
+from worktrial.isolation import proc
+from worktrial.isolation.env_cache import EnvironmentCache
+from worktrial.isolation.environment import run_setup
+from worktrial.isolation.pool import Slot
+from worktrial.isolation.proc import run_command
+from worktrial.isolation.workspace import AttemptWorkspace, git, materialize_source
+from worktrial.model.bundle import copy_bundle
+from worktrial.model.commands import display
+from worktrial.model.suite import SUITE_DIR_ENV, LoadedSuite, Task
+
+_MAX_NAMED = 3
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """``rounds[r][i]``: whether verify command i passed in re-run r; ``error`` when the rebuild failed."""
+
+    rounds: list[list[bool]]
+    error: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def _changed_files(worktree: Path) -> list[str]:
+    """Paths ``git status`` reports in the worktree (modified, added or untracked), relative to it."""
+    result = git(["-C", str(worktree), "status", "--porcelain", "-z", "--untracked-files=all"], worktree)
+    if not result.ok:
+        return []
+    entries = result.stdout_tail.decode("utf-8", "surrogateescape").split("\0")
+    return [e[3:] for e in entries if len(e) > 3]
+
+
+def _modified_tracked(worktree: Path) -> list[str]:
+    """Tracked files the worktree changed (not added or deleted ones)."""
+    result = git(["-C", str(worktree), "diff", "--name-only", "-z", "--diff-filter=M", "HEAD"], worktree)
+    if not result.ok:
+        return []
+    return [p for p in result.stdout_tail.decode("utf-8", "surrogateescape").split("\0") if p]
+
+
+def _named(paths: list[str]) -> str:
+    more = f" and {len(paths) - _MAX_NAMED} more" if len(paths) > _MAX_NAMED else ""
+    return ", ".join(paths[:_MAX_NAMED]) + more
+
+
+class Rebuilder:
+    """Slots keyed by task base (the environment is set up once per base), plus the suite's read-only copy."""
+
+    def __init__(
+        self,
+        loaded: LoadedSuite,
+        work_root: Path,
+        cache: EnvironmentCache | None,
+        scope: proc.ProcessScope | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.cache = cache
+        self.work_root = work_root
+        self.scope = scope
+        self.suite_copy = work_root / "suite"
+        copy_bundle(loaded.path, loaded.files, self.suite_copy)
+        self._slots: dict[str, Slot] = {}
+
+    def env(self, suite_dir: Path | None = None) -> dict[str, str]:
+        return proc.clean_env(None, {SUITE_DIR_ENV: str(suite_dir or self.suite_copy)})
+
+    def _slot(self, base: TaskBase) -> Slot:
+        if base.key not in self._slots:
+            source = materialize_source(base.source.kind, base.source.location, self.work_root / "source")
+            prepare = None
+            if base.prepared:
+                env = self.env()
+
+                def prepare(ws: AttemptWorkspace) -> str:
+                    return run_setup(ws, base.environment, env, scope=self.scope, hide=base.hide, cache=self.cache)
+
+            self._slots[base.key] = Slot(source, base.commit, self.work_root / f"slot-{len(self._slots)}", prepare)
+        return self._slots[base.key]
+
+    def close(self) -> None:
+        for slot in self._slots.values():
+            with contextlib.suppress(WorktrialError, OSError):
+                slot.close()
+
+    def rebuild(self, task: Task, base: TaskBase, repeats: int) -> Rebuild:
+        """Rebuild the oracle's result and re-run every verify command ``repeats`` times on it, then probe it."""
+        try:
+            ws = self._slot(base).acquire()
+        except (WorktrialError, OSError) as exc:
+            return Rebuild([], f"could not prepare the task's workspace: {exc}")
+        worktree = ws.worktree
+        problems: list[str] = []
+        harness_env = self.env()
+        for command in task.setup_commands:
+            result = run_command(command, cwd=worktree, env=harness_env, timeout=task.verify_timeout_secs)
+            if not result.ok:
+                return Rebuild(
+                    [], f"setup failed when rebuilding the oracle's result: {result.describe_failure(display(command))}"
+                )
+        dirty = _changed_files(worktree)
+        if task.setup_commands and dirty:
+            problems.append(
+                f"setup_commands leave the tree dirty ({_named(dirty)}): the agent sees them as uncommitted "
+                "changes (git status/diff may give the answer away); move them to `environment.setup`, whose "
+                "result is committed into the base, or ignore them in .gitignore"
+            )
+        agent_env = self.env()  # as the oracle runs solutions: with the suite directory (shipped patches)
+        for command in task.solution or []:
+            result = run_command(command, cwd=worktree, env=agent_env, timeout=task.timeout_secs)
+            if not result.ok:
+                return Rebuild(
+                    [],
+                    f"solution failed when rebuilding the oracle's result: {result.describe_failure(display(command))}",
+                    problems,
+                )
+        rounds = [self._verify_each(task, worktree, harness_env) for _ in range(repeats)]
+        if not any(all(r) for r in rounds):
+            problems += self._undeclared(task, worktree)
+        elif all(all(r) for r in rounds):
+            problems += self._outside(task, worktree, harness_env)
+        return Rebuild(rounds, None, problems)
+
+    def _verify_each(self, task: Task, worktree: Path, env: dict[str, str]) -> list[bool]:
+        return [
+            run_command(c, cwd=worktree, env=env, timeout=task.verify_timeout_secs, scope=self.scope).ok
+            for c in task.verify_commands
+        ]
+
+    def _undeclared(self, task: Task, worktree: Path) -> list[str]:
+        """A verifier that fails with the declared files but passes with the whole suite directory reads others."""
+        if all(self._verify_each(task, worktree, self.env(self.loaded.suite_dir))):
+            return [
+                "verify reads a file under the suite directory that is not declared in `files`: it fails with "
+                "only the declared files and passes with the whole directory; add it to `files` so the digest "
+                "covers it"
+            ]
+        return []
+
+    def _outside(self, task: Task, worktree: Path, env: dict[str, str]) -> list[str]:
+        """Empty every tracked file the solution changed; a verifier that still passes is not testing them."""
+        targets = _modified_tracked(worktree)
+        if not targets:
+            return []
+        for rel in targets:
+            path = worktree / rel
+            if path.is_file() and not path.is_symlink():
+                path.write_bytes(b"")
+        if all(self._verify_each(task, worktree, env)):
+            return [
+                f"verify still passes after the files the solution changed ({_named(targets)}) are emptied: it "
+                "reads something outside the worktree and the suite directory (e.g. an editable install of "
+                "another checkout: install into a venv inside the base instead, see docs/suite-format.md) "
+                "or measures too little"
+            ]
+        return []
+
+
+@contextlib.contextmanager
+def rebuilder(loaded: LoadedSuite, work_root: Path, cache: EnvironmentCache | None = None) -> Iterator[Rebuilder]:
+    builder = Rebuilder(loaded, work_root, cache)
+    try:
+        yield builder
+    finally:
+        builder.close()
