@@ -181,7 +181,10 @@ def test_a_suite_committed_in_the_repository_is_removed_from_the_agents_base(cli
 
 
 def test_cache_key_reuses_a_setup_across_runs(cli, repo: Path, write_suite, tmp_path: Path) -> None:
-    counter = tmp_path / "setups.txt"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    share_with_sandbox(shared)  # setup counts its runs where the test can read them
+    counter = shared / "setups.txt"
     setup = [
         {"sh": f"echo x >> {counter}"},
         {"sh": "mkdir -p .venv/lib && echo dep > .venv/lib/dep.txt && touch -d 2001-01-01 .venv/lib/dep.txt"},
