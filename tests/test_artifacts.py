@@ -158,3 +158,12 @@ def test_compare_shows_labels_and_notes_different_selections(cli: Cli, repo: Pat
     assert result.exit_code == 0, result.output
     assert f"first try ({partial['run']['id']})" in result.stdout
     assert "different selections of the suite" in result.stdout and "A 2 of 3 tasks, B every task" in result.stdout
+
+
+def test_check_runs_only_the_selected_tasks(cli: Cli, repo: Path, write_suite: SuiteWriter) -> None:
+    suite = write_suite([task("a", timeout_secs=300), task("b", timeout_secs=300, verify_commands=["true"])])
+    whole = cli(["check", str(suite), "--trust", "--format", "json", "--repeats", "1"], cwd=repo)
+    assert whole.exit_code == 1
+    only_a = cli(["check", str(suite), "--trust", "--format", "json", "--repeats", "1", "--task", "a"], cwd=repo)
+    assert only_a.exit_code == 0, only_a.output
+    assert "checking 1 of 2 tasks" in only_a.stderr

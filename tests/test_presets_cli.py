@@ -19,8 +19,10 @@ from tests.test_presets_e2e import FakeEnv, attempts_by_task, fake_env, run_eval
 from worktrial.agents import AgentOptions, AgentSpec, create_agent
 from worktrial.agents.presets import PRESETS, PresetAgent
 from worktrial.agents.presets.parsing import ExitInfo
+from worktrial.agents.pricing import cost_usd, resolve_price
 from worktrial.errors import BadInputError
 from worktrial.model.config import parse_config
+from worktrial.model.records import Tokens
 
 __all__ = ["fake_env"]  # the fixture is shared with the end-to-end tests
 
@@ -126,6 +128,31 @@ def test_custom_agent_with_prompt_placeholder_and_a_builtin_parser(
         "model": "acme/m 1",
         "env_keys": ["THING_MODE"],
     }
+
+
+def test_custom_agent_priced_by_its_price_model(
+    cli: Callable[..., Result], repo: Path, write_suite, fake_env: FakeEnv
+) -> None:
+    """A CLI that reports tokens but no cost is priced by ``price_model``; an unknown route is refused at once."""
+    install_fake(fake_env.bin_dir, "thing", {"normal": {"stdout": CODEX_NORMAL}})
+    (repo / "worktrial.toml").write_text(
+        '[agents.thing]\ncommand = "thing run --json {prompt}"\nparser = "codex"\nprice_model = "openai/gpt-5.1"\n'
+    )
+    suite = write_suite([task("t")])
+    envelope = run_eval(cli, repo, suite, "thing")
+    attempt = attempts_by_task(envelope)["t"]
+    price = resolve_price("openai/gpt-5.1")
+    assert price is not None
+    assert attempt["cost_usd"] == pytest.approx(cost_usd(Tokens(**attempt["tokens"]), price.price))
+    assert attempt["cost_usd"] > 0 and envelope["report"]["unpriced_runs"] == 0
+    assert envelope["agent"]["price"]["route"] == "openai/gpt-5.1"
+
+    (repo / "worktrial.toml").write_text(
+        '[agents.thing]\ncommand = "thing run --json {prompt}"\nparser = "codex"\nprice_model = "acme/nothing"\n'
+    )
+    result = cli(["eval", "--suite", str(suite), "--agent", "thing", "--trust", "-q"], cwd=repo)
+    assert result.exit_code == 2
+    assert "price_model 'acme/nothing' has no price" in result.output
 
 
 def test_custom_agent_on_stdin_with_usage_file(

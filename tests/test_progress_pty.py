@@ -64,3 +64,51 @@ def test_eta_comes_from_observed_durations() -> None:
     reporter.attempt(record)
     assert reporter.done == 3
     assert reporter.eta_secs() == pytest.approx(30.0)  # three more at 10 s each, one at a time
+
+
+@pytest.mark.pty
+def test_report_on_a_terminal_is_drawn_as_tables_and_piped_is_markdown(repo: Path, write_suite: SuiteWriter) -> None:
+    import json
+    import subprocess
+
+    suite = write_suite([task("t1")])
+    code = "from worktrial.cli import main; main()"
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "eval",
+            "--suite",
+            str(suite),
+            "--trust",
+            "-q",
+            "--agent",
+            "oracle",
+            "--format",
+            "json",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    run_id = json.loads(made.stdout)["run"]["id"]
+    piped = subprocess.run([sys.executable, "-c", code, "report", run_id], cwd=repo, capture_output=True, text=True)
+    assert "|---|" in piped.stdout
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120"}
+    child = pexpect.spawn(
+        sys.executable,
+        ["-c", code, "report", run_id],
+        cwd=str(repo),
+        env=env,
+        encoding="utf-8",
+        timeout=DEADLINE_SECS,
+        dimensions=(60, 120),
+    )
+    try:
+        child.expect(pexpect.EOF)
+        screen = str(child.before)
+    finally:
+        child.close(force=True)
+    assert "|---|" not in screen and "─" * 10 in screen and "t1" in screen

@@ -53,3 +53,8 @@ def public_url(url: str) -> str:
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 attempt``, ``2 attempts`` (``many`` for irregular plurals: ``plural(n, "retry", "retries")``)."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"

@@ -5,6 +5,7 @@
     env = { MY_AGENT_HOME = "/tmp/x" }          # added to the agent's environment
     parser = "claude-code"                      # a preset's parser, or "usage-file" (the default)
     model_flag = "--model"                      # how --model reaches the agent (optional)
+    price_model = "openai/gpt-5.1"              # price reported tokens by this route when no cost is reported
 
 The command runs with ``/bin/sh -c`` in the worktree, with the same ``WORKTRIAL_*`` variables as the
 command agent plus ``WORKTRIAL_SCRATCH`` (the per-attempt directory where the file-based parsers look:
@@ -18,12 +19,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentResult, launch_error
+from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentOutput, AgentResult, launch_error
 from worktrial.agents.presets import PARSERS
 from worktrial.agents.presets.parsing import ExitInfo, OutputParser, Verdict, exit_reason
+from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.agents.simple import USAGE_FILE, command_env, read_usage_file
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
+from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.commands import SHELL
 from worktrial.model.config import AgentConfig, Config
 
@@ -75,6 +78,15 @@ class CustomAgent:
         self.model_flag: str | None = table.model_flag
         self.options = options
         self.stdin_prompt = "{prompt}" not in self.command
+        self.price: ResolvedPrice | None = None
+        self.price_model: str | None = table.price_model
+        if table.price_model is not None:
+            self.price = resolve_price(table.price_model, options.config)
+            if self.price is None:
+                raise BadInputError(
+                    f"{where}.price_model {table.price_model!r} has no price; `worktrial prices` lists the priced "
+                    f'models, or add [pricing."{table.price_model}"] with input and output prices'
+                )
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -88,6 +100,12 @@ class CustomAgent:
             described["model"] = self.options.model
         if self.env:
             described["env_keys"] = sorted(self.env)  # values may be secrets
+        if self.price is not None:
+            described["price"] = {
+                "route": self.price_model,
+                "source": self.price.source,
+                "taken_on": self.price.taken_on,
+            }
         return described
 
     def program(self) -> str | None:
@@ -135,18 +153,26 @@ class CustomAgent:
             stdin=ctx.task.prompt.encode("utf-8") if self.stdin_prompt else None,
             on_stdout=parser.feed,
             scope=ctx.scope,
+            tail_bytes=STREAM_TAIL_BYTES,
         )
-        verdict = parser.finish(ExitInfo(result.returncode, result.timed_out, Path(ctx.scratch)))
+        output = AgentOutput.of(result)  # the tails, for the attempt's local artifacts
+        verdict = parser.finish(ExitInfo(result.returncode, result.timed_out, Path(ctx.scratch), result.stderr_tail))
         usage = verdict.usage
         usage.output_bytes = result.output_bytes
+        if self.parser_name != USAGE_FILE_PARSER and usage.cost_usd == 0 and (usage.tokens.total() or 0) > 0:
+            # A CLI reports 0 for a model it cannot price (your own usage file is taken at its word).
+            usage.cost_usd = None
+            usage.notes.append(f"{self.name} reported cost 0 for {usage.tokens.total()} tokens: treated as unpriced")
+        if usage.cost_usd is None and self.price is not None:
+            usage.cost_usd = cost_usd(usage.tokens, self.price.price)
         if result.timed_out:
-            return AgentResult(claimed=None, usage=usage, timed_out=True)
+            return AgentResult(output=output, claimed=None, usage=usage, timed_out=True)
         if (error := launch_error(result, self.name)) is not None:
-            return AgentResult(claimed=None, usage=usage, error=error)
+            return AgentResult(output=output, claimed=None, usage=usage, error=error)
         if verdict.error_category:
-            error = AgentError(verdict.error_category, verdict.reason or f"{self.name} failed")
-            return AgentResult(claimed=None, usage=usage, error=error)
-        return AgentResult(claimed=verdict.claimed, usage=usage, reason=verdict.reason)
+            error = AgentError(verdict.error_category, verdict.reason or f"{self.name} failed", fatal=verdict.fatal)
+            return AgentResult(output=output, claimed=None, usage=usage, error=error)
+        return AgentResult(output=output, claimed=verdict.claimed, usage=usage, reason=verdict.reason)
 
 
 def create_custom_agent(name: str, options: AgentOptions) -> Agent | None:

@@ -27,6 +27,7 @@ from worktrial.agents.registry import hookimpl
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
 from worktrial.isolation.proc import run_command
+from worktrial.isolation.safefs import read_regular
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.commands import SHELL, display
 from worktrial.model.records import Tokens, Usage
@@ -86,8 +87,18 @@ class NopAgent:
         return AgentResult(claimed=True, usage=Usage(tokens=Tokens(input=0, output=0), cost_usd=0.0, turns=0))
 
 
-NonNegative = Annotated[int, Field(ge=0)]
-Counts = dict[str, NonNegative]
+# Limits on what an agent may report (DESIGN.md, "Trust boundary"): beyond them a value is a lie or an attack
+# (a cost of 1e308 would overflow the run's totals), so it is dropped with a note like any other bad value.
+MAX_TOKENS = 10**12
+MAX_COST_USD = 1e6
+MAX_TURNS = 10**7
+MAX_USAGE_FILE_BYTES = 1024 * 1024
+MAX_USAGE_NESTING = 8
+MAX_COUNT_NAMES = 1000
+MAX_NAME_CHARS = 200
+NonNegative = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+Counts = Annotated[dict[Name, NonNegative], Field(max_length=MAX_COUNT_NAMES)]
 INTEGER = "must be a non-negative integer"
 COUNTS = "must be an object of name -> non-negative integer"
 
@@ -105,10 +116,10 @@ class UsageFile(BaseModel):
     cached_input_tokens: NonNegative | None = Field(None, description=INTEGER)
     cache_creation_tokens: NonNegative | None = Field(None, description=INTEGER)
     reasoning_tokens: NonNegative | None = Field(None, description=INTEGER)
-    cost_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+    cost_usd: Annotated[float, Field(ge=0, le=MAX_COST_USD, allow_inf_nan=False)] | None = Field(
         None, description="must be a non-negative number"
     )
-    turns: NonNegative | None = Field(None, description=INTEGER)
+    turns: Annotated[int, Field(ge=0, le=MAX_TURNS)] | None = Field(None, description=INTEGER)
     tool_calls: Counts | None = Field(None, description=COUNTS)
     errors: Counts | None = Field(None, description=COUNTS)
 
@@ -150,14 +161,21 @@ def command_env(ctx: AgentContext) -> dict[str, str]:
 
 def read_usage_file(path: Path) -> Usage:
     """Usage a command agent wrote to ``$WORKTRIAL_USAGE_FILE``; problems become notes, never errors."""
-    if not path.exists():
+    if not os.path.lexists(path):
         return Usage()
     try:
-        raw = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return Usage(notes=[f"usage file is not valid JSON: {type(exc).__name__}"])
+        # A regular file only (never through a symlink, never blocking on a FIFO), and bounded.
+        data = read_regular(path, MAX_USAGE_FILE_BYTES)
     except OSError as exc:
         return Usage(notes=[f"usage file unreadable: {exc.strerror}"])
+    except ValueError as exc:
+        return Usage(notes=[f"usage file ignored: {exc}"])
+    if _nesting(data) > MAX_USAGE_NESTING:
+        return Usage(notes=[f"usage file ignored: JSON nested deeper than {MAX_USAGE_NESTING} levels"])
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        return Usage(notes=[f"usage file is not valid JSON: {type(exc).__name__}"])
     if not isinstance(raw, dict):
         return Usage(notes=["usage file must hold a JSON object; ignored"])
     notes: list[str] = []
@@ -170,6 +188,28 @@ def read_usage_file(path: Path) -> Usage:
     usage = parsed.usage()
     usage.notes.extend(notes)
     return usage
+
+
+def _nesting(data: bytes) -> int:
+    """The deepest bracket nesting of a JSON text (strings skipped), found without parsing it."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
 
 
 _SHELL_WORDS = frozenset(

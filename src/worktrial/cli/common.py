@@ -6,9 +6,12 @@ import sys
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.markdown import Markdown
 
 from worktrial.isolation.workspace import find_workspace
 from worktrial.model.suite import LoadedSuite
+from worktrial.render.terminal import markdown_table, rich_table
 from worktrial.state.trust import ensure_trusted
 from worktrial.util import atomic_write_text
 
@@ -18,12 +21,42 @@ def err(message: str) -> None:
     click.echo(message, err=True)
 
 
-def emit(text: str, output: Path | None, *, quiet: bool = False, what: str = "report") -> None:
-    """A report to ``output`` (atomically: a reader never sees half of it) or to stdout."""
+FORMAT_HELP = "auto: tables on a terminal, markdown when piped; markdown; json."
+
+table_format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "markdown", "json"]),
+    default="table",
+    show_default=True,
+    help="table: a terminal table (markdown when piped); markdown; json.",
+)
+"""The ``--format`` of listing commands (``agents``, ``prices``): rows, not a report."""
+
+
+def print_table(headers: list[str], cells: list[list[str]], fmt: str) -> None:
+    """Rows as a terminal table when ``fmt`` is ``table`` on a terminal, else as markdown (pipes, files, docs).
+
+    Cells are printed without rich markup escaping so that commands in them copy-paste exactly as shown.
+    """
+    if fmt == "table" and sys.stdout.isatty():
+        Console(highlight=False).print(rich_table(headers, cells))
+    else:
+        click.echo(markdown_table(headers, cells), nl=False)
+
+
+def emit(text: str, output: Path | None, *, quiet: bool = False, what: str = "report", fmt: str = "") -> None:
+    """A report to ``output`` (atomically: a reader never sees half of it) or to stdout.
+
+    With ``fmt="auto"`` a markdown report on a terminal is drawn by rich (tables, headings); piped, or with
+    ``--format markdown``, it stays markdown text that can be pasted anywhere.
+    """
     if output:
         atomic_write_text(output, text)
         if not quiet:
             err(f"worktrial: {what} written to {output}")
+    elif fmt == "auto" and sys.stdout.isatty():
+        Console(highlight=False).print(Markdown(text))
     else:
         click.echo(text, nl=False)
 

@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from worktrial.cli import logs
-from worktrial.cli.common import SANDBOX_OPTIONS, emit, ensure_trust, err
+from worktrial.cli.common import FORMAT_HELP, SANDBOX_OPTIONS, emit, ensure_trust, err, print_table, table_format_option
+from worktrial.cli.executors import executor_factory, executor_options
 from worktrial.cli.matrix import run_matrix_and_report
 from worktrial.cli.outputs import write_ci_outputs
 from worktrial.cli.progress import ProgressReporter
@@ -33,11 +34,11 @@ from worktrial.errors import EXIT_INTERRUPTED, RunAborted, WorktrialError
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
-from worktrial.render.terminal import markdown_table, rich_table
 from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, stored_envelope
 from worktrial.state.roots import state_root
 from worktrial.state.store import runs_dir
+from worktrial.util import plural
 from worktrial.version import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -98,7 +99,14 @@ def eval_options(func: F) -> F:
             type=click.Path(path_type=Path, file_okay=False),
             help="Git repository to evaluate in (default: the one containing the current directory).",
         ),
-        click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True),
+        click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(["auto", "markdown", "json"]),
+            default="auto",
+            show_default=True,
+            help=FORMAT_HELP,
+        ),
         click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here."),
         click.option(
             "--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI)."
@@ -149,6 +157,7 @@ def eval_options(func: F) -> F:
 
 @click.command("eval")
 @eval_options
+@executor_options
 def eval_cmd(
     suite_path: Path,
     agent: tuple[str, ...],
@@ -182,6 +191,10 @@ def eval_cmd(
     max_procs: int | None,
     quiet: bool,
     verbose: bool,
+    executor: str,
+    ray_address: str | None,
+    ray_cpus_per_attempt: float,
+    ray_resources: tuple[str, ...],
 ) -> None:
     """Run a suite and print its report; several --agent / --model values run a matrix and print a leaderboard."""
     loaded = load_suite(suite_path)
@@ -203,6 +216,7 @@ def eval_cmd(
         resume=resume_id,
         artifacts=not no_artifacts,
         label=label,
+        executor=executor_factory(executor, ray_address, ray_cpus_per_attempt, ray_resources),
         tasks=task_patterns,
         categories=categories,
         limit=limit,
@@ -262,7 +276,7 @@ def _emit(envelope: Envelope, fmt: str, output: Path | None, quiet: bool, run_di
     else:
         keys = [(t.task_id, a.attempt) for t in envelope.report.tasks for a in t.attempts if a.outcome == "fail"]
         text = render_markdown(envelope, read_run_artifacts(run_dir, keys) if run_dir else None)
-    emit(text, output, quiet=quiet)
+    emit(text, output, quiet=quiet, fmt=fmt)
 
 
 main.add_command(eval_cmd)
@@ -282,12 +296,20 @@ exec_group.add_command(eval_cmd)
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Attempts to run at once (default: as stored).")
 @click.option("--retry-errors", type=click.IntRange(min=0), default=0, help="Retry infrastructure errors N times.")
 @click.option("--base-url", help="The provider base URL again, when it held credentials (they are never stored).")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "markdown", "json"]),
+    default="auto",
+    show_default=True,
+    help=FORMAT_HELP,
+)
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI).")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
 @click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason.")
 @click.option("--trust", is_flag=True, help="Trust the run's suite to run its commands (remembered).")
+@executor_options
 def resume_cmd(
     run_id: str,
     workspace: Path | None,
@@ -300,13 +322,23 @@ def resume_cmd(
     quiet: bool,
     verbose: bool,
     trust: bool,
+    executor: str,
+    ray_address: str | None,
+    ray_cpus_per_attempt: float,
+    ray_resources: tuple[str, ...],
 ) -> None:
     """Run only the attempts a stored run is missing, then report on the whole run."""
     stored = stored_suite(run_id, workspace)
     if stored.unchanged:  # a changed suite is refused below, with every difference listed
         ensure_trust(stored.loaded, stored.workspace, trust)  # its commands run again: the same trust as eval
     loaded = stored.loaded
-    options = RunOptions(workspace=workspace, jobs=jobs, retry_errors=retry_errors, base_url=base_url)
+    options = RunOptions(
+        workspace=workspace,
+        jobs=jobs,
+        retry_errors=retry_errors,
+        base_url=base_url,
+        executor=executor_factory(executor, ray_address, ray_cpus_per_attempt, ray_resources),
+    )
     _run_and_report(
         lambda opts, obs: resume_run(run_id, opts, loaded, observer=obs), options, fmt, output, quiet, verbose, junit
     )
@@ -332,7 +364,14 @@ def runs_cmd(workspace: Path | None) -> None:
 @main.command("report")
 @click.argument("run_id")
 @click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the run.")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "markdown", "json"]),
+    default="auto",
+    show_default=True,
+    help=FORMAT_HELP,
+)
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI).")
 def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | None, junit: Path | None) -> None:
@@ -357,14 +396,7 @@ def schema_cmd(which: str) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="Read custom [agents.NAME] from this repository's worktrial.toml (default: the current one).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "markdown", "json"]),
-    default="table",
-    show_default=True,
-    help="table: a terminal table (markdown when piped); markdown; json.",
-)
+@table_format_option
 def agents_cmd(workspace: Path | None, fmt: str) -> None:
     """List every agent --agent accepts, whether its program is installed, and its version."""
     from worktrial.agents.listing import list_agents
@@ -380,10 +412,7 @@ def agents_cmd(workspace: Path | None, fmt: str) -> None:
         installed = {True: "yes", False: "no", None: "—"}[row.installed]
         hint = f" — install: {row.install}" if row.installed is False and row.install else ""
         cells.append([row.name, row.kind, installed, row.version or "—", f"{row.summary}{hint}"])
-    if fmt == "table" and sys.stdout.isatty():
-        Console(highlight=False).print(rich_table(headers, cells))  # no escaping: commands copy-paste as shown
-    else:
-        click.echo(markdown_table(headers, cells), nl=False)
+    print_table(headers, cells, fmt)
 
 
 @main.command("prices")
@@ -392,14 +421,7 @@ def agents_cmd(workspace: Path | None, fmt: str) -> None:
     type=click.Path(path_type=Path),
     help="Read [pricing] overrides from this repository's worktrial.toml (default: the current one).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "markdown", "json"]),
-    default="table",
-    show_default=True,
-    help="table: a terminal table (markdown when piped); markdown; json.",
-)
+@table_format_option
 def prices_cmd(workspace: Path | None, fmt: str) -> None:
     """List the models worktrial can price (USD per million tokens), from the shipped table or your config."""
     from worktrial.agents.pricing import price_rows, price_table
@@ -420,10 +442,7 @@ def prices_cmd(workspace: Path | None, fmt: str) -> None:
         source = f"table ({row.taken_on})" if row.source == "table" else "your config"
         cells.append([row.route, *prices, source])
     click.echo(f"Shipped prices taken on {taken_on}; any other model is unpriced (cost unknown, never 0).")
-    if fmt == "table" and sys.stdout.isatty():
-        Console(highlight=False).print(rich_table(headers, cells))
-    else:
-        click.echo(markdown_table(headers, cells), nl=False)
+    print_table(headers, cells, fmt)
 
 
 @main.command("validate")
@@ -434,7 +453,8 @@ def validate_cmd(suite_path: Path) -> None:
     for warning in loaded.warnings:
         err(f"worktrial: warning: {suite_path}: {warning}")
     tasks = loaded.suite.tasks
-    click.echo(f"{suite_path}: ok — {len(tasks)} tasks, {loaded.suite.attempts} attempts, sha256 {loaded.sha256}")
+    counts = f"{plural(len(tasks), 'task')}, {plural(loaded.suite.attempts, 'attempt')}"
+    click.echo(f"{suite_path}: ok — {counts}, sha256 {loaded.sha256}")
 
 
 def _register_number_commands() -> None:

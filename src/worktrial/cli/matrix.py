@@ -26,6 +26,7 @@ from worktrial.engine.run import RunOptions
 from worktrial.errors import BadInputError
 from worktrial.model.suite import LoadedSuite
 from worktrial.render.leaderboard_markdown import render_leaderboard_markdown
+from worktrial.util import plural
 
 
 def _first_line(error: Exception) -> str:
@@ -82,13 +83,13 @@ def run_matrix_and_report(
         text = json.dumps(document, indent=2, allow_nan=False) + "\n"
     else:
         text = render_leaderboard_markdown(board, wide=wide)
-    emit(text, output, quiet=quiet, what="leaderboard")
+    emit(text, output, quiet=quiet, what="leaderboard", fmt=fmt)
     if result.interrupted:
         resume = [o.run_id for o in result.outcomes if o.status == "interrupted" and o.run_id]
         hint = f" Continue the interrupted run with: worktrial resume {resume[0]}" if resume else ""
         err(f"worktrial: interrupted; the leaderboard covers the configurations that ran.{hint}")
     failed = [o for o in result.outcomes if o.status == "failed"]
     if failed and not result.interrupted:
-        err(f"worktrial: {len(failed)} of {len(configurations)} configurations failed; see the leaderboard")
+        err(f"worktrial: {len(failed)} of {plural(len(configurations), 'configuration')} failed; see the leaderboard")
     if result.exit_code:
         sys.exit(result.exit_code)

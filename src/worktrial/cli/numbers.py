@@ -18,10 +18,11 @@ from worktrial.analysis import stats
 from worktrial.analysis.audit import audit_envelope, load_envelope_json, render_audit
 from worktrial.analysis.compare import LoadedEnvelope, compare_runs
 from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
-from worktrial.cli.common import emit, ensure_trust, err
+from worktrial.cli.common import FORMAT_HELP, emit, ensure_trust, err
 from worktrial.engine.check import DEFAULT_REPEATS, CheckOptions, check_suite
 from worktrial.engine.confine import SandboxChoice
 from worktrial.errors import BadInputError
+from worktrial.model.selection import select
 from worktrial.model.suite import LoadedSuite, load_suite
 from worktrial.render.check_markdown import render_check_markdown
 from worktrial.render.compare_markdown import render_comparison_markdown
@@ -31,7 +32,12 @@ from worktrial.state.roots import state_root
 EXIT_FINDINGS = 1
 
 _FORMAT = click.option(
-    "--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "markdown", "json"]),
+    default="auto",
+    show_default=True,
+    help=FORMAT_HELP,
 )
 _OUTPUT = click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
 _WORKSPACE = click.option(
@@ -71,7 +77,7 @@ def compare_cmd(
     """Compare runs (envelope files or stored run ids) task by task, with error bars and p-values."""
     loaded = [_labelled(resolve_envelope(ref, lambda: state_root(workspace))) for ref in runs]
     comparison = compare_runs(loaded, allow_different_suites=allow_different_suites)
-    emit(_as_json(comparison) if fmt == "json" else render_comparison_markdown(comparison), output)
+    emit(_as_json(comparison) if fmt == "json" else render_comparison_markdown(comparison), output, fmt=fmt)
 
 
 @click.command("power")
@@ -135,6 +141,9 @@ def power_cmd(
 )
 @_WORKSPACE
 @click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered).")
+@click.option("--task", "task_patterns", multiple=True, metavar="ID", help="Check only matching task ids (globs).")
+@click.option("--category", "categories", multiple=True, type=click.Choice(["capability", "regression"]))
+@click.option("--limit", type=click.IntRange(min=1), help="Check only the first N selected tasks.")
 @click.option("--sandbox", type=click.Choice(["auto", "on", "off"]), help="Contain the oracle and nop runs.")
 @_FORMAT
 @_OUTPUT
@@ -144,6 +153,9 @@ def check_cmd(
     repeats: int,
     workspace: Path | None,
     trust: bool,
+    task_patterns: tuple[str, ...],
+    categories: tuple[str, ...],
+    limit: int | None,
     sandbox: str | None,
     fmt: str,
     output: Path | None,
@@ -152,6 +164,9 @@ def check_cmd(
     """Validate a suite by running it: oracle must pass, nop must fail, verifiers must be stable; plus lints."""
     loaded = _load_with_warnings(suite_path)
     ensure_trust(loaded, workspace, trust)
+    loaded, selection = select(loaded, task_patterns, categories, limit)
+    if selection is not None and not quiet:
+        err(f"worktrial: checking {len(selection.task_ids)} of {selection.suite_tasks} tasks (the selection)")
     options = CheckOptions(
         workspace=workspace,
         repeats=repeats,
@@ -160,7 +175,7 @@ def check_cmd(
         sandbox=SandboxChoice(mode=sandbox),
     )
     report = check_suite(loaded, options)
-    emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output)
+    emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output, fmt=fmt)
     if not report.ok:
         sys.exit(EXIT_FINDINGS)
 

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from worktrial.engine.run import RunObserver
 from worktrial.model.records import OUTCOMES, AttemptRecord
-from worktrial.render.terminal import plural
+from worktrial.util import plural
 
 _STYLE = {"pass": "green", "fail": "red", "timeout": "yellow", "error": "magenta"}
 REFRESH_PER_SECOND = 4

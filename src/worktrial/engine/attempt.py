@@ -207,6 +207,7 @@ def run_attempt(
         if slot is None and not spec.keep_worktrees:
             remove_tree(root)
     duration = round(time.monotonic() - start, 3)
+    _sanitise(progress, env)
     usage = progress.usage
     trace = build_trace(
         task_id=task.id,
@@ -236,6 +237,32 @@ def run_attempt(
     )
     artifacts = _artifacts(task.id, attempt, progress, env) if spec.artifacts else None
     return AttemptResult(record=record, trace=trace, fatal=progress.fatal, worker=worker, artifacts=artifacts)
+
+
+MAX_REASON_CHARS = 1000
+MAX_NAME_CHARS = 200
+
+
+def _sanitise(progress: _Progress, env: dict[str, str]) -> None:
+    """Agent-controlled text that goes into the record and trace: bounded and with every secret value redacted.
+
+    A shell error can echo an API key (``$OPENAI_API_KEY: not found``), and a usage file can use one as a tool
+    name; neither may reach the run store, the envelope or the report.
+    """
+    redactor = Redactor.from_environment(os.environ, env)
+
+    def clean(text: str, limit: int) -> str:
+        text = redactor.redact(text)[0]
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+    if progress.reason is not None:
+        progress.reason = clean(progress.reason, MAX_REASON_CHARS)
+    if progress.category is not None:
+        progress.category = clean(progress.category, MAX_NAME_CHARS)
+    usage = progress.usage
+    usage.tool_counts = {clean(k, MAX_NAME_CHARS): v for k, v in usage.tool_counts.items()}
+    usage.error_counts = {clean(k, MAX_NAME_CHARS): v for k, v in usage.error_counts.items()}
+    usage.notes = [clean(note, MAX_REASON_CHARS) for note in usage.notes]
 
 
 def _command_log(phase: Literal["setup", "verify"], index: int, command: Command, result: ProcResult) -> CommandLog:

@@ -34,6 +34,7 @@ from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import Outcome
 from worktrial.model.suite import LoadedSuite, Task
 from worktrial.state.config import cache_dir
+from worktrial.util import plural
 
 DEFAULT_REPEATS = default_repeats()
 """15: with the oracle's own verification, 16 verdicts catch a 10% flaky verifier with 81% probability per task."""
@@ -131,7 +132,7 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
     lints = lint_suite(loaded.suite) + lint_locations(loaded)
 
     def run(agent: str) -> Envelope:
-        say(f"running the {agent} agent on {len(loaded.suite.tasks)} tasks")
+        say(f"running the {agent} agent on {plural(len(loaded.suite.tasks), 'task')}")
         opts = RunOptions(agent=agent, attempts=1, k=1, workspace=options.workspace, sandbox=options.sandbox)
         return run_suite(loaded, opts, _Warnings(options.on_warning)).envelope
 

@@ -88,6 +88,8 @@ class AttemptSpec:
     """--sandbox, --network, --max-memory, --max-procs and the host paths attempts must not see."""
     sandbox_decision: SandboxDecision | None = None
     """What the driver found this machine can do; None: decide on the worker (``decide``)."""
+    suite_digest: str | None = None
+    """The suite bundle digest (suite file plus declared files): a remote worker checks its copy against it."""
     environment_cache: str | None = None
     """Directory of the cache of environment setups across runs (for environments with a ``cache_key``)."""
 

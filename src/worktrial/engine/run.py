@@ -57,7 +57,8 @@ from worktrial.state.traces import write_trace
 from worktrial.util import public_url, utc_now
 
 # Error categories caused by infrastructure, not by the agent's work: retrying them does not bias results.
-INFRA_ERROR_CATEGORIES = frozenset({"worktree", "crashed", "provider_server", "provider_rate_limit"})
+# ``worker_lost``: a remote executor lost the worker process or node an attempt was running on.
+INFRA_ERROR_CATEGORIES = frozenset({"worktree", "crashed", "provider_server", "provider_rate_limit", "worker_lost"})
 JOIN_TIMEOUT_SECS = 30.0
 MAX_ATTEMPTS = 10_000
 """Attempts per task: more is never a statistics question, and a typo (1000000000) must not start a run."""
@@ -546,7 +547,11 @@ def _differences(loaded: LoadedSuite, ws: _Workspace, meta: RunMeta, options: Ru
 def _started(run_id: str, jobs: int, options: RunOptions) -> Iterator[tuple[Executor, Path]]:
     """The run's private work directory and executor; both are gone when the run ends, however it ends."""
     work_root = Path(tempfile.mkdtemp(prefix=f"worktrial-{run_id}-"))
-    executor = options.executor(jobs, work_root, options.keep_worktrees)
+    try:
+        executor = options.executor(jobs, work_root, options.keep_worktrees)
+    except BaseException:  # e.g. a cluster that cannot be reached: nothing ran, leave nothing behind
+        remove_tree(work_root)
+        raise
     try:
         yield executor, work_root
     except BaseException:
@@ -603,6 +608,7 @@ def _settings(
         artifacts_dir=str(store_dir),
         sandbox=sandbox[0],
         sandbox_decision=sandbox[1],
+        suite_digest=meta.suite_bundle_sha256 or meta.suite_sha256,
         environment_cache=str(cache_dir() / "environments"),
     )
     return RunSettings(

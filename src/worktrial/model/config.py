@@ -102,6 +102,9 @@ class AgentConfig(Table):
     """Custom agents: how ``--model`` reaches the command (e.g. ``--model``)."""
     description: str | None = None
     """Custom agents: the summary ``worktrial agents`` shows."""
+    price_model: NonEmptyStr | None = None
+    """Custom agents: the ``provider/model`` route whose price turns reported tokens into a cost when the agent
+    reports none (see ``worktrial prices``)."""
     env: dict[str, str] = Field(default_factory=dict)
     """Added to the agent's environment (values may be secrets: only the names are recorded)."""
     args: list[str] = Field(default_factory=list)
@@ -112,7 +115,7 @@ class AgentConfig(Table):
     """Presets: ``true`` a fresh config directory per attempt with the user's settings copied in; ``false`` the
     user's own config directory; a path: copy the settings from there."""
 
-    CUSTOM_ONLY: ClassVar[tuple[str, ...]] = ("command", "parser", "model_flag", "description")
+    CUSTOM_ONLY: ClassVar[tuple[str, ...]] = ("command", "parser", "model_flag", "description", "price_model")
     PRESET_ONLY: ClassVar[tuple[str, ...]] = ("args", "binary", "config_dir")
 
 

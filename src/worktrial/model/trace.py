@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from pydantic import BaseModel, Field
@@ -93,5 +94,7 @@ def build_trace(
 
 
 def trace_filename(task_id: str, attempt: int) -> str:
+    """A readable file name, unique per (task, attempt): ``a/b``, ``a_b`` and ``a b`` differ by a short hash."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", task_id).strip("._") or "task"
-    return f"{safe[:80]}-{attempt}.json"
+    digest = hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{safe[:80]}-{digest}-{attempt}.json"

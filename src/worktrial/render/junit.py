@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from worktrial.model.artifacts import AttemptArtifacts, last_lines
 from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import AttemptRecord
+from worktrial.util import plural
 
 # XML 1.0 allows tab, newline, carriage return and most of the rest; control characters are not representable.
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -58,7 +59,7 @@ def _testcase(parent: ET.Element, envelope: Envelope, task: TaskReport, artifact
     )
     attempts = task.attempts
     failed = [a for a in attempts if a.outcome != "pass"]
-    summary = f"{task.passed_runs}/{task.total_runs} attempts passed"
+    summary = f"{task.passed_runs}/{plural(task.total_runs, 'attempt')} passed"
     if not attempts:
         ET.SubElement(case, "skipped", message="no attempt ran (the run was interrupted)")
         return "skipped"

@@ -9,6 +9,7 @@ from worktrial.model.artifacts import AttemptArtifacts, last_lines
 from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
 from worktrial.render.format import cell, ci, interval_note, num, rate, usd
+from worktrial.util import plural
 
 
 def outcome_summary(task: TaskReport) -> str:
@@ -113,7 +114,7 @@ def _efficiency_line(envelope: Envelope) -> str:
     total = sum(t.total_runs for t in r.tasks)
     parts = [f"cost {usd(r.cost_usd)}"]
     if r.unpriced_runs:
-        parts[0] += f" (unpriced: {r.unpriced_runs} of {total} attempts, so per-attempt figures are unknown)"
+        parts[0] += f" (unpriced: {r.unpriced_runs} of {plural(total, 'attempt')}, so per-attempt figures are unknown)"
     parts.append(f"cost per solve {usd(r.cost_per_solve)}")
     parts.append(f"mean cost/attempt {usd(r.mean_cost_per_attempt)}")
     tokens = r.mean_tokens_per_attempt

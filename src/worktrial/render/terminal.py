@@ -19,14 +19,10 @@ from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import AttemptRecord
 from worktrial.render.format import ci, num, usd
 from worktrial.render.markdown import outcome_summary
+from worktrial.util import plural
 
 STYLE = {"pass": "green", "fail": "red", "timeout": "yellow", "error": "magenta"}
 SHOW_LOG_LINES = 200
-
-
-def plural(count: int, word: str, many: str | None = None) -> str:
-    """``1 attempt``, ``2 attempts`` (``many`` for irregular plurals)."""
-    return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
 def _outcome(outcome: str) -> Text:

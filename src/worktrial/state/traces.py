@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 from worktrial.model.trace import Trace, trace_filename
-from worktrial.util import atomic_write_text
+from worktrial.util import replace_file
 
 
 def write_trace(trace: Trace, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / trace_filename(trace.task_id, trace.attempt)
-    atomic_write_text(path, json.dumps(trace.model_dump(mode="json"), indent=2) + "\n")
+    replace_file(path, json.dumps(trace.model_dump(mode="json"), indent=2) + "\n")
     return path

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.base import AgentContext, AgentError, AgentOptions, AgentResult
+from worktrial.agents.base import AgentContext, AgentError, AgentOptions, AgentOutput, AgentResult
 from worktrial.agents.presets.parsing import ExitInfo, ParserFactory
 from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
+from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.config import AgentConfig
 from worktrial.model.envelope import split_route
 
@@ -212,10 +213,12 @@ class PresetAgent:
             stdin=ctx.task.prompt.encode("utf-8") if self.spec.stdin_prompt else None,
             on_stdout=parser.feed,
             scope=ctx.scope,
+            tail_bytes=STREAM_TAIL_BYTES,
         )
+        output = AgentOutput.of(result)  # the tails, for the attempt's local artifacts
         if result.not_found or result.start_error:
             message = f"{self.binary} not found" if result.not_found else f"{self.name}: {result.start_error}"
-            return AgentResult(claimed=None, error=AgentError("not_installed", message, fatal=True))
+            return AgentResult(output=output, claimed=None, error=AgentError("not_installed", message, fatal=True))
         exit_info = ExitInfo(
             returncode=result.returncode,
             timed_out=result.timed_out,
@@ -232,11 +235,11 @@ class PresetAgent:
             usage.cost_usd = cost_usd(usage.tokens, resolved[1].price)
         usage.output_bytes = result.output_bytes
         if result.timed_out:
-            return AgentResult(claimed=None, usage=usage, timed_out=True)
+            return AgentResult(output=output, claimed=None, usage=usage, timed_out=True)
         if verdict.error_category:
             error = AgentError(verdict.error_category, verdict.reason or f"{self.name} failed", fatal=verdict.fatal)
-            return AgentResult(claimed=None, usage=usage, error=error)
-        return AgentResult(claimed=verdict.claimed, usage=usage, reason=verdict.reason)
+            return AgentResult(output=output, claimed=None, usage=usage, error=error)
+        return AgentResult(output=output, claimed=verdict.claimed, usage=usage, reason=verdict.reason)
 
     # -- helpers ----------------------------------------------------------------------------------
 
