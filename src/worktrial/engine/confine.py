@@ -6,6 +6,7 @@ repository under evaluation must not be able to switch its own containment off.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ def command_paths(command: str | None) -> list[Path]:
     for word in words:
         for part in word.split("="):
             path = Path(part).expanduser()
-            if path.is_absolute() and path.exists() and path != Path("/"):
+            if path.is_absolute() and os.path.exists(path) and path != Path("/"):
                 found.append(path)
     return found
 

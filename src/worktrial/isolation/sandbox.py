@@ -194,6 +194,9 @@ _TMP = Path("/tmp")
 
 
 def _real(path: Path | str) -> Path:
+    """The resolved path; ``os.path`` (not ``Path.exists``/``is_dir``) is used on what it names, because a PATH
+    entry or hidden path this user may not search (``/root/.cargo/bin`` seen by a non-root user) must count as
+    absent, not crash the attempt."""
     return Path(os.path.realpath(path))
 
 
@@ -211,7 +214,7 @@ class Bubblewrap(Sandbox):
         self.view = view
         self.enforcer = enforcer
         self.program = program
-        self._hidden = [p for p in (_real(h) for h in settings.hidden) if p != Path("/") and p.exists()]
+        self._hidden = [p for p in (_real(h) for h in settings.hidden) if p != Path("/") and os.path.exists(p)]
 
     def prepare(self) -> None:
         self.view.home.mkdir(parents=True, exist_ok=True)
@@ -240,7 +243,7 @@ class Bubblewrap(Sandbox):
         shown: list[Path] = []
         for entry in entries:
             for candidate in {_real(entry), Path(os.path.normpath(entry))}:
-                if not candidate.is_dir() or not any(_under(candidate, h) for h in roots):
+                if not os.path.isdir(candidate) or not any(_under(candidate, h) for h in roots):
                     continue
                 prefix = candidate.parent
                 shown.append(candidate if prefix in roots or prefix == Path("/") else prefix)
@@ -253,14 +256,14 @@ class Bubblewrap(Sandbox):
         child["TMPDIR"] = "/tmp"
         ops: dict[Path, str] = {}
         for hidden in self._hidden:
-            ops[hidden] = "hide" if hidden.is_dir() else "hide-file"
+            ops[hidden] = "hide" if os.path.isdir(hidden) else "hide-file"
         tools = self._tools(argv[0] if argv else "", child.get("PATH", ""))
         readonly = [*self.view.readonly, *tools, *(Path(p) for p in self.settings.readable)]
         for path in (_real(p) for p in readonly):
-            if path.exists():
+            if os.path.exists(path):
                 ops[path] = "ro"
         for path in (_real(p) for p in [*self.view.writable, *map(Path, self.settings.writable)]):
-            if path.exists():
+            if os.path.exists(path):
                 ops[path] = "rw"
         args = [self.program, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"]
         args += ["--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
