@@ -139,6 +139,36 @@ def test_hostile_agent_is_contained(cli: Callable[..., Result], repo: Path, writ
             os.kill(pid, signal.SIGKILL)
 
 
+def test_the_same_attacks_unsandboxed_are_not_prevented_but_never_followed(
+    cli: Callable[..., Result], repo: Path, write_suite, hostile_env, tmp_path
+) -> None:
+    """--sandbox off: the attacks land (the "sandbox off" column of docs/security.md says so), yet the run finishes,
+    its records are the harness's own (audit is clean) and the agent's commits never reach the user's branches."""
+    marker = f"wt-sandbox-off-{uuid.uuid4().hex}"
+    os.environ["H_MARK"] = marker
+    (repo / ".worktrial" / "eval" / "traces").mkdir(parents=True)
+    main_before = git(repo, "rev-parse", "main")
+    script = tmp_path / "hostile.sh"
+    script.write_text(HOSTILE)
+    suite = write_suite([task("hostile")])
+    args = ["eval", "--suite", str(suite), "--agent-cmd", f"sh {script}", "--trust", "--keep-worktrees"]
+    try:
+        result = cli([*args, "--sandbox", "off"], cwd=repo)
+        assert result.exit_code == 0, result.output
+        report = (_kept_worktree({}, result.stdout) / "report.txt").read_text()
+        assert "ESCAPED repo-absolute" in report and "SECRET-SSH-KEY" in report and "SECRET-CONFIG" in report
+        assert "sandbox: none" in result.stdout and "1/1" in result.stdout
+        run_dir = next((repo / ".worktrial" / "runs").glob("*/envelope.json")).parent
+        audit = cli(["audit", str(run_dir / "envelope.json"), "--suite", str(suite)], cwd=repo)
+        assert audit.exit_code == 0, audit.output
+        assert git(repo, "rev-parse", "main") != main_before  # git -C <repo> commit landed: not prevented ...
+        assert "agent commit" not in git(repo, "log", "--all", "--format=%s")  # ... the worktree's own did not
+    finally:
+        for pid in alive_with_marker(marker):
+            os.kill(pid, signal.SIGKILL)
+        Path(f"/tmp/{marker}").unlink(missing_ok=True)
+
+
 def test_unsandboxed_attempt_still_loses_its_setsid_daemon(cli, repo: Path, write_suite) -> None:
     """--sandbox off keeps the companion guarantee: the token sweep ends daemons that dropped nothing visible."""
     marker = f"wt-nosandbox-{uuid.uuid4().hex}"
