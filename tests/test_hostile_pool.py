@@ -44,6 +44,7 @@ def test_reset_never_follows_what_the_agent_left(
 ) -> None:
     """Off: the agent really rearranges its slot and the reset must not follow it; on: the sandbox refuses most of
     the moves (the slot around the worktree is read-only) and the same guarantees hold."""
+    mode = ["--sandbox", sandbox]
     make_precious(repo)
     before = fingerprint(repo)
     tmp = tmp_path / "tmp"
@@ -52,8 +53,7 @@ def test_reset_never_follows_what_the_agent_left(
     agent.write_text(f"set +e\ntouch done.txt\n{ATTACKS[attack]}\nexit 0\n")
     suite = write_suite([task("t", verify_commands=["test -f done.txt"])], attempts=3)
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1"]
-        + ["--sandbox", sandbox],
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1", *mode],
         cwd=repo,
         env={"USER_REPO": str(repo), "TMPDIR": str(tmp), "WORKTRIAL_TRUST": "1"},
     )
@@ -75,6 +75,7 @@ def test_agent_files_next_to_the_worktree_do_not_survive(repo: Path, write_suite
 
     Unsandboxed the plants land and the reset removes them; in the sandbox the slot around the worktree is
     read-only, so they never land at all (the agent records which)."""
+    mode = ["--sandbox", sandbox]
     agent = tmp_path / "agent.sh"
     agent.write_text(
         "set -e\n"
@@ -85,8 +86,7 @@ def test_agent_files_next_to_the_worktree_do_not_survive(repo: Path, write_suite
     )
     suite = write_suite([task("t", verify_commands=["test -f done.txt"])], attempts=3)
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1"]
-        + ["--sandbox", sandbox],
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1", *mode],
         cwd=repo,
         env={"WORKTRIAL_TRUST": "1"},
     )
