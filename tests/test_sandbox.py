@@ -259,25 +259,28 @@ cgroup_only = pytest.mark.skipif(mechanism() != "cgroup", reason="needs a cgroup
 
 
 @cgroup_only
-def test_max_procs_ends_a_fork_loop_with_that_reason(cli, repo: Path, write_suite) -> None:
-    agent = "i=0; while [ $i -lt 200 ]; do sleep 120 & i=$((i+1)); done; wait; touch done.txt"
+@pytest.mark.parametrize("sandbox", ["on", "off"])
+def test_max_procs_ends_a_fork_loop_with_that_reason(cli, repo: Path, write_suite, sandbox: str) -> None:
+    pause = f"120.{uuid.uuid4().int % 10**12:012d}"  # a sleep length no other test's process has in its argv
+    agent = f"i=0; while [ $i -lt 200 ]; do sleep {pause} & i=$((i+1)); done; wait; touch done.txt"
     suite = write_suite([task("forks", timeout_secs=120)])
     args = ["eval", "--suite", str(suite), "--agent-cmd", agent, "--trust", "--format", "json", "-q"]
-    result = cli([*args, "--max-procs", "24"], cwd=repo)
+    result = cli([*args, "--max-procs", "24", "--sandbox", sandbox], cwd=repo)
     assert result.exit_code == 1, result.output  # every attempt ended in error: the run measured nothing
     envelope = json.loads(result.stdout)
     attempt = envelope["report"]["tasks"][0]["attempts"][0]
     assert attempt["outcome"] == "error" and attempt["reason"] == "attempt hit --max-procs 24", attempt
     assert envelope["run"]["sandbox"]["max_procs"] == 24 and envelope["run"]["sandbox"]["limits"] == "cgroup"
-    assert not alive_with_marker("sleep 120")
+    assert not alive_with_marker(f"sleep\0{pause}")
 
 
 @cgroup_only
-def test_max_memory_ends_an_allocation_with_that_reason(cli, repo: Path, write_suite) -> None:
+@pytest.mark.parametrize("sandbox", ["on", "off"])
+def test_max_memory_ends_an_allocation_with_that_reason(cli, repo: Path, write_suite, sandbox: str) -> None:
     agent = f"{sys.executable} -c \"b = bytearray(768 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096])\""
     suite = write_suite([task("hog", timeout_secs=120)])
     args = ["eval", "--suite", str(suite), "--agent-cmd", agent, "--trust", "--format", "json", "-q"]
-    result = cli([*args, "--max-memory", "96M"], cwd=repo)
+    result = cli([*args, "--max-memory", "96M", "--sandbox", sandbox], cwd=repo)
     assert result.exit_code == 1, result.output  # every attempt ended in error: the run measured nothing
     attempt = json.loads(result.stdout)["report"]["tasks"][0]["attempts"][0]
     assert attempt["outcome"] == "error" and attempt["reason"] == "attempt hit --max-memory 96M", attempt
@@ -355,3 +358,24 @@ def test_the_same_sandbox_works_for_an_unprivileged_user() -> None:
         assert not (base / "escape.txt").exists()
     finally:
         subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/security.md"])
+def test_every_row_of_the_security_tables_names_a_test_that_exists(doc: str) -> None:
+    """The protection tables are only as good as the tests they cite: each cited test must exist."""
+    root = Path(__file__).resolve().parent.parent
+    text = (root / doc).read_text()
+    table = text[text.index("| an agent tries to" if doc == "README.md" else "| attack by the agent") :]
+    rows = [line for line in table.split("\n\n")[0].splitlines()[2:] if line.startswith("|")]
+    assert len(rows) >= 7, rows
+    current = ""
+    for row in rows:
+        cited = row.rstrip("|").rsplit("|", 1)[1]
+        assert "test_" in cited or "the same" in cited or cited.strip() == "—", row
+        for name in [w.strip("`,[]") for w in cited.replace("`", " ` ").split() if "test_" in w]:
+            module, _, func = name.partition("::")
+            if module.endswith(".py"):
+                current = module
+            func = (func or ("" if module.endswith(".py") else module)).split("[")[0]
+            source = (root / "tests" / current).read_text()
+            assert not func or f"def {func}(" in source, f"{doc}: {current}::{func} does not exist"
