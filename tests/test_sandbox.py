@@ -379,3 +379,21 @@ def test_every_row_of_the_security_tables_names_a_test_that_exists(doc: str) -> 
             func = (func or ("" if module.endswith(".py") else module)).split("[")[0]
             source = (root / "tests" / current).read_text()
             assert not func or f"def {func}(" in source, f"{doc}: {current}::{func} does not exist"
+
+
+def test_sandbox_config_is_the_users_and_a_project_cannot_loosen_it(
+    cli, repo: Path, write_suite, isolated_state: Path
+) -> None:
+    config = isolated_state / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "config.toml").write_text('[sandbox]\nmode = "off"\n')
+    suite = write_suite([task("t")])
+    args = ["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "--format", "json", "-q"]
+    result = cli(args, cwd=repo)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["run"]["sandbox"]["reason"] == "off by --sandbox off"
+    assert json.loads(cli([*args, "--sandbox", "on"], cwd=repo).stdout)["run"]["sandbox"]["kind"] == "bubblewrap"
+
+    (repo / "worktrial.toml").write_text('[sandbox]\nmode = "off"\n')
+    refused = cli(args, cwd=repo)
+    assert refused.exit_code == 2 and "[sandbox] is a user setting" in refused.stderr, refused.output
