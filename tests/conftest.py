@@ -130,3 +130,24 @@ def alive_with_marker(marker: str) -> list[int]:
         if marker.encode() in cmdline and state not in (b"Z", b"X"):
             found.append(int(entry))
     return found
+
+
+def alive_with_env(name: str, value: str) -> list[int]:
+    """Live (not zombie) processes, other than this one, whose environment holds ``name=value`` exactly.
+
+    A test gives its processes a unique value (a uuid) so that concurrent test runs on one machine, which
+    start the same programs from the same paths, never count each other's processes.
+    """
+    needle = f"{name}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and state not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,12 +34,12 @@ from tests.real_agents.install import Tool
 from tests.real_agents.support import (
     SOLVE,
     TASK,
-    TOOLS,
     Served,
     assert_nothing_left,
     evaluate,
     home,
     installed,
+    marker,
     on_path,
     only_attempt,
 )
@@ -136,7 +136,7 @@ def test_claude_code_solves_a_task_with_exact_usage_and_cost(
     assert price is not None
     assert attempt["cost_usd"] == pytest.approx(cost_usd(served.tokens, price.price), rel=1e-6)
     assert envelope["agent"]["version"].startswith(claude.version)
-    assert_nothing_left(claude)
+    assert_nothing_left()
 
 
 def test_claude_code_uses_the_users_own_settings(
@@ -163,7 +163,7 @@ def test_claude_code_uses_the_users_own_settings(
     # The user's file was copied, not linked or changed, and no session went into the user's directory.
     assert json.loads((home / ".claude" / "settings.json").read_text()) == settings
     assert sorted(p.name for p in (home / ".claude").iterdir()) == ["settings.json"]
-    assert_nothing_left(claude)
+    assert_nothing_left()
 
 
 @pytest.mark.parametrize(
@@ -193,7 +193,7 @@ def test_claude_code_provider_failure_stops_the_run(
     assert result.exit_code == 2, result.output
     assert words in result.output and f"HTTP {status}" in result.output
     assert "stopping the run" in result.output
-    assert_nothing_left(claude)
+    assert_nothing_left()
 
 
 # ---- Codex ---------------------------------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ def test_codex_solves_a_task_with_exact_usage_and_cost(
     trace = json.loads((repo / attempt["trace"]).read_text())
     if cut_first:
         assert trace["error_counts"].get("reconnect", 0) >= 1
-    assert_nothing_left(codex)
+    assert_nothing_left()
 
 
 def test_codex_uses_the_users_own_provider(
@@ -302,7 +302,7 @@ def test_codex_uses_the_users_own_provider(
     # The model came from the user's config; Codex names it in its session file, so the run is priced.
     assert attempt["cost_usd"] == pytest.approx(codex_price(served.tokens, "openai/gpt-5-mini"), rel=1e-6)
     assert sorted(p.name for p in (home / ".codex").iterdir()) == ["config.toml"]
-    assert_nothing_left(codex)
+    assert_nothing_left()
 
 
 @pytest.mark.parametrize(
@@ -333,7 +333,7 @@ def test_codex_provider_failure_stops_the_run(
         )
     assert result.exit_code == 2, result.output
     assert words in result.output and "stopping the run" in result.output
-    assert_nothing_left(codex)
+    assert_nothing_left()
 
 
 def test_codex_refuses_budgets_it_cannot_honour(
@@ -344,11 +344,4 @@ def test_codex_refuses_budgets_it_cannot_honour(
     assert "codex has no equivalent of --max-turns" in result.output
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    for name in ("claude-code", "codex"):
-        assert_nothing_left(TOOLS[name])
-
-
-__all__ = ["home"]  # a fixture, imported for pytest
+__all__ = ["home", "marker"]  # fixtures, imported for pytest

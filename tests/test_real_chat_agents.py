@@ -10,7 +10,7 @@ user's checkout, which it must not touch.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,12 +22,12 @@ from tests.real_agents.install import Tool
 from tests.real_agents.support import (
     SOLVE,
     TASK,
-    TOOLS,
     Served,
     assert_nothing_left,
     evaluate,
     home,
     installed,
+    marker,
     on_path,
     only_attempt,
 )
@@ -101,7 +101,7 @@ def test_opencode_uses_the_users_provider_and_never_the_users_checkout(
     # OpenCode reports cost 0 for a model it cannot price: unknown, never free.
     assert attempt["cost_usd"] is None and envelope["report"]["unpriced_runs"] == 1
     assert git(repo, "status", "--porcelain") == ""  # the user's checkout is untouched
-    assert_nothing_left(tool)
+    assert_nothing_left()
 
 
 # ---- Qwen Code -----------------------------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def test_qwen_code_solves_a_task_with_exact_usage(
     assert attempt["turns"] == 2
     assert attempt["cost_usd"] is None  # no price for this model: unknown, never 0
     assert not (home / ".qwen" / "projects").exists()  # per-worktree state went to the attempt's scratch dir
-    assert_nothing_left(qwen)
+    assert_nothing_left()
 
 
 def test_qwen_code_rejected_key_stops_the_run(qwen: Tool, cli: Callable[..., Result], repo: Path, write_suite) -> None:
@@ -156,14 +156,7 @@ def test_qwen_code_rejected_key_stops_the_run(qwen: Tool, cli: Callable[..., Res
         result, _ = evaluate(cli, repo, suite, *args)
     assert result.exit_code == 2, result.output
     assert "refused the credentials" in result.output and "HTTP 401" in result.output
-    assert_nothing_left(qwen)
+    assert_nothing_left()
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    for name in ("opencode", "qwen-code"):
-        assert_nothing_left(TOOLS[name])
-
-
-__all__ = ["home"]  # a fixture, imported for pytest
+__all__ = ["home", "marker"]  # fixtures, imported for pytest

@@ -9,7 +9,7 @@ needs for its auth type once a base URL is set) reaches each attempt's fresh ``G
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,12 +20,12 @@ from tests.real_agents.install import Tool
 from tests.real_agents.support import (
     SOLVE,
     TASK,
-    TOOLS,
     Served,
     assert_nothing_left,
     evaluate,
     home,
     installed,
+    marker,
     on_path,
     only_attempt,
 )
@@ -96,7 +96,7 @@ def test_gemini_cli_solves_a_task_with_exact_usage_and_cost(
     # The user's settings were copied into the attempt, not changed, and no session went into the user's home.
     assert json.loads((home / ".gemini" / "settings.json").read_text()) == SETTINGS
     assert sorted(p.name for p in (home / ".gemini").iterdir()) == ["settings.json"]
-    assert_nothing_left(gemini)
+    assert_nothing_left()
 
 
 def test_gemini_cli_rejected_key_stops_the_run(
@@ -108,13 +108,7 @@ def test_gemini_cli_rejected_key_stops_the_run(
         result, _ = evaluate(cli, repo, suite, "--agent", "gemini-cli", "--base-url", server.url, "--jobs", "1")
     assert result.exit_code == 2, result.output
     assert "refused the credentials" in result.output and "HTTP 401" in result.output
-    assert_nothing_left(gemini)
+    assert_nothing_left()
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert_nothing_left(TOOLS["gemini-cli"])
-
-
-__all__ = ["home"]  # a fixture, imported for pytest
+__all__ = ["home", "marker"]  # fixtures, imported for pytest

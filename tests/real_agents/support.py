@@ -6,7 +6,8 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,13 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from tests.conftest import alive_with_marker, task
+from tests.conftest import alive_with_env, task
 from tests.real_agents.install import Tool, tools
 from worktrial.model.records import Tokens
 
+MARKER_VAR = "WORKTRIAL_REAL_CLI_TEST"
+"""Set to a fresh uuid per test and inherited by every process the run starts: how "no process left" finds
+this test's processes and never another test run's, though all run the same CLIs from the same cache."""
 TOOLS = tools()  # read at import: the tests change $HOME, under which the cache lies by default
 SOLVE = "mkdir -p notes && echo hi > notes/hello.txt"
 TASK = task(
@@ -52,7 +56,16 @@ def installed(name: str) -> Tool:
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def marker(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """This test's process marker; at teardown, no process carrying it may be left."""
+    value = uuid.uuid4().hex
+    monkeypatch.setenv(MARKER_VAR, value)
+    yield value
+    assert_nothing_left(value)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str) -> Path:
     """A user's home of its own, so the test neither reads nor writes the real user's CLI settings."""
     path = tmp_path / "home"
     path.mkdir()
@@ -83,10 +96,11 @@ def only_attempt(envelope: dict[str, Any]) -> dict[str, Any]:
     return attempt
 
 
-def assert_nothing_left(tool: Tool) -> None:
-    """No process of the tool outlives the run; killed processes get a generous deadline to finish exiting
-    (a sandbox's PID namespace is torn down by the kernel, which a loaded machine may take a moment for)."""
+def assert_nothing_left(value: str | None = None) -> None:
+    """No process started by this test (it carries the test's marker) outlives the run. Killed processes get a
+    deadline to finish exiting: on a loaded machine the kernel may take a moment to tear a SIGKILLed tree down."""
+    value = value or os.environ[MARKER_VAR]
     deadline = time.monotonic() + 30
-    while alive_with_marker(str(tool.home)) and time.monotonic() < deadline:
+    while alive_with_env(MARKER_VAR, value) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert alive_with_marker(str(tool.home)) == []
+    assert alive_with_env(MARKER_VAR, value) == []
