@@ -30,7 +30,7 @@ grep -qs planted "$common/info/exclude" && saw info-exclude
 git ls-files -v | grep -q '^[a-zS]' && saw index-flags
 [ "$(git log --format=%s -1)" = initial ] || saw commit
 [ -e "$HOSTILE_DIR/prev-commit" ] && git cat-file -e "$(cat "$HOSTILE_DIR/prev-commit")" 2>/dev/null && saw object
-[ -n "$(ls -A "$(dirname "$WORKTRIAL_USAGE_FILE")")" ] && saw scratch
+[ -n "$(ls -A "$(dirname "$WORKTRIAL_USAGE_FILE")" | grep -vx prompt.txt)" ] && saw scratch  # only the prompt
 echo planted > planted.txt
 echo log > build.log
 echo extra > "$WORKTRIAL_USAGE_FILE.extra"

@@ -49,6 +49,9 @@ class AgentContext:
     suite_dir: Path | None = None
     """The run's read-only copy of the suite's declared files. Only the oracle uses it (reference solutions may
     apply shipped patches); it is never in ``env``, so an agent under test is not told where hidden tests are."""
+    prompt_file: Path | None = None
+    """The task's prompt in a file in ``scratch`` (also ``$WORKTRIAL_PROMPT_FILE`` in ``env``): prompts of any size
+    reach an agent this way, where an argument or environment variable has a size limit (``agents.prompt``)."""
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

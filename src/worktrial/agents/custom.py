@@ -2,6 +2,7 @@
 
     [agents.my-agent]
     command = "my-agent --yes --json {prompt}"   # {prompt} is replaced shell-quoted; without it, stdin
+                                                # ({prompt_file}: the path of the prompt's file, for any size)
     env = { MY_AGENT_HOME = "/tmp/x" }          # added to the agent's environment
     parser = "claude-code"                      # a preset's parser, or "usage-file" (the default)
     model_flag = "--model"                      # how --model reaches the agent (optional)
@@ -23,6 +24,7 @@ from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions,
 from worktrial.agents.presets import PARSERS
 from worktrial.agents.presets.parsing import ExitInfo, OutputParser, Verdict, exit_reason
 from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
+from worktrial.agents.prompt import MAX_ARG_BYTES, kib, oversized_argument, prompt_file_of
 from worktrial.agents.simple import USAGE_FILE, command_env, read_usage_file
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
@@ -123,8 +125,8 @@ class CustomAgent:
         if program is not None and shutil.which(program) is None:
             raise BadInputError(f"agent {self.name}: `{program}` (from [agents.{self.name}].command) is not on PATH")
 
-    def render(self, prompt: str) -> str:
-        """The shell command line for one attempt: prompt and model spliced in, shell-quoted."""
+    def render(self, prompt: str, prompt_file: Path | None = None) -> str:
+        """The shell command line for one attempt: prompt, its file and model spliced in, shell-quoted."""
         command = self.command
         model_args = ""
         if self.model_flag and self.options.model:
@@ -134,6 +136,8 @@ class CustomAgent:
         elif model_args:
             head, sep, tail = command.strip().partition(" ")
             command = f"{head} {model_args}{sep}{tail}"
+        if prompt_file is not None:
+            command = command.replace("{prompt_file}", shlex.quote(str(prompt_file)))
         return command.replace("{prompt}", shlex.quote(prompt))
 
     def new_parser(self) -> OutputParser:
@@ -144,9 +148,17 @@ class CustomAgent:
     def run(self, ctx: AgentContext) -> AgentResult:
         env = command_env(ctx)
         env.update(self.env)
+        command = self.render(ctx.task.prompt, prompt_file_of(ctx))
+        too_big = oversized_argument([command])
+        if too_big is not None:
+            message = (
+                f"[agents.{self.name}].command puts the prompt in its command line ({kib(too_big)}), over the "
+                f"{kib(MAX_ARG_BYTES + 1)} the kernel allows for one argument; use {{prompt_file}} or stdin instead"
+            )
+            return AgentResult(claimed=None, error=AgentError("prompt_too_long", message))
         parser = self.new_parser()
         result = proc.run(
-            [SHELL, "-c", self.render(ctx.task.prompt)],
+            [SHELL, "-c", command],
             cwd=ctx.worktree,
             env=env,
             timeout=ctx.remaining(),

@@ -23,6 +23,7 @@ from worktrial.agents.base import (
     AgentSpec,
     launch_error,
 )
+from worktrial.agents.prompt import inline_prompt_env, prompt_file_env, prompt_file_of
 from worktrial.agents.registry import hookimpl
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
@@ -150,7 +151,8 @@ def command_env(ctx: AgentContext) -> dict[str, str]:
     """
     return {
         **ctx.env,
-        "WORKTRIAL_PROMPT": ctx.task.prompt,
+        **inline_prompt_env(ctx.task.prompt),
+        **prompt_file_env(prompt_file_of(ctx)),
         "WORKTRIAL_TASK_ID": ctx.task.id,
         "WORKTRIAL_ATTEMPT": str(ctx.attempt),
         "WORKTRIAL_WORKTREE": str(ctx.worktree),

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.errors import BadInputError
+from worktrial.jsonlimits import loads_limited
 from worktrial.model.envelope import Envelope, parse_envelope_json
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import LoadedSuite
@@ -138,10 +139,10 @@ def _trace_problems(record: AttemptRecord, workspace: Path) -> list[str]:
     path = Path(record.trace)
     path = path if path.is_absolute() else workspace / path
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_limited(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return [f"{where}: trace file {path} does not exist"]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSON problems included
         return [f"{where}: trace file {path} is not readable JSON ({exc})"]
     if not isinstance(data, dict):
         return [f"{where}: trace file {path} is not a JSON object"]

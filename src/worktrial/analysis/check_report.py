@@ -76,4 +76,5 @@ class CheckReport(BaseModel):
     lints: list[Lint]
     without_solution: list[str]
     problems: int
+    warnings: int = Field(default=0, description="Lints shown as warnings: risks that do not fail the check.")
     ok: bool

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Sequence
+from typing import Literal
 
 from pydantic import BaseModel
 
+from worktrial.analysis.agent_code import agent_code_warning
 from worktrial.model.commands import Command
 from worktrial.model.suite import Suite, Task
 
@@ -31,6 +33,8 @@ class Lint(BaseModel):
     where: str
     message: str
     suggestion: str | None = None
+    severity: Literal["problem", "warning"] = "problem"
+    """A warning is shown but does not fail ``worktrial check`` (a risk the author may have accepted)."""
 
 
 def shell_syntax(command: str) -> list[str]:
@@ -81,6 +85,11 @@ def lint_task(task: Task, index: int) -> list[Lint]:
                     suggestion=json.dumps({"sh": " ".join(command.split())}),
                 )
             )
+    for i, command in enumerate(task.verify_commands):
+        warning = agent_code_warning(command)
+        if warning:
+            where = f"$.tasks[{index}].verify_commands[{i}]"
+            lints.append(Lint(task_id=task.id, where=where, message=warning, severity="warning"))
     if task.timeout_secs < MIN_AGENT_TIMEOUT_SECS:
         lints.append(
             Lint(

@@ -13,6 +13,7 @@ import click
 from worktrial.engine.executor import Executor
 from worktrial.engine.run import ExecutorFactory, local_executor
 from worktrial.errors import BadInputError
+from worktrial.jsonlimits import JsonLimitError, loads_limited
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,9 +58,11 @@ def parse_resources(values: tuple[str, ...]) -> dict[str, float]:
         text = value.strip()
         if text.startswith("{"):
             try:
-                loaded = json.loads(text)
+                loaded = loads_limited(text)
             except json.JSONDecodeError as exc:
                 raise BadInputError(f"--ray-resource {value!r} is not valid JSON ({exc.msg})") from None
+            except JsonLimitError as exc:
+                raise BadInputError(f"--ray-resource {text[:40]!r}...: {exc}") from None
             if not isinstance(loaded, dict):
                 raise BadInputError(f"--ray-resource {value!r} must be a JSON object like '{{\"agent_claude\": 1}}'")
             pairs = list(loaded.items())

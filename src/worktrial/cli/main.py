@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 import traceback
@@ -60,6 +61,13 @@ class _Group(click.Group):
         except KeyboardInterrupt:  # a second Ctrl-C while a run was cleaning up
             err("worktrial: interrupted")
             ctx.exit(EXIT_INTERRUPTED)
+        except OSError as exc:
+            # A disk that fills up during a run: a fact about the machine, not a bug to show a traceback for.
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or (ctx.obj and ctx.obj.get("debug")):
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            err(f"worktrial: error: {where}{exc.strerror}; free some space (`worktrial resume` continues a run)")
+            ctx.exit(1)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

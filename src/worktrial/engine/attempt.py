@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOutput, AgentResult
+from worktrial.agents.prompt import prompt_file_env, write_prompt_file
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
@@ -353,6 +354,11 @@ def _run_in(
             progress.category = "setup"
             return
 
+    try:
+        prompt_file = write_prompt_file(scratch, task.prompt)
+    except OSError as exc:  # disk full: the harness's problem, not the agent's
+        progress.reason, progress.category = f"prompt file could not be written: {exc.strerror}", "worktree"
+        return
     on_phase("agent")
     agent_start = time.monotonic()
     deadline = agent_start + task.timeout_secs
@@ -361,10 +367,11 @@ def _run_in(
         attempt=job.attempt,
         worktree=workspace.worktree,
         deadline=deadline,
-        env=dict(env),
+        env={**env, **prompt_file_env(prompt_file)},
         scratch=scratch,
         scope=run_scope.confined(sandbox),
         suite_dir=Path(job.spec.suite_dir) if job.spec.suite_dir else None,
+        prompt_file=prompt_file,
     )
     try:
         result = agent.run(ctx)

@@ -149,11 +149,11 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
                 if task.solution:
                     say(f"re-running the verifier of {task.id} {options.repeats} times on the oracle's result")
                     repeats = builder.rebuild(task, bases[task.id], options.repeats)
-                count = sum(1 for lint in lints if lint.task_id == task.id)
+                count = sum(1 for lint in lints if lint.task_id == task.id and lint.severity == "problem")
                 checks.append(_task_check(task, oracle_tasks[task.id], nop_tasks[task.id], repeats, count))
     finally:
         remove_tree(work_root)
-    problems = sum(len(c.problems) for c in checks) + len(lints)
+    problems = sum(len(c.problems) for c in checks) + sum(1 for lint in lints if lint.severity == "problem")
     return CheckReport(
         suite_path=str(loaded.path),
         suite_sha256=loaded.sha256,
@@ -166,5 +166,6 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
         lints=lints,
         without_solution=[t.id for t in loaded.suite.tasks if not t.solution],
         problems=problems,
+        warnings=sum(1 for lint in lints if lint.severity == "warning"),
         ok=problems == 0,
     )

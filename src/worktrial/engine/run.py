@@ -29,10 +29,11 @@ from worktrial.agents.base import Agent
 from worktrial.engine.confine import SandboxChoice, resolve_sandbox
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
-from worktrial.errors import BadInputError, SuiteError
+from worktrial.errors import BadInputError, SuiteError, WorkspaceError
 from worktrial.isolation.sandbox import SandboxDecision, SandboxSettings
 from worktrial.isolation.workspace import (
     SourceRepo,
+    check_writable,
     ensure_state_dir,
     fetch_pinned,
     find_workspace,
@@ -41,13 +42,14 @@ from worktrial.isolation.workspace import (
     remove_tree,
     resolve_commit,
     tracked_in,
+    unwritable,
 )
 from worktrial.model.bundle import copy_bundle
 from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope, SandboxInfo, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.selection import reselect, select
-from worktrial.model.suite import LoadedSuite, Task, load_suite
+from worktrial.model.suite import MAX_ATTEMPTS, LoadedSuite, Task, load_suite
 from worktrial.state.artifacts import write_artifacts
 from worktrial.state.config import cache_dir, load_config
 from worktrial.state.history import envelope_from_records
@@ -60,8 +62,6 @@ from worktrial.util import public_url, utc_now
 # ``worker_lost``: a remote executor lost the worker process or node an attempt was running on.
 INFRA_ERROR_CATEGORIES = frozenset({"worktree", "crashed", "provider_server", "provider_rate_limit", "worker_lost"})
 JOIN_TIMEOUT_SECS = 30.0
-MAX_ATTEMPTS = 10_000
-"""Attempts per task: more is never a statistics question, and a typo (1000000000) must not start a run."""
 MAX_JOBS = 256
 MAX_RETRY_ERRORS = 100
 
@@ -474,6 +474,7 @@ def _resume(
     )
     ref = agent_ref(stored, load_config(ws.state_root))
     jobs = options.jobs or meta.jobs
+    check_writable(store.dir, "run data")
     with _started(run_id, jobs, options) as (executor, work_root):
         sandbox = _sandbox(options, ref, ws, work_root, bases, observer)
         description = executor.preflight(ref)
@@ -546,7 +547,14 @@ def _differences(loaded: LoadedSuite, ws: _Workspace, meta: RunMeta, options: Ru
 @contextlib.contextmanager
 def _started(run_id: str, jobs: int, options: RunOptions) -> Iterator[tuple[Executor, Path]]:
     """The run's private work directory and executor; both are gone when the run ends, however it ends."""
-    work_root = Path(tempfile.mkdtemp(prefix=f"worktrial-{run_id}-"))
+    try:
+        work_root = Path(tempfile.mkdtemp(prefix=f"worktrial-{run_id}-"))
+        check_writable(work_root, "worktrees (TMPDIR)")
+    except OSError as exc:
+        raise WorkspaceError(unwritable(Path(tempfile.gettempdir()), "worktrees (TMPDIR)", exc)) from None
+    except WorkspaceError:
+        remove_tree(work_root)
+        raise
     try:
         executor = options.executor(jobs, work_root, options.keep_worktrees)
     except BaseException:  # e.g. a cluster that cannot be reached: nothing ran, leave nothing behind

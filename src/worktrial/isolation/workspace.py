@@ -9,6 +9,7 @@ checkout, nothing proportional to the history.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -213,10 +214,50 @@ def remove_tree(path: Path) -> bool:
 
 
 def ensure_state_dir(workspace: Path) -> Path:
-    """``<workspace>/.worktrial``, ignored by git so the user's status stays clean."""
+    """``<workspace>/.worktrial``, ignored by git so the user's status stays clean, and proven writable."""
     state = workspace / ".worktrial"
-    state.mkdir(exist_ok=True)
-    ignore = state / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("# worktrial run data (traces, run store); not part of the repository\n*\n")
+    try:
+        state.mkdir(exist_ok=True)
+        ignore = state / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# worktrial run data (traces, run store); not part of the repository\n*\n")
+    except OSError as exc:
+        raise WorkspaceError(unwritable(state, "run data", exc)) from None
+    check_writable(state, "run data")
     return state
+
+
+WRITE_PROBE_BYTES = 256 * 1024
+"""Written and removed before a run starts: room for the run record and the first attempts, or no run at all."""
+
+
+def check_writable(directory: Path, what: str) -> None:
+    """Refuse to start when ``directory`` cannot take a write (read-only, not ours, disk or quota full).
+
+    Finding that out before the first attempt costs one small file; finding it after the agents ran loses their
+    results (and would be a traceback from deep inside the run store).
+    """
+    probe = directory / f".write-probe-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            left = memoryview(bytes(WRITE_PROBE_BYTES))
+            while left:  # a nearly full disk takes part of a write, and refuses the rest with ENOSPC
+                left = left[os.write(fd, left) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
+    except OSError as exc:
+        raise WorkspaceError(unwritable(directory, what, exc)) from None
+
+
+def unwritable(directory: Path, what: str, exc: OSError) -> str:
+    """One line saying why worktrial cannot write its ``what`` into ``directory``, and what to do about it."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "the disk (or your quota) is full; free some space"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "it is not writable by this user; make it writable or run from a checkout you can write to"
+    else:
+        fix = exc.strerror or str(exc)
+    return f"{directory}: cannot write worktrial's {what} there ({exc.strerror or exc}): {fix}"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from worktrial.jsonlimits import loads_limited
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
 
@@ -15,13 +15,10 @@ from worktrial.model.suite import Category
 FINITE = ConfigDict(allow_inf_nan=False)
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a valid JSON number (every number in an envelope must be finite)")
-
-
-def parse_envelope_json(text: str) -> Any:
-    """``json.loads`` that refuses the NaN / Infinity extensions Python would otherwise accept (ValueError)."""
-    return json.loads(text, parse_constant=_refuse_constant)
+def parse_envelope_json(text: str | bytes) -> Any:
+    """``json.loads`` within worktrial's limits (ValueError): no NaN / Infinity, no numbers beyond the float range,
+    no absurd nesting. Envelopes come from anywhere (``audit`` and ``compare`` take published files)."""
+    return loads_limited(text)
 
 
 class Curves(BaseModel):

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from worktrial.errors import SuiteError
+from worktrial.jsonlimits import JsonLimitError, check_limits, loads_limited
 from worktrial.model.bundle import BundleFile, bundle_digest, collect_bundle
 from worktrial.model.commands import ArgvCommand, Command, ShCommand
 
@@ -28,6 +29,10 @@ CATEGORIES: tuple[Category, ...] = ("capability", "regression")
 DEFAULT_TIMEOUT_SECS = 600
 DEFAULT_VERIFY_TIMEOUT_SECS = 300
 DEFAULT_ENVIRONMENT_TIMEOUT_SECS = 1800
+MAX_ATTEMPTS = 10_000
+"""Attempts per task: more is never a statistics question, and a typo (1000000000) must not start a run."""
+MAX_TIMEOUT_SECS = 7 * 24 * 3600
+"""A week: any longer limit is a typo, and a huge one overflows the clock arithmetic of deadlines."""
 SUITE_DIR_ENV = "WORKTRIAL_SUITE_DIR"
 
 
@@ -59,6 +64,7 @@ def _coerce_command(value: Any) -> Any:
 CommandField = Annotated[Command, BeforeValidator(_coerce_command)]
 NonEmptyId = Annotated[str, StringConstraints(strip_whitespace=False, pattern=r"\S")]
 PositiveInt = Annotated[StrictInt, Field(gt=0)]
+TimeoutSecs = Annotated[StrictInt, Field(gt=0, le=MAX_TIMEOUT_SECS)]
 
 
 class Environment(BaseModel):
@@ -66,7 +72,7 @@ class Environment(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     setup: list[CommandField] = Field(min_length=1, description="Commands run in order in the checkout.")
-    timeout_secs: PositiveInt = Field(
+    timeout_secs: TimeoutSecs = Field(
         default=DEFAULT_ENVIRONMENT_TIMEOUT_SECS, description="Limit for each setup command."
     )
     cache_key: str | None = Field(
@@ -91,11 +97,11 @@ class Task(BaseModel):
     name: str | None = Field(default=None, description="Human name of the task.")
     category: Category = Field(default="capability", description="capability or regression.")
     prompt: Annotated[str, StringConstraints(pattern=r"\S")] = Field(description="Instruction for the agent.")
-    timeout_secs: PositiveInt = Field(default=DEFAULT_TIMEOUT_SECS, description="Agent wall-clock limit.")
+    timeout_secs: TimeoutSecs = Field(default=DEFAULT_TIMEOUT_SECS, description="Agent wall-clock limit.")
     verify_commands: list[CommandField] = Field(
         min_length=1, description="All must exit 0 for a claimed success to pass."
     )
-    verify_timeout_secs: PositiveInt = Field(
+    verify_timeout_secs: TimeoutSecs = Field(
         default=DEFAULT_VERIFY_TIMEOUT_SECS, description="Limit for each verify command (extension)."
     )
     solution: list[CommandField] | None = Field(
@@ -128,7 +134,7 @@ class Suite(BaseModel):
 
     id: NonEmptyId
     name: str | None = None
-    attempts: PositiveInt = Field(default=1, description="Attempts per task.")
+    attempts: Annotated[StrictInt, Field(gt=0, le=MAX_ATTEMPTS)] = Field(default=1, description="Attempts per task.")
     tasks: list[Task] = Field(min_length=1)
     workspace: WorkspacePin | None = None
     files: list[str] = Field(
@@ -191,6 +197,10 @@ def _describe(err: Any) -> str:
         return str(_FRIENDLY[kind])
     if kind == "greater_than":
         return f"must be a positive integer (got {json.dumps(err.get('input'))})"
+    if kind == "less_than_equal" and err["loc"] == ("attempts",):
+        return f"must be at most {MAX_ATTEMPTS} per task; got {json.dumps(err.get('input'))}"
+    if kind == "less_than_equal" and "timeout" in str(err["loc"][-1]):
+        return f"must be at most {MAX_TIMEOUT_SECS} seconds (7 days); got {json.dumps(err.get('input'))}"
     if kind == "too_short":
         return "must not be empty"
     if kind == "string_pattern_mismatch":
@@ -218,7 +228,9 @@ def load_suite(path: str | Path) -> LoadedSuite:
     except UnicodeDecodeError:
         raise SuiteError(f"{p}: suite file is not UTF-8 text") from None
     try:
-        raw = json.loads(text)
+        raw = loads_limited(text, allow_nul=False)
+    except JsonLimitError as exc:
+        raise SuiteError(f"{p}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise SuiteError(f"{p}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
     suite = parse_suite(raw, source=str(p))
@@ -237,6 +249,10 @@ def parse_suite(raw: Any, source: str = "<suite>") -> Suite:
     """Validate an already-parsed suite object."""
     if not isinstance(raw, dict):
         raise SuiteError(f"{source}: $: the top level must be a JSON object with an id and tasks")
+    try:
+        check_limits(raw, allow_nul=False)
+    except JsonLimitError as exc:
+        raise SuiteError(f"{source}: {exc}") from None
     try:
         suite = Suite.model_validate(raw)
     except ValidationError as exc:

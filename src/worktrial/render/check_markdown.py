@@ -11,6 +11,7 @@ from worktrial.analysis.check_report import (
     detection_probability,
 )
 from worktrial.render.format import cell
+from worktrial.util import plural
 
 
 def _verify_cell(task: TaskCheck) -> str:
@@ -69,7 +70,8 @@ def render_check_markdown(report: CheckReport) -> str:
     if report.lints:
         lines += ["", "## Lints", ""]
         for lint in report.lints:
-            line = f"- `{lint.where}`: {cell(lint.message)}"
+            label = "**warning** " if lint.severity == "warning" else ""
+            line = f"- {label}`{lint.where}`: {cell(lint.message)}"
             if lint.suggestion:
                 line += f" — write it as `{cell(lint.suggestion)}`"
             lines.append(line)
@@ -80,5 +82,8 @@ def render_check_markdown(report: CheckReport) -> str:
             + ", ".join(f"`{cell(t)}`" for t in report.without_solution),
         ]
     lines += ["", *_flake_guidance(report)]
-    lines += ["", "**No problems found.**" if report.ok else f"**{report.problems} problem(s) found.**"]
+    verdict = "**No problems found.**" if report.ok else f"**{report.problems} problem(s) found.**"
+    if report.warnings:
+        verdict += f" {plural(report.warnings, 'warning')} (see Lints)."
+    lines += ["", verdict]
     return "\n".join(lines) + "\n"

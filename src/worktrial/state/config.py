@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from worktrial.errors import BadInputError
+from worktrial.jsonlimits import JsonLimitError, check_limits
 from worktrial.model.config import Config, parse_config
 
 log = logging.getLogger(__name__)
@@ -40,11 +41,17 @@ def cache_dir() -> Path:
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            data = tomllib.load(fh)
+        check_limits(data, allow_nul=False)  # a NUL in an argument or variable could never reach a program
+        return data
     except FileNotFoundError:
         return {}
     except tomllib.TOMLDecodeError as exc:
         raise BadInputError(f"{path}: invalid TOML: {exc}") from None
+    except JsonLimitError as exc:
+        raise BadInputError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise BadInputError(f"{path}: invalid TOML: nested too deeply") from None
     except OSError as exc:
         raise BadInputError(f"{path}: cannot read config: {exc.strerror}") from None
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import stat
 import threading
@@ -27,6 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from worktrial.errors import BadInputError, HarnessError
 from worktrial.isolation.safefs import read_regular
+from worktrial.jsonlimits import loads_limited
 from worktrial.model.envelope import Envelope, SandboxInfo, Selection, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
@@ -200,6 +200,7 @@ class RunStore:
     def meta(self) -> RunMeta:
         try:
             data = read_regular(self.dir / RUN_FILE, _MAX_META_BYTES)
+            loads_limited(data)  # the limits every JSON input gets (depth, number range), before the model's
             meta = RunMeta.model_validate_json(data)
         except (OSError, ValueError, ValidationError) as exc:
             raise BadInputError(f"{self.dir / RUN_FILE}: unreadable run record ({type(exc).__name__})") from None
@@ -290,8 +291,8 @@ class RunStore:
 
     def _parse(self, line: bytes, meta: RunMeta) -> tuple[str, AttemptRecord | None]:
         try:
-            raw = json.loads(line)
-        except (ValueError, RecursionError):
+            raw = loads_limited(line)
+        except ValueError:
             return "not JSON", None
         signed = isinstance(raw, dict) and set(raw) == {"sig", "record"}
         if meta.signed or self._key is not None:
@@ -327,6 +328,7 @@ class RunStore:
                 sig = read_regular(self.dir / ENVELOPE_SIG_FILE, 1024).decode("ascii").strip()
                 if not signing.verify(self._key, self.dir.name, "envelope", data, sig):
                     return None
+            loads_limited(data)
             return Envelope.model_validate_json(data)
         except (OSError, ValueError, ValidationError):
             return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     Verdict,
@@ -99,6 +99,7 @@ def _argv(inv: Invocation) -> list[str]:
 
 
 SPEC = PresetSpec(
+    long_prompt=LongPrompt(via="file", flag="--message-file"),  # prompts over 64 KiB (agents.prompt)
     name="aider",
     binary="aider",
     summary="Aider (aider --message, usage from its analytics log; finishing claims success)",

@@ -13,13 +13,14 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from worktrial.agents.base import AgentContext, AgentError, AgentOptions, AgentOutput, AgentResult
 from worktrial.agents.presets.parsing import ExitInfo, ParserFactory
 from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
+from worktrial.agents.prompt import MAX_ARG_BYTES, fits_inline, kib, oversized_argument, prompt_file_of
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
@@ -73,6 +74,42 @@ class ConfigCarry:
 
 
 @dataclass(frozen=True)
+class LongPrompt:
+    """How a CLI that takes its prompt as an argument is given one too big to pass inline (``agents.prompt``).
+
+    ``via="stdin"``: the prompt argument is dropped (with ``flag`` before it, or a ``--`` that ends options) and
+    the prompt is sent on stdin, or the argument becomes ``placeholder`` (``-`` for "read stdin") when the CLI
+    needs one. ``via="file"``: ``flag`` replaces the prompt's own flag and the argument becomes the prompt file.
+    """
+
+    via: Literal["stdin", "file"]
+    flag: str | None = None
+    placeholder: str | None = None
+
+
+_PROMPT_SLOT = "\0worktrial-prompt\0"
+"""Stands for the prompt while an argv is built, to find where a preset put it (no real argument has a NUL)."""
+
+
+def long_prompt_argv(argv: list[str], how: LongPrompt, prompt_file: Path) -> list[str] | None:
+    """``argv`` (built with ``_PROMPT_SLOT`` as the prompt) rewritten to take the prompt from stdin or its file."""
+    if argv.count(_PROMPT_SLOT) != 1:
+        return None
+    i = argv.index(_PROMPT_SLOT)
+    before = argv[i - 1] if i > 0 else None
+    if how.via == "file":
+        if how.flag is None or before is None or not before.startswith("-"):
+            return None
+        return [*argv[: i - 1], how.flag, str(prompt_file), *argv[i + 1 :]]
+    if how.placeholder is not None:
+        return [*argv[:i], how.placeholder, *argv[i + 1 :]]
+    start = i - 1 if before is not None and before in (how.flag, "--") else i
+    if before == "--" and i != len(argv) - 1:
+        return None  # arguments after the prompt would no longer be protected by "--"
+    return [*argv[:start], *argv[i + 1 :]]
+
+
+@dataclass(frozen=True)
 class PresetSpec:
     """One agent CLI, declaratively."""
 
@@ -105,6 +142,8 @@ class PresetSpec:
     """How the CLI is pointed at ``--base-url`` (for docs and errors); None: the preset refuses it."""
     budgets: tuple[str, ...] = ()
     """Budget flags (``max_turns``, ``max_tokens``, ``temperature``) the CLI honours; the rest are refused."""
+    long_prompt: LongPrompt | None = None
+    """How the CLI takes a prompt too big to pass inline; None: only as an argument (up to the kernel's limit)."""
 
 
 def first_line(data: bytes, limit: int = 200) -> str | None:
@@ -204,13 +243,17 @@ class PresetAgent:
         env.update(self._env(ctx.scratch, ctx.env))
         if self.spec.run_env is not None:
             env.update(self.spec.run_env(invocation, env))
+        argv, stdin_prompt = self._prompt_argv(invocation, prompt_file_of(ctx))
+        too_big = oversized_argument(argv)
+        if too_big is not None:
+            return AgentResult(claimed=None, error=AgentError("prompt_too_long", self._too_long(too_big)))
         parser = self.spec.parser()
         result = proc.run(
-            [self.binary_path or self.binary, *self.spec.argv(invocation)],
+            [self.binary_path or self.binary, *argv],
             cwd=ctx.worktree,
             env=env,
             timeout=ctx.remaining(),
-            stdin=ctx.task.prompt.encode("utf-8") if self.spec.stdin_prompt else None,
+            stdin=ctx.task.prompt.encode("utf-8") if stdin_prompt else None,
             on_stdout=parser.feed,
             scope=ctx.scope,
             tail_bytes=STREAM_TAIL_BYTES,
@@ -242,6 +285,24 @@ class PresetAgent:
         return AgentResult(output=output, claimed=verdict.claimed, usage=usage, reason=verdict.reason)
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _prompt_argv(self, invocation: Invocation, prompt_file: Path) -> tuple[list[str], bool]:
+        """The CLI's arguments, and whether the prompt goes on stdin: inline when it fits, else the CLI's way."""
+        argv = self.spec.argv(invocation)
+        if self.spec.stdin_prompt or fits_inline(invocation.prompt) or self.spec.long_prompt is None:
+            return argv, self.spec.stdin_prompt
+        slotted = self.spec.argv(replace(invocation, prompt=_PROMPT_SLOT))
+        rewritten = long_prompt_argv(slotted, self.spec.long_prompt, prompt_file)
+        if rewritten is None:
+            return argv, False
+        return rewritten, self.spec.long_prompt.via == "stdin"
+
+    def _too_long(self, size: int) -> str:
+        return (
+            f"{self.name} takes the prompt only as a command-line argument, and this one ({kib(size)}) is over the "
+            f"{kib(MAX_ARG_BYTES + 1)} the kernel allows for one argument; use a shorter prompt or another agent "
+            "(command agents read any size from $WORKTRIAL_PROMPT_FILE or stdin)"
+        )
 
     def _price(self, used: str | None = None) -> tuple[str, ResolvedPrice] | None:
         """The price of the model this CLI runs, when it reports tokens but no cost and the model is known.

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -184,6 +184,7 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
 
 
 SPEC = PresetSpec(
+    long_prompt=LongPrompt(via="stdin", placeholder="-"),  # prompts over 64 KiB (agents.prompt)
     name="codex",
     binary="codex",
     summary="OpenAI Codex CLI (codex exec --json)",

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
 from worktrial.agents.presets.parsing import (
     DocumentParser,
     ExitInfo,
@@ -161,6 +161,7 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
 
 
 SPEC = PresetSpec(
+    long_prompt=LongPrompt(via="stdin", flag="--prompt"),  # prompts over 64 KiB (agents.prompt)
     name="gemini-cli",
     binary="gemini",
     summary="Google Gemini CLI (gemini --yolo --output-format json)",

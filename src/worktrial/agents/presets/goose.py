@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -110,6 +110,7 @@ def _env(scratch: Path) -> dict[str, str]:
 
 
 SPEC = PresetSpec(
+    long_prompt=LongPrompt(via="file", flag="-i"),  # prompts over 64 KiB (agents.prompt)
     name="goose",
     binary="goose",
     summary="Goose (goose run --output-format stream-json)",

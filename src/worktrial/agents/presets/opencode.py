@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -125,6 +125,7 @@ def _env(scratch: Path) -> dict[str, str]:
 
 
 SPEC = PresetSpec(
+    long_prompt=LongPrompt(via="stdin"),  # prompts over 64 KiB (agents.prompt)
     name="opencode",
     binary="opencode",
     summary="OpenCode (opencode run --format json)",

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from worktrial.agents.presets.base import Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, scratch_dir
 from worktrial.agents.presets.claude_code import USAGE_FIELDS, ClaudeStreamParser
 from worktrial.agents.presets.parsing import ExitInfo, Verdict, as_dict, as_str, tokens_from
 from worktrial.agents.presets.provider_errors import classify
@@ -62,6 +62,7 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
 
 
 SPEC = PresetSpec(
+    long_prompt=LongPrompt(via="stdin", flag="-p"),  # prompts over 64 KiB (agents.prompt)
     name="qwen-code",
     binary="qwen",
     summary="Qwen Code (qwen --yolo --output-format stream-json)",

@@ -1,0 +1,117 @@
+"""`worktrial check` warns about verify commands that run code the agent controls, and only about those."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import task
+from tests.hostile_support import run_worktrial
+from worktrial.analysis.agent_code import agent_code_warning
+from worktrial.analysis.lint import lint_suite
+from worktrial.model.commands import ArgvCommand, Command, ShCommand
+from worktrial.model.suite import parse_suite
+
+# Each command, and a phrase the warning must contain.
+RISKY: dict[str, tuple[Command, str]] = {
+    "python3 -m": ("python3 -m pytest -q tests", "runs Python with -m but without -I or -P"),
+    "python -c": (ArgvCommand(argv=["python", "-c", "import json; print(1)"]), "with -c but without -I"),
+    "python3.11 -m": ("python3.11 -m unittest", "python3.11 -m unittest"),
+    "versioned path": ("/usr/bin/python3.12 -m pytest", "with -m"),
+    "sys.executable": (ArgvCommand(argv=[sys.executable, "-m", "pytest"]), "with -m"),
+    "venv python": (".venv/bin/python -m pytest", "with -m"),
+    "options before -m": ("python3 -B -W error -X dev -m pytest", "with -m"),
+    "combined -Bc": (ArgvCommand(argv=["python3", "-Bc", "import x"]), "with -c"),
+    "-I after -m is the module's": (ArgvCommand(argv=["python3", "-m", "pytest", "-I"]), "with -m"),
+    "npx": ("npx jest --ci", "runs npx"),
+    "node_modules bin": ("./node_modules/.bin/jest --ci", "node_modules"),
+    "node_modules bin without dot": ("node_modules/.bin/vitest run", "node_modules"),
+    "relative ./x": ("./run-tests.sh", "`./run-tests.sh` is a program in the worktree"),
+    "relative bin/x": ("bin/check --all", "`bin/check` is a program in the worktree"),
+    "sh string": (ShCommand(sh="cd tests && python3 -m pytest -q"), "with -m"),
+    "sh string with npx": (ShCommand(sh="test -f a.txt; npx tsc --noEmit"), "runs npx"),
+    "sh string relative": (ShCommand(sh="make build || ./scripts/verify"), "`./scripts/verify`"),
+    "multi-line sh": (ShCommand(sh="set -e\nFOO=1 python3 -c 'print(1)'\n"), "with -c"),
+    "argv sh -c": (ArgvCommand(argv=["bash", "-ec", "python3 -m pytest"]), "with -m"),
+    "env and timeout wrappers": (ArgvCommand(argv=["env", "A=1", "timeout", "60", "python3", "-m", "x"]), "-m"),
+    "nested sh": (ShCommand(sh="sh -c 'npx jest'"), "runs npx"),
+    "piped": (ShCommand(sh="cat out.txt | ./filter"), "`./filter`"),
+}
+
+SAFE: dict[str, Command] = {
+    "isolated -I": "python3 -I -m pytest -q",
+    "safe path -P": ArgvCommand(argv=["python3", "-P", "-c", "import json"]),
+    "combined -Im": "python3 -Im pytest",
+    "combined -IBc": ArgvCommand(argv=["python3", "-IBc", "print(1)"]),
+    "-P after other options": "python3 -B -P -m pytest",
+    "python running a script": "python3 /opt/checks/verify.py",
+    "absolute program": "/usr/bin/test -f done.txt",
+    "plain program on PATH": "grep -q done done.txt",
+    "pytest console script": "pytest -q",
+    "suite dir": ShCommand(sh='"$WORKTRIAL_SUITE_DIR/check.sh" out.txt'),
+    "sh with safe python": ShCommand(sh="cd tests && python3 -I -m pytest -q && test -f ok"),
+    "quoted text mentioning npx": ShCommand(sh="echo 'npx ./x python3 -m y' > log.txt"),
+    "a relative path as an argument": "diff expected/out.txt out.txt",
+    "node by absolute path": "/usr/bin/node /opt/checks/run.js",
+}
+
+
+@pytest.mark.parametrize("case", sorted(RISKY))
+def test_risky_verify_commands_warn(case: str) -> None:
+    command, phrase = RISKY[case]
+    warning = agent_code_warning(command)
+    assert warning is not None and phrase in warning, warning
+    assert "-I" in warning and "$WORKTRIAL_SUITE_DIR" in warning  # the fix is part of the message
+
+
+@pytest.mark.parametrize("case", sorted(SAFE))
+def test_safe_verify_commands_do_not_warn(case: str) -> None:
+    assert agent_code_warning(SAFE[case]) is None
+
+
+def test_only_verify_commands_are_linted_and_as_warnings() -> None:
+    """Setup runs before the agent and a solution is the oracle's own code: neither is what the agent controls."""
+    suite = parse_suite(
+        {
+            "id": "s",
+            "tasks": [
+                task(
+                    "t",
+                    timeout_secs=600,
+                    setup_commands=["python3 -m pip --version"],
+                    solution=["./make-it.sh"],
+                    verify_commands=["test -f done.txt", "python3 -m pytest -q"],
+                )
+            ],
+        }
+    )
+    lints = lint_suite(suite)
+    assert [(lint.where, lint.severity) for lint in lints] == [("$.tasks[0].verify_commands[1]", "warning")]
+
+
+def test_check_shows_the_warnings_without_failing(repo: Path, write_suite) -> None:
+    """The real ``worktrial check``: the warning is in the JSON and the markdown, and the sound suite still passes."""
+    suite = write_suite(
+        [
+            task(
+                "risky",
+                timeout_secs=600,
+                verify_commands=[{"sh": "test -f done.txt && python3 -c 'import json'"}],
+            )
+        ]
+    )
+    args = ["check", str(suite), "--trust", "--repeats", "1"]
+    result = run_worktrial([*args, "--format", "json"], cwd=repo)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] is True and report["problems"] == 0 and report["warnings"] == 1
+    assert [(lint["where"], lint["severity"]) for lint in report["lints"]] == [
+        ("$.tasks[0].verify_commands[0]", "warning")
+    ]
+    markdown = run_worktrial([*args, "--format", "markdown"], cwd=repo)
+    assert markdown.returncode == 0, markdown.stderr
+    assert "**warning** `$.tasks[0].verify_commands[0]`: runs code the agent controls" in markdown.stdout
+    assert "**No problems found.** 1 warning (see Lints)." in markdown.stdout
