@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from click.testing import CliRunner, Result
 
@@ -117,18 +118,14 @@ def alive_with_marker(marker: str) -> list[int]:
     counted, the marked process inside is (and it cannot outlive them).
     """
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
             continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except OSError:
+        cmdline = proc.info["cmdline"] or ()
+        if cmdline and os.path.basename(cmdline[0]) == "bwrap":
             continue
-        if os.path.basename(cmdline.split(b"\0", 1)[0]) == b"bwrap":
-            continue
-        if marker.encode() in cmdline and state not in (b"Z", b"X"):
-            found.append(int(entry))
+        if any(marker in arg for arg in cmdline):
+            found.append(proc.pid)
     return found
 
 

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM: no process and no worktree left behind, partial report, exit 130."""
+"""Ctrl-C, SIGTERM and SIGHUP: no process and no worktree left behind, partial report, exit 130."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def end(harness: subprocess.Popen[bytes], marker: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupt_cleans_up(repo: Path, write_suite: SuiteWriter, tmp_path: Path, sig: signal.Signals) -> None:
     marker = f"wt-int-{uuid.uuid4().hex}"
     tmp = tmp_path / "tmp"
@@ -64,7 +64,8 @@ def test_interrupt_cleans_up(repo: Path, write_suite: SuiteWriter, tmp_path: Pat
     suite = write_suite([task("quick"), task("slow", timeout_secs=120), task("slow2", timeout_secs=120)], attempts=1)
     # The marker reaches the sleepers through the environment, so only they carry it in their argv.
     agent = (
-        f'if [ "$WORKTRIAL_TASK_ID" != quick ]; then setsid {PY} -c "import time; time.sleep(300)" "$MARK" & '
+        f'if [ "$WORKTRIAL_TASK_ID" != quick ]; then '
+        f'env -u WORKTRIAL_PROC_TOKEN setsid {PY} -c "import time; time.sleep(300)" "$MARK" & '
         f'{PY} -c "import time; time.sleep(300)" "$MARK"; fi; touch done.txt'
     )
     env = {**os.environ, "TMPDIR": str(tmp), "WORKTRIAL_TRUST": "1", "MARK": marker}

@@ -1,5 +1,5 @@
 """``python -m worktrial`` runs the CLI."""
 
-from worktrial.cli.main import main
+from worktrial.cli import entry
 
-main()
+entry()

@@ -30,6 +30,7 @@ from worktrial.engine.confine import SandboxChoice, resolve_sandbox
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
 from worktrial.errors import BadInputError, SuiteError, WorkspaceError
+from worktrial.isolation.proc import ProcessScope
 from worktrial.isolation.sandbox import SandboxDecision, SandboxSettings
 from worktrial.isolation.workspace import (
     SourceRepo,
@@ -50,6 +51,7 @@ from worktrial.model.envelope import Envelope, SandboxInfo, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.selection import reselect, select
 from worktrial.model.suite import MAX_ATTEMPTS, LoadedSuite, Task, load_suite
+from worktrial.state import leftovers
 from worktrial.state.artifacts import write_artifacts
 from worktrial.state.config import cache_dir, load_config
 from worktrial.state.history import envelope_from_records
@@ -268,7 +270,11 @@ def new_run_id() -> str:
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM ends a run (or a matrix) the same way Ctrl-C does (only possible from the main thread)."""
+    """SIGTERM and SIGHUP end a run (or a matrix) the same way Ctrl-C does (only possible from the main thread).
+
+    SIGHUP is what a closed terminal or a dropped SSH session sends: left at its default it would kill the harness
+    on the spot, losing the envelope and leaving the agents running with no deadline.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -276,11 +282,13 @@ def sigterm_as_interrupt() -> Iterator[None]:
     def handler(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    signals = [signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
 
 
 def _validate_counts(loaded: LoadedSuite, options: RunOptions) -> tuple[int, int, int]:
@@ -345,6 +353,7 @@ def run_suite(
             f"{ws.base_commit[:12]} that every attempt starts from"
         )
     bases = _task_bases(loaded, ws)
+    _end_previous(ws.state_root, observer)
     run_id = new_run_id()
     with _started(run_id, jobs, options) as (executor, work_root):
         sandbox = _sandbox(options, ref, ws, work_root, bases, observer)
@@ -460,6 +469,7 @@ def _resume(
             f"run {run_id} used a base URL with credentials in it, which were not stored; "
             f"pass --base-url {meta.base_url} with them again to resume"
         )
+    _end_previous(ws.state_root, observer, own=store.dir)
     if meta.work_root:
         _remove_crashed_work_root(Path(meta.work_root), run_id, observer)
     stored_records = store.load_records(meta)
@@ -490,6 +500,12 @@ def _resume(
         store.write_meta(meta)
         settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox)
         return _execute(settings, executor, store, observer, done=stored_records.records)
+
+
+def _end_previous(state_root: Path, observer: RunObserver, own: Path | None = None) -> None:
+    """Before anything runs: end what an earlier harness, killed with kill -9, left running here (one line)."""
+    if (line := leftovers.describe(leftovers.end_previous(state_root, own=own))) is not None:
+        observer.warning(line)
 
 
 def _remove_crashed_work_root(path: Path, run_id: str, observer: RunObserver) -> None:
@@ -656,6 +672,9 @@ def _execute(
     records = [r for r in done if r.task_id in task_ids]
     done_keys = {(r.task_id, r.attempt) for r in records}
     observer.begin(meta.id, meta.attempts * len(task_ids) - len(done_keys), len(records))
+    scope = getattr(executor, "scope", None)
+    if isinstance(scope, ProcessScope):  # an executor whose processes live in this one: record them for resume
+        scope.journal = leftovers.Journal(store.dir)
     status: RunStatus = "complete"
     error: str | None = None
     try:

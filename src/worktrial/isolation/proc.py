@@ -1,9 +1,10 @@
 """The one place that spawns processes.
 
 Every process gets its own session (so its group can be killed at once) and a per-call token in its
-environment. The token survives ``setsid`` and double forks, so after a process ends, or at its deadline,
-every descendant that still carries the token is found in /proc and killed: nothing is left behind.
-Output is captured into bounded tail buffers; a process printing gigabytes costs constant memory.
+environment, and is followed by ``tracking`` for its whole life: when it ends, or at its deadline, every
+process it started is ended too (its descendants, orphans re-parented to the harness, token carriers), even one
+that dropped the token and left its session. Output is captured into bounded tail buffers; a process printing
+gigabytes costs constant memory.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from worktrial.isolation.tracking import TOKEN_VAR, TRACKER, ProcIdentity, descendants, kill_all
 from worktrial.model.commands import Command, to_argv
 
 if TYPE_CHECKING:
     from worktrial.isolation.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
-TOKEN_VAR = "WORKTRIAL_PROC_TOKEN"
+__all__ = ["TOKEN_VAR", "ProcIdentity", "ProcResult", "ProcessScope", "clean_env", "kill_tree", "run", "run_command"]
 DEFAULT_TAIL_BYTES = 64 * 1024
 TERM_GRACE_SECS = 1.0
 LIMIT_POLL_SECS = 0.05
@@ -155,11 +157,27 @@ class ProcessScope:
         """Set while the run is being stopped: no new process may start in this scope."""
         self.sandbox: Sandbox | None = None
         """Set on an attempt's view of the scope: every process started in it runs inside this sandbox."""
+        self.journal: Callable[[list[ProcIdentity]], None] | None = None
+        """Told every live process of the scope whenever that changes, so a harness killed with ``kill -9``
+        leaves a record from which the next one can end them (see ``state/leftovers.py``)."""
+        self._journal_lock = threading.Lock()
+
+    def changed(self) -> None:
+        """A process of this scope started, ended or started another: update the journal."""
+        if self.journal is None:
+            return
+        with self._journal_lock:
+            tokens = [token for token, _ in self.snapshot()]
+            try:
+                self.journal(TRACKER.identities(tokens))
+            except OSError as exc:  # a full disk costs the record of leftovers, never the run
+                log.warning("could not record the run's live processes: %s", exc)
 
     def confined(self, sandbox: Sandbox | None) -> ProcessScope:
         """The same scope (same processes, same stop) whose processes all start inside ``sandbox``."""
         view = ProcessScope.__new__(ProcessScope)
         view._lock, view._procs, view.stopping, view.sandbox = self._lock, self._procs, self.stopping, sandbox
+        view.journal, view._journal_lock = self.journal, self._journal_lock
         return view
 
     def add(self, token: str, proc: subprocess.Popen[bytes]) -> None:
@@ -169,6 +187,7 @@ class ProcessScope:
     def remove(self, token: str) -> None:
         with self._lock:
             self._procs.pop(token, None)
+        self.changed()
 
     def snapshot(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
         with self._lock:
@@ -196,73 +215,36 @@ def clean_env(base: Mapping[str, str] | None = None, extra: Mapping[str, str] | 
     return env
 
 
-def pids_with_token(token: str) -> list[int]:
-    """Every process whose environment carries this run token."""
-    needle = f"{TOKEN_VAR}={token}".encode()
-    me = os.getpid()
-    found: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                env = fh.read()
-        except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            found.append(int(entry))
-    return found
-
-
 def kill_tree(proc: subprocess.Popen[bytes], token: str, *, grace: float = 0.0, sweep: bool = True) -> None:
-    """End the process, its group and (with ``sweep``) every descendant carrying the token.
+    """End the process, its group and (with ``sweep``) every process it started, however it left.
 
     With ``grace`` the tree gets SIGTERM first and that long to exit. Without ``sweep`` only the process
-    group is signalled: enough for the harness's own short git commands, and it skips the /proc scan.
+    group is signalled: enough for the harness's own short git commands, and it skips the process-table scans.
     """
     if grace > 0 and proc.poll() is None:
-        _signal_all(proc, token, signal.SIGTERM, sweep)
+        _signal_group(proc, signal.SIGTERM)
+        if sweep:
+            TRACKER.signal(token, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
-    remaining: list[int] = []
-    for _ in range(20):
-        remaining = _signal_all(proc, token, signal.SIGKILL, sweep)
-        if not remaining:
-            break
-        time.sleep(0.01)
-    if remaining:
-        log.warning("processes %s survived SIGKILL (uninterruptible sleep?); they may hold files", remaining)
+    if sweep:
+        if TRACKER.tracked(token):
+            survivors = TRACKER.end(token)
+        else:  # started without tracking (a harness command that then timed out): its tree and its token
+            _, survivors = kill_all(lambda table: descendants([proc.pid], table), [token])
+        if survivors:
+            log.warning("processes %s survived SIGKILL (uninterruptible sleep?); they may hold files", survivors)
+    _signal_group(proc, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
 
 
-def _signal_all(proc: subprocess.Popen[bytes], token: str, sig: signal.Signals, sweep: bool) -> list[int]:
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     with contextlib.suppress(OSError):
         os.killpg(proc.pid, sig)
     if proc.poll() is None:
         with contextlib.suppress(OSError):
             proc.send_signal(sig)
-    if not sweep:
-        return []
-    pids = pids_with_token(token)
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, sig)
-    # Zombies still show an environ until reaped; only count ones that are really alive.
-    return [pid for pid in pids if _alive(pid)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
 
 
 def run(
@@ -310,15 +292,17 @@ def run(
         if not os.access(program, os.X_OK) or os.path.isdir(program):
             return ProcResult(args, None, False, 0.0, start_error=f"permission denied: {args[0]}")
     try:
-        proc = subprocess.Popen(
-            spawn,
-            cwd=cwd,
-            env=child_env,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        with TRACKER.spawning() as spawned:
+            proc = subprocess.Popen(
+                spawn,
+                cwd=cwd,
+                env=child_env,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            spawned(proc.pid)
     except FileNotFoundError:
         return ProcResult(args, None, False, time.monotonic() - start, not_found=args[0])
     except PermissionError:
@@ -327,6 +311,8 @@ def run(
         return ProcResult(args, None, False, time.monotonic() - start, start_error=f"cannot start: {exc.strerror}")
     if scope is not None:
         scope.add(token, proc)
+    if sweep:
+        TRACKER.start(token, proc.pid, on_change=scope.changed if scope is not None else None)
     out, err = _Tail(tail_bytes), _Tail(tail_bytes)
     assert proc.stdout is not None and proc.stderr is not None
     threads = [
@@ -348,11 +334,15 @@ def run(
         interrupted = True
         raise
     finally:
-        kill_tree(proc, token, grace=term_grace if timed_out else 0.0, sweep=sweep or timed_out or interrupted)
-        for t in threads:
-            t.join(timeout=2.0)
-        if scope is not None:
-            scope.remove(token)
+        try:
+            kill_tree(proc, token, grace=term_grace if timed_out else 0.0, sweep=sweep or timed_out or interrupted)
+        finally:
+            if proc.returncode is not None:
+                TRACKER.reaped(proc.pid)
+            for t in threads:
+                t.join(timeout=2.0)
+            if scope is not None:
+                scope.remove(token)
     return ProcResult(
         args,
         None if timed_out else proc.returncode,

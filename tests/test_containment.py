@@ -1,0 +1,318 @@
+"""Every process of an attempt ends with the attempt, even one that dropped its marker and left its session.
+
+Each test runs the real harness (``python -m worktrial``, which makes itself a child subreaper) with agents that
+try to outlive their attempt, and looks only for processes carrying a uuid marker of its own in their argv.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import SuiteWriter, alive_with_marker, task
+from worktrial.isolation.tracking import DISABLE_VAR, TOKEN_VAR, ProcIdentity, end_leftovers
+
+PY = shlex.quote(sys.executable)
+HARNESS_TIMEOUT = 120
+
+
+def sleeper(_marker: str) -> str:
+    """Shell words for a process that sleeps with the marker in its argv.
+
+    The marker reaches it through ``$MARK`` in the environment, so that the harness's own argv (which holds the
+    agent command) does not carry it.
+    """
+    return f'{PY} -c "import time; time.sleep(300)" "$MARK"'
+
+
+@pytest.fixture(autouse=True)
+def _unsandboxed() -> None:
+    """These are the guarantees without a sandbox (its PID namespace ends everything anyway, and would keep the
+    escapes' pid files and /proc out of the test's sight): the user's config turns it off for this module."""
+    config = Path(os.environ["WORKTRIAL_CONFIG_DIR"]) / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('[sandbox]\nmode = "off"\n')
+
+
+def escape(marker: str, pid_dir: Path, name: str) -> str:
+    """Shell: start a sleeper that drops the token and leaves the session, and wait until it runs."""
+    return (
+        f'P="{pid_dir}/{name}"; export P; '
+        f'env -u {TOKEN_VAR} setsid sh -c \'echo $$ > "$P.tmp" && mv "$P.tmp" "$P" && '
+        f"exec {sleeper(marker)}' >/dev/null 2>&1 </dev/null & "
+        'while [ ! -e "$P" ]; do sleep 0.01; done; '
+    )
+
+
+def double_fork(marker: str, pid_dir: Path, name: str) -> str:
+    """Shell: a subshell that backgrounds the escape and exits at once, so it is orphaned immediately."""
+    return (
+        f'P="{pid_dir}/{name}"; export P; '
+        f'( env -u {TOKEN_VAR} setsid sh -c \'echo $$ > "$P.tmp" && mv "$P.tmp" "$P" && '
+        f"exec {sleeper(marker)}' >/dev/null 2>&1 </dev/null & ) ; "
+        'while [ ! -e "$P" ]; do sleep 0.01; done; '
+    )
+
+
+def none_alive_verify(marker: str) -> dict[str, list[str]]:
+    """A verify command that passes only if no process carrying ``marker`` is running (a live one fails it)."""
+    code = (
+        f"marker = {marker[::-1]!r}[::-1].encode()\n"  # reversed: this check must not carry the marker itself
+        "import os,sys\n"
+        "def live(p):\n"
+        "    try:\n"
+        "        return open(f'/proc/{p}/stat','rb').read().rsplit(b')',1)[1].split()[0] not in (b'Z',b'X') and "
+        "marker in open(f'/proc/{p}/cmdline','rb').read()\n"
+        "    except OSError:\n"
+        "        return False\n"
+        "sys.exit(1 if any(live(p) for p in os.listdir('/proc') if p.isdigit()) else 0)\n"
+    )
+    return {"argv": [sys.executable, "-c", code]}
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_until_none(marker: str) -> None:
+    wait_for(lambda: not alive_with_marker(marker), f"every process marked {marker} to end", timeout=30)
+
+
+def kill_marked(marker: str) -> None:
+    for pid in alive_with_marker(marker):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def harness(
+    repo: Path, *args: str, marker: str = "", extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "WORKTRIAL_TRUST": "1", "MARK": marker, **(extra_env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "worktrial", *args], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def finish(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    try:
+        return proc.communicate(timeout=HARNESS_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+
+
+@pytest.mark.parametrize("how", ["setsid", "double-fork"])
+def test_escaped_process_ends_with_its_attempt(repo: Path, write_suite: SuiteWriter, tmp_path: Path, how: str) -> None:
+    """The escape is gone before verify runs (verify fails if it is alive), and after worktrial exits."""
+    marker = f"wt-escape-{uuid.uuid4().hex}"
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    start = escape if how == "setsid" else double_fork
+    agent = start(marker, pid_dir, "$WORKTRIAL_TASK_ID-$WORKTRIAL_ATTEMPT") + "touch done.txt"
+    suite = write_suite([task("t", verify_commands=["test -f done.txt", none_alive_verify(marker)])], attempts=2)
+    # One at a time: verify must not see the escape of a concurrent attempt (the parallel test covers those).
+    args = ["eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json", "-j", "1"]
+    proc = harness(repo, *args, marker=marker)
+    try:
+        out, err = finish(proc)
+        assert proc.returncode == 0, err.decode()
+        report = json.loads(out)["report"]["tasks"][0]
+        assert [a["outcome"] for a in report["attempts"]] == ["pass", "pass"], err.decode()
+        assert sorted(p.name for p in pid_dir.iterdir()) == ["t-1", "t-2"]  # both escapes did run
+        assert alive_with_marker(marker) == []
+        assert b"reaper" not in err  # the subreaper is available here: no degraded-mode warning
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_marked(marker)
+
+
+def test_escapes_of_parallel_attempts_all_end(repo: Path, write_suite: SuiteWriter, tmp_path: Path) -> None:
+    """With two attempts at once, orphans re-parent to the harness itself; each still ends with the run."""
+    marker = f"wt-parallel-{uuid.uuid4().hex}"
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    agent = double_fork(marker, pid_dir, "$WORKTRIAL_TASK_ID") + escape(marker, pid_dir, "$WORKTRIAL_TASK_ID-b")
+    agent += "sleep 0.5; touch done.txt"
+    suite = write_suite([task("a"), task("b"), task("c")], attempts=1)
+    proc = harness(repo, "eval", "--suite", str(suite), "--agent-cmd", agent, "-q", "--jobs", "3", marker=marker)
+    try:
+        _, err = finish(proc)
+        assert proc.returncode == 0, err.decode()
+        assert len(list(pid_dir.iterdir())) == 6
+        assert alive_with_marker(marker) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_marked(marker)
+
+
+def test_degraded_mode_still_ends_marker_carriers(repo: Path, write_suite: SuiteWriter, tmp_path: Path) -> None:
+    """Without a subreaper (as on macOS), processes that keep the token are still found, with one warning."""
+    marker = f"wt-degraded-{uuid.uuid4().hex}"
+    started = tmp_path / "started"
+    agent = (
+        f"( setsid sh -c 'touch {shlex.quote(str(started))}; exec {sleeper(marker)}' >/dev/null 2>&1 </dev/null & ); "
+        f"while [ ! -e {shlex.quote(str(started))} ]; do sleep 0.01; done; touch done.txt"
+    )
+    suite = write_suite([task("t", verify_commands=["test -f done.txt", none_alive_verify(marker)])], attempts=1)
+    proc = harness(
+        repo, "eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json",
+        marker=marker, extra_env={DISABLE_VAR: "subreaper"},
+    )  # fmt: skip
+    try:
+        out, err = finish(proc)
+        assert proc.returncode == 0, err.decode()
+        assert json.loads(out)["report"]["tasks"][0]["attempts"][0]["outcome"] == "pass"
+        assert err.decode().count("cannot make worktrial the reaper") == 1
+        assert alive_with_marker(marker) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_marked(marker)
+
+
+def _run_dir(repo: Path) -> Path:
+    runs = repo / ".worktrial" / "runs"
+    dirs = list(runs.iterdir()) if runs.is_dir() else []
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def _recorded(run_dir: Path) -> set[int]:
+    try:
+        body = json.loads(json.loads((run_dir / "processes.json").read_text())["body"])
+    except (OSError, ValueError, KeyError):
+        return set()
+    return {pid for pid, _, _ in body["processes"]}
+
+
+@pytest.mark.parametrize("then", ["resume", "eval"])
+def test_kill_9_then_resume_ends_the_leftovers(repo: Path, write_suite: SuiteWriter, tmp_path: Path, then: str) -> None:
+    """After kill -9 of the harness, `resume` of its run, or the next `eval` in the workspace, ends its processes."""
+    marker = f"wt-kill9-{uuid.uuid4().hex}"
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    first = shlex.quote(str(tmp_path / "first-done"))
+    # The first attempt leaves an escaped daemon and a child, then sleeps; after resume the agent passes at once.
+    agent = (
+        f"if [ ! -e {first} ]; then touch {first}; "
+        + escape(marker, pid_dir, "escaped")
+        + f"{sleeper(marker)} & {sleeper(marker)}; fi; touch done.txt"
+    )
+    suite = write_suite([task("t", timeout_secs=300)], attempts=1)
+    proc = harness(repo, "eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json", marker=marker)
+    try:
+        wait_for(lambda: len(alive_with_marker(marker)) == 3, "the agent's three processes")
+        run_dir = _run_dir(repo)
+        wait_for(lambda: set(alive_with_marker(marker)) <= _recorded(run_dir), "the record of all three")
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        assert len(alive_with_marker(marker)) == 3
+
+        if then == "resume":
+            resumed = harness(repo, "resume", run_dir.name, "--format", "json", marker=marker)
+        else:
+            resumed = harness(
+                repo, "eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json", marker=marker
+            )
+        out, err = finish(resumed)
+        assert resumed.returncode == 0, err.decode()
+        # the agent's shell, its two sleepers and the escape
+        assert "ended 4 process(es) left running by a killed worktrial" in err.decode()
+        assert err.decode().count("left running by a killed worktrial") == 1
+        assert alive_with_marker(marker) == []
+        assert json.loads(out)["report"]["tasks"][0]["attempts"][0]["outcome"] == "pass"
+        assert not (run_dir / "processes.json").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_marked(marker)
+
+
+def test_a_live_run_keeps_its_processes_when_another_run_starts(repo: Path, write_suite: SuiteWriter) -> None:
+    """Only runs whose harness is gone (nobody holds the run's lock) are cleaned up by the next run."""
+    marker = f"wt-live-{uuid.uuid4().hex}"
+    slow = write_suite([task("slow", timeout_secs=300)], attempts=1)
+    first = harness(repo, "eval", "--suite", str(slow), "--agent-cmd", sleeper(marker), "-q", marker=marker)
+    try:
+        wait_for(lambda: len(alive_with_marker(marker)) == 1, "the first run's agent")
+        run_dir = _run_dir(repo)
+        wait_for(lambda: set(alive_with_marker(marker)) <= _recorded(run_dir), "its record")
+        quick = write_suite([task("quick")], attempts=1)
+        second = harness(repo, "eval", "--suite", str(quick), "--agent", "oracle", "-q")
+        _, err = finish(second)
+        assert second.returncode == 0, err.decode()
+        assert "killed worktrial" not in err.decode()
+        assert len(alive_with_marker(marker)) == 1 and first.poll() is None
+    finally:
+        first.kill()
+        first.communicate(timeout=30)
+        kill_marked(marker)
+
+
+def test_a_forged_record_does_not_kill_an_unrelated_process(repo: Path, write_suite: SuiteWriter) -> None:
+    """An agent that writes processes.json naming some other process gets nothing killed by the next run."""
+    marker = f"wt-forged-{uuid.uuid4().hex}"
+    suite = write_suite([task("t")], attempts=1)
+    first = harness(repo, "eval", "--suite", str(suite), "--agent", "oracle", "-q")
+    _, err = finish(first)
+    assert first.returncode == 0, err.decode()
+    run_dir = _run_dir(repo)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", marker])
+    try:
+        wait_for(lambda: len(alive_with_marker(marker)) == 1, "the bystander")
+        created = psutil.Process(bystander.pid).create_time()
+        body = json.dumps({"harness": [1, 0.0], "processes": [[bystander.pid, created, "0" * 32]]}, sort_keys=True)
+        (run_dir / "processes.json").write_text(json.dumps({"body": body, "sig": "0" * 64}))
+        again = harness(repo, "eval", "--suite", str(suite), "--agent", "oracle", "-q")
+        _, err = finish(again)
+        assert again.returncode == 0, err.decode()
+        assert "not signed by the harness" in err.decode()
+        assert bystander.poll() is None and alive_with_marker(marker) == [bystander.pid]
+        assert not (run_dir / "processes.json").exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_end_leftovers_checks_each_identity() -> None:
+    """Create time and token must match: a recycled pid or a process with another token is never killed."""
+    marker = f"wt-ident-{uuid.uuid4().hex}"
+    token, other = uuid.uuid4().hex, uuid.uuid4().hex  # unique: a concurrent run of this test has its own
+    env = {**os.environ, TOKEN_VAR: token}
+    argv = [sys.executable, "-c", "import time; time.sleep(300)", marker]
+    procs = [subprocess.Popen(argv, env=env) for _ in range(3)]
+    try:
+        wait_for(lambda: len(alive_with_marker(marker)) == 3, "three sleepers")
+        times = [psutil.Process(p.pid).create_time() for p in procs]
+        wrong_time = ProcIdentity(procs[0].pid, times[0] - 100, other)
+        wrong_token = ProcIdentity(procs[1].pid, times[1], other)
+        assert end_leftovers([wrong_time, wrong_token]) == 0
+        assert all(p.poll() is None for p in procs)
+        assert end_leftovers([ProcIdentity(procs[2].pid, times[2], token)]) == 3  # the token finds the others
+        for p in procs:
+            p.wait(timeout=30)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
