@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean fmt browser agents ray-tools
+.PHONY: demo test lint typecheck unit bench clean fmt browser agents ray-tools sandbox
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "worktrial needs Python 3.11 or newer")'
@@ -43,13 +43,19 @@ browser:
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null) \
 		|| echo "warning: chromium could not be installed; the browser tests will be skipped"
 
+# Attempts run in a bubblewrap sandbox (Debian's package); the sandbox tests use --sandbox on and need it.
+sandbox:
+	@command -v bwrap >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null) \
+		|| echo "warning: bubblewrap could not be installed; attempts will run unsandboxed"
+
 # The Ray tests contain their cluster in network and PID namespaces: unshare/nsenter (util-linux) and ip (iproute2).
 ray-tools:
 	@command -v ip >/dev/null && command -v nsenter >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq \
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 util-linux >/dev/null) \
 		|| echo "warning: iproute2/util-linux could not be installed; the Ray cluster tests will be skipped"
 
-unit: $(STAMP) browser agents ray-tools
+unit: $(STAMP) browser agents ray-tools sandbox
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

@@ -5,7 +5,8 @@ Builds git repositories of about 1,000 and 10,000 files, runs a suite of 100 tas
 overhead per attempt (wall time / attempts: the agent does nothing, so all of it is the harness), and
 peak RSS of the worktrial process; then the same per-iteration figures for the plain shell loop on the
 same repository. Finally peak RSS at 200 and at 5,000 attempts (more tasks, or more attempts per task),
-to show memory stays flat.
+to show memory stays flat. worktrial runs with the sandbox off and on (bubblewrap, every verify command of every
+attempt inside it), so the sandbox's own cost per attempt is the difference of the two rows.
 
     .venv/bin/python benchmarks/overhead.py            # everything (a few minutes)
     .venv/bin/python benchmarks/overhead.py --quick    # skip the 5,000-attempt memory run
@@ -52,11 +53,11 @@ def make_suite(root: Path, tasks: int, attempts: int) -> Path:
     return suite
 
 
-def run_worktrial(repo: Path, suite: Path, jobs: int, config_dir: Path) -> tuple[float, float]:
+def run_worktrial(repo: Path, suite: Path, jobs: int, config_dir: Path, sandbox: str = "on") -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of one `worktrial eval` process."""
     env = {**os.environ, "WORKTRIAL_TRUST": "1", "WORKTRIAL_CONFIG_DIR": str(config_dir)}
     argv = [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--agent", "nop",
-            "--jobs", str(jobs), "-q", "--format", "json", "--output", os.devnull]  # fmt: skip
+            "--jobs", str(jobs), "-q", "--format", "json", "--output", os.devnull, "--sandbox", sandbox]  # fmt: skip
     start = time.perf_counter()
     child = subprocess.Popen(argv, cwd=repo, env=env)
     _, status, usage = os.wait4(child.pid, 0)
@@ -99,13 +100,13 @@ def main() -> None:
         results: dict[tuple[int, str], float] = {}
         for files, iterations in LOOP_ITERATIONS.items():
             repo = make_repo(root, files)
-            for jobs in (1, 2):
-                wall, rss = run_worktrial(repo, suite, jobs, config)
+            for jobs, sandbox in ((1, "off"), (1, "on"), (2, "off"), (2, "on")):
+                wall, rss = run_worktrial(repo, suite, jobs, config, sandbox)
                 per = wall / attempts * 1000
-                results[(files, f"j{jobs}")] = per
-                print(
-                    f"{files:>12,} {f'worktrial --jobs {jobs}':>24} {attempts / wall:>11.1f} {per:>11.1f} {rss:>12.1f}"
-                )
+                label = f"j{jobs}-{sandbox}"
+                results[(files, label)] = per
+                runner = f"--jobs {jobs} sandbox {sandbox}"
+                print(f"{files:>12,} {runner:>24} {attempts / wall:>11.1f} {per:>11.1f} {rss:>12.1f}")
             per_loop, rss = run_plain_loop(repo, iterations)
             results[(files, "loop")] = per_loop * 1000
             print(f"{files:>12,} {'git worktree add+remove':>24} {1 / per_loop:>11.1f} {per_loop * 1000:>11.1f} "
@@ -113,11 +114,16 @@ def main() -> None:
         print()
         for files in LOOP_ITERATIONS:
             loop = results[(files, "loop")]
-            for label in ("j1", "j2"):
+            for label in ("j1-off", "j1-on", "j2-off", "j2-on"):
                 ratio = results[(files, label)] / loop
-                print(f"{files:>6,} files, --jobs {label[1]}: {results[(files, label)]:.1f} ms/attempt = "
-                      f"{ratio:.2f}x the plain loop")  # fmt: skip
-        print("targets: <= 0.25x the plain loop on 10,000 files; < 60 ms/attempt on 1,000 files")
+                jobs_text, mode = label[1], label.split("-")[1]
+                print(f"{files:>6,} files, --jobs {jobs_text}, sandbox {mode:>3}: {results[(files, label)]:.1f} "
+                      f"ms/attempt = {ratio:.3f}x the plain loop")  # fmt: skip
+            cost = results[(files, "j1-on")] - results[(files, "j1-off")]
+            print(f"{files:>6,} files: the sandbox adds {cost:.1f} ms per attempt at --jobs 1")
+        small, large = results[(1_000, "j1-on")], results[(10_000, "j1-on")]
+        print(f"sandbox on, --jobs 1: 10,000 files costs {large / small:.2f}x what 1,000 files costs per attempt")
+        print("targets: sandbox on <= 60 ms/attempt on 1,000 files and <= 0.03x the plain loop on 10,000 files")
         if not args.quick:
             print()
             repo = root / "repo-1000"

@@ -112,12 +112,19 @@ def cli() -> Callable[..., Result]:
 
 
 def alive_with_marker(marker: str) -> list[int]:
-    """Live (not zombie) processes whose command line contains ``marker``."""
+    """Live (not zombie) processes whose command line contains ``marker``.
+
+    A sandbox's own bubblewrap processes repeat the command they run in their command line; they are not
+    counted, the marked process inside is (and it cannot outlive them).
+    """
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         if proc.info["status"] in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
             continue
-        if any(marker in arg for arg in proc.info["cmdline"] or ()):
+        cmdline = proc.info["cmdline"] or ()
+        if cmdline and os.path.basename(cmdline[0]) == "bwrap":
+            continue
+        if any(marker in arg for arg in cmdline):
             found.append(proc.pid)
     return found
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import git, task
+from tests.fakes import share_with_sandbox
 
 
 def _check(cli: Any, repo: Path, suite: Path) -> dict[str, Any]:
@@ -57,6 +58,7 @@ def test_verifier_testing_another_checkout_is_named(cli, repo: Path, write_suite
     other = tmp_path / "other-checkout"
     other.mkdir()
     (other / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    share_with_sandbox(other)  # an install the sandbox shows the verifier, as a user's own sandbox config would
     # As an editable install of another checkout does: that checkout comes first on sys.path.
     code = f"import sys; sys.path.insert(0, '{other}'); import calc; assert calc.add(2, 3) == 5"
     verify = {"argv": [sys.executable, "-c", code]}

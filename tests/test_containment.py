@@ -38,6 +38,15 @@ def sleeper(_marker: str) -> str:
     return f'{PY} -c "import time; time.sleep(300)" "$MARK"'
 
 
+@pytest.fixture(autouse=True)
+def _unsandboxed() -> None:
+    """These are the guarantees without a sandbox (its PID namespace ends everything anyway, and would keep the
+    escapes' pid files and /proc out of the test's sight): the user's config turns it off for this module."""
+    config = Path(os.environ["WORKTRIAL_CONFIG_DIR"]) / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('[sandbox]\nmode = "off"\n')
+
+
 def escape(marker: str, pid_dir: Path, name: str) -> str:
     """Shell: start a sleeper that drops the token and leaves the session, and wait until it runs."""
     return (

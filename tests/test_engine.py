@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import git, task
+from tests.fakes import share_with_sandbox
 from worktrial.agents import AgentContext, AgentOptions, AgentResult
 from worktrial.agents.base import AgentError
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, ExecutorEvent, RepoSource
@@ -32,7 +33,10 @@ def _wait_for(path: Path) -> None:
 
 def test_two_runs_in_one_process_never_touch_each_others_agents(repo: Path, write_suite, tmp_path: Path) -> None:
     """The fast run ends (and cleans up its processes) while the slow run's agent is still working."""
-    started, go = tmp_path / "slow-started", tmp_path / "go"
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    share_with_sandbox(sync)  # the agent signals the test through this one shared directory
+    started, go = sync / "slow-started", sync / "go"
     slow_agent = f"touch {started}; while [ ! -f {go} ]; do sleep 0.02; done; touch done.txt"
     slow_suite = write_suite([task("slow", timeout_secs=120)])
     fast_suite = write_suite([task("fast")])

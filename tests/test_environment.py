@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import git, task
+from tests.fakes import share_with_sandbox
 
 CLEAN = 'test -z "$(git status --porcelain --untracked-files=all)"'
 
@@ -16,7 +17,10 @@ def _eval(cli: Any, repo: Path, suite: Path, *extra: str) -> Any:
 
 
 def test_setup_runs_once_per_slot_and_is_invisible_to_the_agent(cli, repo: Path, write_suite, tmp_path: Path) -> None:
-    counter = tmp_path / "setups.txt"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    share_with_sandbox(shared)  # setup counts its runs where the test can read them
+    counter = shared / "setups.txt"
     environment = {
         "setup": [
             {"sh": f"echo x >> {counter}"},
@@ -177,7 +181,10 @@ def test_a_suite_committed_in_the_repository_is_removed_from_the_agents_base(cli
 
 
 def test_cache_key_reuses_a_setup_across_runs(cli, repo: Path, write_suite, tmp_path: Path) -> None:
-    counter = tmp_path / "setups.txt"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    share_with_sandbox(shared)  # setup counts its runs where the test can read them
+    counter = shared / "setups.txt"
     setup = [
         {"sh": f"echo x >> {counter}"},
         {"sh": "mkdir -p .venv/lib && echo dep > .venv/lib/dep.txt && touch -d 2001-01-01 .venv/lib/dep.txt"},

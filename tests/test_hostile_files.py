@@ -20,15 +20,16 @@ USAGE_ATTACKS = {
 }
 
 
+@pytest.mark.parametrize("sandbox", ["on", "off"])
 @pytest.mark.parametrize("attack", sorted(USAGE_ATTACKS))
-def test_usage_file_attacks(repo: Path, write_suite, tmp_path: Path, attack: str) -> None:
+def test_usage_file_attacks(repo: Path, write_suite, tmp_path: Path, attack: str, sandbox: str) -> None:
     secret = tmp_path / "secret.json"
     secret.write_text('{"input_tokens": 424242}')
     agent = tmp_path / "agent.sh"
     agent.write_text(f"touch done.txt\n{USAGE_ATTACKS[attack]}\n")
     suite = write_suite([task("t", verify_commands=["test -f done.txt"])], attempts=2)
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "-q"],
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "-q", "--sandbox", sandbox],
         cwd=repo,
         env={"WORKTRIAL_TRUST": "1", "PLANTED_TARGET_PATH": str(secret)},
         timeout=180,

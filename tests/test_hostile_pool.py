@@ -37,8 +37,14 @@ ATTACKS = {
 }
 
 
+@pytest.mark.parametrize("sandbox", ["on", "off"])
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
-def test_reset_never_follows_what_the_agent_left(repo: Path, write_suite, tmp_path: Path, attack: str) -> None:
+def test_reset_never_follows_what_the_agent_left(
+    repo: Path, write_suite, tmp_path: Path, attack: str, sandbox: str
+) -> None:
+    """Off: the agent really rearranges its slot and the reset must not follow it; on: the sandbox refuses most of
+    the moves (the slot around the worktree is read-only) and the same guarantees hold."""
+    mode = ["--sandbox", sandbox]
     make_precious(repo)
     before = fingerprint(repo)
     tmp = tmp_path / "tmp"
@@ -47,7 +53,7 @@ def test_reset_never_follows_what_the_agent_left(repo: Path, write_suite, tmp_pa
     agent.write_text(f"set +e\ntouch done.txt\n{ATTACKS[attack]}\nexit 0\n")
     suite = write_suite([task("t", verify_commands=["test -f done.txt"])], attempts=3)
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1"],
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1", *mode],
         cwd=repo,
         env={"USER_REPO": str(repo), "TMPDIR": str(tmp), "WORKTRIAL_TRUST": "1"},
     )
@@ -60,24 +66,36 @@ def test_reset_never_follows_what_the_agent_left(repo: Path, write_suite, tmp_pa
     assert sorted(os.listdir(tmp)) == []
 
 
-def test_agent_files_next_to_the_worktree_do_not_survive(repo: Path, write_suite, tmp_path: Path) -> None:
-    """Files an agent plants next to its worktree (in the slot, outside git) are gone for the next attempt."""
+OFF = ["--sandbox", "off"]
+
+
+@pytest.mark.parametrize("sandbox", ["on", "off"])
+def test_agent_files_next_to_the_worktree_do_not_survive(repo: Path, write_suite, tmp_path: Path, sandbox: str) -> None:
+    """Files an agent plants next to its worktree (in the slot, outside git) are gone for the next attempt.
+
+    Unsandboxed the plants land and the reset removes them; in the sandbox the slot around the worktree is
+    read-only, so they never land at all (the agent records which)."""
+    mode = ["--sandbox", sandbox]
     agent = tmp_path / "agent.sh"
     agent.write_text(
         "set -e\n"
         'for d in .. ../..; do if ls -A "$d" | grep -q planted; then exit 1; fi; done\n'
-        "echo x > ../planted-build; echo x > ../../planted-slot; mkdir -p ../planted-dir/deep\n"
+        "if echo x > ../planted-build && echo x > ../../planted-slot && mkdir -p ../planted-dir/deep; then\n"
+        "  echo planted >> landed.txt; fi 2>/dev/null\n"
         "touch done.txt\n"
     )
     suite = write_suite([task("t", verify_commands=["test -f done.txt"])], attempts=3)
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1"],
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1", *mode],
         cwd=repo,
         env={"WORKTRIAL_TRUST": "1"},
     )
     assert result.returncode == 0, result.stderr
-    outcomes = [a["outcome"] for a in json.loads(result.stdout)["report"]["tasks"][0]["attempts"]]
-    assert outcomes == ["pass"] * 3
+    attempts = json.loads(result.stdout)["report"]["tasks"][0]["attempts"]
+    assert [a["outcome"] for a in attempts] == ["pass"] * 3
+    run_dir = repo / ".worktrial" / "runs" / json.loads(result.stdout)["run"]["id"]
+    patches = "".join(p.read_text() for p in run_dir.rglob("artifacts.json"))
+    assert ("landed.txt" in patches) == (sandbox == "off"), "plants land only without the sandbox"
 
 
 def test_each_attempt_gets_a_fresh_worktree_path(repo: Path, write_suite, tmp_path: Path) -> None:
@@ -93,7 +111,8 @@ def test_each_attempt_gets_a_fresh_worktree_path(repo: Path, write_suite, tmp_pa
     )
     suite = write_suite([task("t", verify_commands=["test -f done.txt"])], attempts=3)
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1"],
+        # Unsandboxed: the agent keeps a log outside its worktree, which the sandbox would hide.
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1", *OFF],
         cwd=repo,
         env={"WORKTRIAL_TRUST": "1", "SEEN": str(seen)},
     )

@@ -32,12 +32,13 @@ FORGE = FIND_STORE + (
 )
 
 
-def _forging_run(repo: Path, write_suite, tmp_path: Path, attempts: int = 3) -> dict[str, Any]:
+def _forging_run(repo: Path, write_suite, tmp_path: Path, attempts: int = 3, sandbox: str = "off") -> dict[str, Any]:
     agent = tmp_path / "forge.sh"
     agent.write_text(FORGE)
     suite = write_suite([task("t", verify_commands=["false"])], attempts=attempts)
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "-q"],
+        # Unsandboxed by default: the sandbox hides the run store; these are the guarantees that hold without it.
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "-q", "--sandbox", sandbox],
         cwd=repo,
         env={"WORKTRIAL_TRUST": "1"},
     )
@@ -65,6 +66,15 @@ def test_forged_records_never_count(repo: Path, write_suite, tmp_path: Path) -> 
     rebuilt = json.loads(report.stdout)
     assert rebuilt["report"]["overall"]["passed_runs"] == 0
     assert rebuilt["report"]["overall"]["total_runs"] == 3
+
+
+def test_forging_agent_in_the_sandbox_never_reaches_the_store(repo: Path, write_suite, tmp_path: Path) -> None:
+    """The same forger with --sandbox on: the run store is hidden, so not one foreign line lands in it."""
+    envelope = _forging_run(repo, write_suite, tmp_path, sandbox="on")
+    assert envelope["run"]["sandbox"]["kind"] == "bubblewrap"
+    lines = (repo / ".worktrial" / "runs" / envelope["run"]["id"] / "attempts.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all('"sig"' in line for line in lines), lines
+    assert envelope["report"]["overall"]["passed_runs"] == 0
 
 
 def test_resume_counts_only_the_harness_records(repo: Path, write_suite, tmp_path: Path) -> None:

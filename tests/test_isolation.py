@@ -68,6 +68,9 @@ def snapshot(repo: Path) -> dict[str, str]:
     }
 
 
+OFF = ["--sandbox", "off"]
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_attempts_are_isolated_and_user_repo_untouched(
     cli, repo: Path, write_suite, tmp_path: Path, monkeypatch, jobs: str
@@ -81,7 +84,8 @@ def test_attempts_are_isolated_and_user_repo_untouched(
     before = snapshot(repo)
     monkeypatch.setenv("HOSTILE_DIR", str(flag_dir))
     result = cli(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--trust", "--format", "json", "--jobs", jobs],
+        # Unsandboxed: the pooled reset alone must undo what the agent did (test_sandbox covers --sandbox on).
+        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--trust", "--format", "json", "-j", jobs, *OFF],
         cwd=repo,
     )
     assert result.exit_code == 0, result.output

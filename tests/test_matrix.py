@@ -20,6 +20,7 @@ import pytest
 
 from tests.builtin_support import one_task_suite, write_user_config
 from tests.conftest import task
+from tests.fakes import share_with_sandbox
 from tests.scripted_provider import (
     Reply,
     Request,
@@ -307,6 +308,7 @@ def test_every_configuration_starts_from_the_first_ones_base_commit(
     monkeypatch.setenv("MATRIX_USER_REPO", str(repo))
     suite = write_suite([task("t1")], attempts=1)
     args = ["eval", "--suite", str(suite), "--trust", "-q", "--agent", "mover", "--agent", "good", "--format", "json"]
+    args += ["--sandbox", "off"]  # in the sandbox the user's repository is out of the agent's reach
     result = cli(args, cwd=repo)
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
@@ -403,7 +405,10 @@ def test_model_matrix_on_the_builtin_agent_keeps_going_past_a_fatal_error(
 def test_interrupt_stops_the_matrix_and_prints_what_finished(repo: Path, tmp_path: Path, write_suite: Any) -> None:
     custom_agents(repo, tmp_path, quick=("solve", 0), slow=("sleep", 0), never=("solve", 0))
     suite = write_suite([task("t1")])
-    sleeping = tmp_path / "sleeping"
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    share_with_sandbox(sync)
+    sleeping = sync / "sleeping"
     env = {**os.environ, "WORKTRIAL_TRUST": "1", "MATRIX_SLEEPING": str(sleeping)}
     command = [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--format", "json"]
     agents = ["--agent", "quick", "--agent", "slow", "--agent", "never"]

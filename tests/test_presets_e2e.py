@@ -18,7 +18,7 @@ import pytest
 from click.testing import Result
 
 from tests.conftest import task
-from tests.fakes import install_fake, invocations
+from tests.fakes import install_fake, invocations, share_with_sandbox
 from tests.fakes.streams import CONFIG_ENV, EXPECTED, SCENARIOS
 from worktrial.agents.pricing import price_table
 
@@ -47,6 +47,8 @@ def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeEnv:
         path.mkdir()
     monkeypatch.setenv("PATH", f"{env.bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
     monkeypatch.setenv("FAKE_LOG_DIR", str(env.log_dir))
+    # The fakes log how they were called from inside the sandbox: the user shares that one directory with it.
+    share_with_sandbox(env.log_dir)
     monkeypatch.setenv("HOME", str(env.home))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.delenv("XDG_DATA_HOME", raising=False)

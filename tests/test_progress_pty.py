@@ -112,3 +112,4 @@ def test_report_on_a_terminal_is_drawn_as_tables_and_piped_is_markdown(repo: Pat
     finally:
         child.close(force=True)
     assert "|---|" not in screen and "─" * 10 in screen and "t1" in screen
+    assert "sandbox" in screen and ("bubblewrap" in screen or "none" in screen)  # what contained the attempts

@@ -12,13 +12,20 @@ import pytest
 from click.testing import Result
 
 from tests.conftest import task
-from tests.fakes import install_fake, invocations
+from tests.fakes import install_fake, invocations, share_with_sandbox
 from tests.fakes.streams import SCENARIOS
 from tests.hostile_support import run_worktrial
 from worktrial.agents.presets.base import LongPrompt, long_prompt_argv
 from worktrial.agents.prompt import MAX_ARG_BYTES, MAX_INLINE_PROMPT_BYTES, PROMPT_FILE
 
 MIB = 1024 * 1024
+
+
+@pytest.fixture(autouse=True)
+def _shared(tmp_path: Path) -> None:
+    """The agents compare against files the test wrote and log into its directory: share it with the sandbox
+    (the user's repository below it stays hidden)."""
+    share_with_sandbox(tmp_path)
 
 
 def big_prompt(size: int) -> str:
@@ -159,6 +166,7 @@ def test_custom_agents_get_the_prompt_file_placeholder(repo: Path, write_suite, 
         '[agents.by-file]\ncommand = "cmp {prompt_file} \\"$EXPECTED\\" && touch done.txt"\n'
         '[agents.by-arg]\ncommand = "test -n {prompt} && touch done.txt"\n'
     )
+    share_with_sandbox(tmp_path)  # the config was just rewritten
     prompt = big_prompt(MIB)
     expected = tmp_path / "expected.txt"
     expected.write_bytes(prompt.encode())

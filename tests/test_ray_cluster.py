@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import task
+from tests.fakes import share_with_sandbox
 from tests.ray_cluster import ContainedCluster, Node, unavailable_reason
 from tests.test_parallel import comparable, eval_json
 
@@ -75,6 +76,7 @@ def test_same_report_as_local_with_attempts_on_both_nodes(
     local_marks, ray_marks = tmp_path / "local-marks", tmp_path / "ray-marks"
     local_marks.mkdir()
     ray_marks.mkdir()
+    share_with_sandbox(local_marks, ray_marks)  # the agents leave their marks where the test can read them
     local = eval_json(cli, repo, suite, "--agent-cmd", _agent_cmd(local_marks, 0), "--jobs", "4")
     done = cluster.run(_ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(ray_marks, 0.3), "--jobs", "4"), repo)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -95,6 +97,7 @@ def test_custom_resources_place_attempts_on_the_nodes_that_have_them(
     suite = _suite(tmp_path, write_suite, ["good-a", "good-b"], attempts=2)
     marks = tmp_path / "marks"
     marks.mkdir()
+    share_with_sandbox(marks)  # the agents leave their marks where the test can read them
     argv = _ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(marks, 0), "--jobs", "2")
     done = cluster.run([*argv, "--ray-resource", "agent_fake=1"], repo)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -112,6 +115,7 @@ def test_ctrl_c_stops_the_workers_and_resume_reconnects(
     suite = _suite(tmp_path, write_suite, ids, attempts=2)
     marks = tmp_path / "marks"
     marks.mkdir()
+    share_with_sandbox(marks)  # the agents leave their marks where the test can read them
     driver = cluster.popen(_ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(marks, 2), "--jobs", "2"), repo)
     try:
         deadline = time.monotonic() + 300
@@ -149,6 +153,7 @@ def test_losing_a_node_mid_run_retries_its_attempts_on_the_survivors(
     suite = _suite(tmp_path, write_suite, ids, attempts=2)
     marks = tmp_path / "marks"
     marks.mkdir()
+    share_with_sandbox(marks)  # the agents leave their marks where the test can read them
     argv = _ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(marks, 3), "--jobs", "4", "--retry-errors", "2")
     driver = cluster.popen(argv, repo)
     try:

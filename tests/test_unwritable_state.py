@@ -203,6 +203,7 @@ def test_unreadable_directories_left_by_an_agent_are_removed_without_root(shared
         prefix = []
     for jobs_and_pool in (["--jobs", "1"], ["--jobs", "2"]):
         args = ["eval", "--suite", "suite.json", "--agent-cmd", f"sh {home / 'agent.sh'}", "--trust", "-q"]
+        args += ["--sandbox", "off"]  # the harness's removal is the subject; the sandbox keeps ../ read-only
         result = subprocess.run(
             [*prefix, sys.executable, "-m", "worktrial", *args, "--attempts", "3", *jobs_and_pool],
             cwd=repo,

@@ -10,6 +10,7 @@ from typing import Any
 from click.testing import Result
 
 from tests.conftest import task
+from tests.fakes import share_with_sandbox
 from worktrial.agents.simple import read_usage_file
 
 
@@ -69,12 +70,15 @@ def test_command_and_custom_agents_see_the_same_worktrial_variables(
 ) -> None:
     """One definition of the command-agent environment serves ``--agent-cmd`` and ``[agents.NAME]`` alike."""
     dump = "env | grep '^WORKTRIAL_' | grep -v '^WORKTRIAL_PROC' | cut -d= -f1 | sort > {out}"
-    (repo / "worktrial.toml").write_text(f'[agents.mine]\ncommand = "{dump.format(out=tmp_path / "custom")}"\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    share_with_sandbox(out)  # the agents write their environment where the test can read it
+    (repo / "worktrial.toml").write_text(f'[agents.mine]\ncommand = "{dump.format(out=out / "custom")}"\n')
     suite = write_suite([task("t", verify=["true"])])
-    for args in (["--agent", "mine"], ["--agent-cmd", dump.format(out=tmp_path / "command")]):
+    for args in (["--agent", "mine"], ["--agent-cmd", dump.format(out=out / "command")]):
         result = cli(["eval", "--suite", str(suite), *args, "--trust", "-q"], cwd=repo)
         assert result.exit_code == 0, result.output
-    names = (tmp_path / "command").read_text().split()
-    assert names == (tmp_path / "custom").read_text().split()
+    names = (out / "command").read_text().split()
+    assert names == (out / "custom").read_text().split()
     expected = ["PROMPT", "TASK_ID", "ATTEMPT", "WORKTREE", "SCRATCH", "USAGE_FILE"]
     assert {f"WORKTRIAL_{name}" for name in expected} <= set(names)

@@ -43,7 +43,8 @@ if log_dir:
         "env": {{k: v for k, v in os.environ.items() if k in scenario.get("record_env", [])}},
         "inherited_state": inherited,
     }}
-    with open(os.path.join(log_dir, "%s-%d.json" % (BINARY, os.getpid())), "w") as fh:
+    # pids repeat across sandboxes (each has its own PID namespace), so the name also gets random bytes
+    with open(os.path.join(log_dir, "%s-%d-%s.json" % (BINARY, os.getpid(), os.urandom(6).hex())), "w") as fh:
         json.dump(record, fh)
 for var in scenario.get("touch_env", []):
     os.makedirs(os.environ[var], exist_ok=True)
@@ -80,3 +81,20 @@ def install_fake(bin_dir: Path, binary: str, scenarios: dict[str, dict[str, Any]
 def invocations(log_dir: Path, binary: str) -> list[dict[str, Any]]:
     """Every recorded run of ``binary``."""
     return [json.loads(p.read_text()) for p in sorted(log_dir.glob(f"{binary}-*.json"))]
+
+
+def share_with_sandbox(*directories: Path) -> None:
+    """Share test-owned directories writable with every sandboxed attempt, through the user's ``[sandbox]`` config.
+
+    Fakes record how they were called into such a directory; the sandbox hides every other host path.
+    """
+    from worktrial.state.config import USER_FILE, config_dir
+
+    config = config_dir() / USER_FILE
+    config.parent.mkdir(parents=True, exist_ok=True)
+    listed = ", ".join(json.dumps(str(d)) for d in directories)
+    config.write_text(
+        config.read_text() + f"\n[sandbox]\nwritable = [{listed}]\n"
+        if config.exists()
+        else f"[sandbox]\nwritable = [{listed}]\n"
+    )

@@ -55,8 +55,12 @@ class OracleAgent:
             return AgentResult(claimed=None, error=AgentError("no_solution", "task has no solution"))
         usage = Usage(tokens=Tokens(input=0, output=0), cost_usd=0.0, turns=0)
         env = {**ctx.env, SUITE_DIR_ENV: str(ctx.suite_dir)} if ctx.suite_dir else ctx.env
+        scope = ctx.scope
+        if ctx.suite_dir and scope.sandbox is not None:
+            # The reference solution is the suite's own code: it may read the suite's files, as verify does.
+            scope = scope.confined(scope.sandbox.widened([ctx.suite_dir]))
         for i, command in enumerate(ctx.task.solution, start=1):
-            result = run_command(command, cwd=ctx.worktree, env=env, timeout=ctx.remaining(), scope=ctx.scope)
+            result = run_command(command, cwd=ctx.worktree, env=env, timeout=ctx.remaining(), scope=scope)
             usage.output_bytes += result.output_bytes
             usage.tool_counts["solution_command"] = i
             if result.timed_out:

@@ -236,6 +236,9 @@ def compare_pair(first: LoadedEnvelope, second: LoadedEnvelope) -> PairCompariso
     k = min(ra.k, rb.k, *(min(x.total_runs, y.total_runs) for x, y in pairs))
     if k != ra.k or k != rb.k:
         notes.append(f"headline k = {k}: the largest k both runs reach on every compared task (A: {ra.k}, B: {rb.k})")
+    box_a, box_b = first.envelope.run.sandbox, second.envelope.run.sandbox
+    if box_a is not None and box_b is not None and box_a.summary() != box_b.summary():
+        notes.append(f"the runs used different sandboxes: A {box_a.summary()}; B {box_b.summary()}")
     recategorized = [x.task_id for x, y in pairs if x.category != y.category]
     if recategorized:
         notes.append(f"categories follow A; these tasks have another category in B: {', '.join(recategorized[:8])}")

@@ -87,3 +87,18 @@ def ensure_project_trust(workspace: Path | None, trust: bool) -> None:
         interactive=sys.stdin.isatty() and sys.stderr.isatty(),
         confirm=lambda question: click.confirm(question, default=False, err=True),
     )
+
+
+SANDBOX_OPTIONS = [
+    click.option(
+        "--sandbox",
+        type=click.Choice(["auto", "on", "off"]),
+        help="Contain every attempt (default auto: when this machine can; on: refuse to run without).",
+    ),
+    click.option(
+        "--network", type=click.Choice(["on", "off"]), help="off: attempts get loopback only (needs the sandbox)."
+    ),
+    click.option("--max-memory", metavar="SIZE", help="Memory per attempt, e.g. 2G; hitting it ends the attempt."),
+    click.option("--max-procs", type=click.IntRange(min=1), help="Processes per attempt; hitting it ends the attempt."),
+]
+"""--sandbox, --network, --max-memory, --max-procs (unset: the user's [sandbox] config, then the defaults)."""

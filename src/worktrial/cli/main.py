@@ -17,6 +17,7 @@ from rich.table import Table
 from worktrial.cli import logs
 from worktrial.cli.common import (
     FORMAT_HELP,
+    SANDBOX_OPTIONS,
     emit,
     ensure_project_trust,
     ensure_trust,
@@ -28,6 +29,7 @@ from worktrial.cli.executors import executor_factory, executor_options
 from worktrial.cli.matrix import run_matrix_and_report
 from worktrial.cli.outputs import write_ci_outputs
 from worktrial.cli.progress import ProgressReporter
+from worktrial.engine.confine import SandboxChoice
 from worktrial.engine.matrix import is_matrix
 from worktrial.engine.run import (
     RunObserver,
@@ -168,6 +170,7 @@ def eval_options(func: F) -> F:
         click.option(
             "--resume", "resume_id", metavar="RUN_ID", help="Continue a stored run: run only what is missing."
         ),
+        *SANDBOX_OPTIONS,
         click.option("-q", "--quiet", is_flag=True, help="Print only the report."),
         click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason."),
     ]
@@ -207,6 +210,10 @@ def eval_cmd(
     jobs: int | None,
     retry_errors: int,
     resume_id: str | None,
+    sandbox: str | None,
+    network: str | None,
+    max_memory: str | None,
+    max_procs: int | None,
     quiet: bool,
     verbose: bool,
     executor: str,
@@ -239,6 +246,7 @@ def eval_cmd(
         tasks=task_patterns,
         categories=categories,
         limit=limit,
+        sandbox=SandboxChoice(sandbox, network, max_memory, max_procs),
         agent_settings={
             key: value
             for key, value in {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}.items()

@@ -20,6 +20,7 @@ from worktrial.analysis.compare import LoadedEnvelope, compare_runs
 from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
 from worktrial.cli.common import FORMAT_HELP, emit, ensure_trust, err
 from worktrial.engine.check import DEFAULT_REPEATS, CheckOptions, check_suite
+from worktrial.engine.confine import SandboxChoice
 from worktrial.errors import BadInputError
 from worktrial.model.selection import select
 from worktrial.model.suite import LoadedSuite, load_suite
@@ -143,6 +144,7 @@ def power_cmd(
 @click.option("--task", "task_patterns", multiple=True, metavar="ID", help="Check only matching task ids (globs).")
 @click.option("--category", "categories", multiple=True, type=click.Choice(["capability", "regression"]))
 @click.option("--limit", type=click.IntRange(min=1), help="Check only the first N selected tasks.")
+@click.option("--sandbox", type=click.Choice(["auto", "on", "off"]), help="Contain the oracle and nop runs.")
 @_FORMAT
 @_OUTPUT
 @click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
@@ -154,6 +156,7 @@ def check_cmd(
     task_patterns: tuple[str, ...],
     categories: tuple[str, ...],
     limit: int | None,
+    sandbox: str | None,
     fmt: str,
     output: Path | None,
     quiet: bool,
@@ -169,6 +172,7 @@ def check_cmd(
         repeats=repeats,
         on_progress=None if quiet else lambda message: err(f"worktrial: {message}"),
         on_warning=lambda message: err(f"worktrial: warning: {message}"),
+        sandbox=SandboxChoice(mode=sandbox),
     )
     report = check_suite(loaded, options)
     emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output, fmt=fmt)

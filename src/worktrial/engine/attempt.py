@@ -21,6 +21,7 @@ from worktrial.isolation.environment import EnvironmentSetupError, run_setup
 from worktrial.isolation.patch import PatchData, agent_patch
 from worktrial.isolation.pool import Slot
 from worktrial.isolation.proc import ProcResult, run_command
+from worktrial.isolation.sandbox import AttemptView, Sandbox, decide, open_sandbox
 from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo, create_attempt_workspace, remove_tree
 from worktrial.model.artifacts import (
     COMMAND_TAIL_BYTES,
@@ -77,6 +78,26 @@ def setup_log(spec: AttemptSpec) -> Path | None:
     return Path(spec.artifacts_dir) / "environment" / f"setup-{uuid.uuid4().hex[:10]}.log"
 
 
+def attempt_sandbox(spec: AttemptSpec, ws: AttemptWorkspace, source: SourceRepo | None) -> Sandbox:
+    """The sandbox of one attempt (or one slot's environment setup): its worktree, private git dir and scratch
+    writable, the borrowed objects read-only, HOME fresh inside scratch. Not yet prepared."""
+    scratch = ws.root / "scratch"
+    scratch.mkdir(exist_ok=True)
+    view = AttemptView(
+        writable=(ws.worktree, ws.git_dir, scratch),
+        readonly=(source.objects_dir,) if source is not None else (),
+        home=scratch / "home",
+    )
+    decision = spec.sandbox_decision or decide(spec.sandbox)
+    return open_sandbox(spec.sandbox, decision, view)
+
+
+def _harness_scope(scope: proc.ProcessScope | None, sandbox: Sandbox, spec: AttemptSpec) -> proc.ProcessScope:
+    """Setup and verify run in the attempt's sandbox and also see the suite's declared files read-only."""
+    shown = sandbox.widened([Path(spec.suite_dir)]) if spec.suite_dir else sandbox
+    return (scope or proc.ProcessScope()).confined(shown)
+
+
 def slot_preparer(
     base: TaskBase, spec: AttemptSpec, scope: proc.ProcessScope | None
 ) -> Callable[[AttemptWorkspace], str] | None:
@@ -86,10 +107,36 @@ def slot_preparer(
 
     def prepare(ws: AttemptWorkspace) -> str:
         env = suite_env(spec, ws.root)
-        log = setup_log(spec) if base.environment else None
-        return run_setup(ws, base.environment, env, scope=scope, log=log, hide=base.hide, cache=environment_cache(spec))
+        sandbox = attempt_sandbox(spec, ws, _borrowed(base, ws))
+        try:
+            sandbox.prepare()
+            log = setup_log(spec) if base.environment else None
+            return run_setup(
+                ws,
+                base.environment,
+                env,
+                scope=_harness_scope(scope, sandbox, spec),
+                log=log,
+                hide=base.hide,
+                cache=environment_cache(spec),
+            )
+        finally:
+            sandbox.cleanup()
 
     return prepare
+
+
+def _borrowed(base: TaskBase, ws: AttemptWorkspace) -> SourceRepo | None:
+    """The repository whose objects the workspace borrows (read from its alternates file)."""
+    try:
+        objects = (ws.git_dir / "objects" / "info" / "alternates").read_text().strip().splitlines()
+    except OSError:
+        return None
+    return (
+        SourceRepo(path=Path(base.source.location), objects_dir=Path(objects[0]), shallow_file=None)
+        if objects
+        else None
+    )
 
 
 def _decide(task: Task, result: AgentResult, overran: bool) -> tuple[Outcome, str | None, bool]:
@@ -148,6 +195,7 @@ def run_attempt(
     env = childenv.agent_env(proc.clean_env(None), spec.env)
     progress = _Progress()
     workspace: AttemptWorkspace | None = None
+    sandbox: Sandbox | None = None
     try:
         try:
             if slot is not None:
@@ -155,30 +203,33 @@ def run_attempt(
             else:
                 base = job.resolved_base()
                 workspace = create_attempt_workspace(source, base.commit, root)
-                if base.prepared:
-                    log = setup_log(spec) if base.environment else None
-                    setup_env = suite_env(spec, workspace.root)
-                    try:
-                        run_setup(
-                            workspace,
-                            base.environment,
-                            setup_env,
-                            scope=scope,
-                            log=log,
-                            hide=base.hide,
-                            cache=environment_cache(spec),
-                        )
-                    finally:
-                        remove_tree(Path(setup_env["HOME"]))
-                (workspace.root / "scratch").mkdir(exist_ok=True)
+            sandbox = attempt_sandbox(spec, workspace, source)
+            sandbox.prepare()
+            if slot is None and base.prepared:
+                log = setup_log(spec) if base.environment else None
+                setup_env = suite_env(spec, workspace.root)
+                try:
+                    run_setup(
+                        workspace,
+                        base.environment,
+                        setup_env,
+                        scope=_harness_scope(scope, sandbox, spec),
+                        log=log,
+                        hide=base.hide,
+                        cache=environment_cache(spec),
+                    )
+                finally:
+                    remove_tree(Path(setup_env["HOME"]))
         except EnvironmentSetupError as exc:
             progress.reason, progress.category = str(exc).splitlines()[0], "environment"
             progress.fatal = AgentError("environment", str(exc), fatal=True)
         except (WorktrialError, OSError) as exc:
             progress.reason, progress.category = f"worktree creation failed: {exc}", "worktree"
         else:
-            _run_in(agent, job, workspace, env, progress, scope, on_phase or (lambda _phase: None))
+            _run_in(agent, job, workspace, env, progress, scope, sandbox, on_phase or (lambda _phase: None))
     finally:
+        if sandbox is not None:
+            sandbox.cleanup()
         if slot is None and not spec.keep_worktrees:
             remove_tree(root)
     duration = round(time.monotonic() - start, 3)
@@ -299,12 +350,15 @@ def _run_in(
     workspace: AttemptWorkspace,
     env: dict[str, str],
     progress: _Progress,
-    scope: proc.ProcessScope,
+    run_scope: proc.ProcessScope,
+    sandbox: Sandbox,
     on_phase: Callable[[str], None],
 ) -> None:
-    """Setup, agent and verification inside a created workspace; ``on_phase`` hears each step begin."""
+    """Setup, agent and verification inside a created workspace, every process inside the attempt's sandbox;
+    ``on_phase`` hears each step begin."""
     task = job.task
     scratch = workspace.root / "scratch"
+    scope = _harness_scope(run_scope, sandbox, job.spec)
     if task.setup_commands:
         on_phase("setup")
         harness_env = suite_env(job.spec, workspace.root)
@@ -319,6 +373,9 @@ def _run_in(
                     tail_bytes=COMMAND_TAIL_BYTES,
                 )
                 progress.commands.append(_command_log("setup", i, command, setup))
+                if setup.limit:
+                    progress.reason, progress.category = setup.limit, "limit"
+                    return
                 if not setup.ok:
                     progress.reason = f"setup failed: {setup.describe_failure(f'step {i} ({display(command)})')}"
                     progress.category = "setup"
@@ -342,7 +399,7 @@ def _run_in(
         env={**env, **prompt_file_env(prompt_file)},
         credentials=childenv.credentials(proc.clean_env(None)),
         scratch=scratch,
-        scope=scope,
+        scope=run_scope.confined(sandbox),
         suite_dir=Path(job.spec.suite_dir) if job.spec.suite_dir else None,
         prompt_file=prompt_file,
     )
@@ -358,6 +415,9 @@ def _run_in(
         progress.patch = agent_patch(workspace, job.spec.base_commit, PATCH_MAX_BYTES)
     overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS
     progress.outcome, progress.reason, verify_decides = _decide(task, result, overran)
+    if hit := sandbox.limit_hit():
+        progress.outcome, progress.reason, progress.category, progress.claimed = "error", hit, "limit", None
+        return
     progress.claimed = None if progress.outcome == "timeout" else result.claimed
     if result.error is not None and progress.outcome == "error":
         progress.category = result.error.category

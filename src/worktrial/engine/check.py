@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from worktrial.analysis.check_report import (
@@ -25,6 +25,7 @@ from worktrial.analysis.check_report import (
 from worktrial.analysis.lint import lint_suite
 from worktrial.analysis.suite_paths import lint_locations
 from worktrial.engine.check_rebuild import Rebuild, rebuilder
+from worktrial.engine.confine import SandboxChoice
 from worktrial.engine.run import RunObserver, RunOptions, resolve_task_bases, run_suite
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.workspace import remove_tree
@@ -45,6 +46,7 @@ class CheckOptions:
     repeats: int = DEFAULT_REPEATS
     on_progress: Callable[[str], None] | None = None
     on_warning: Callable[[str], None] | None = None
+    sandbox: SandboxChoice = field(default_factory=SandboxChoice)
 
 
 def _flaky(task: Task, repeats: Rebuild, oracle_verified: bool | None) -> list[str]:
@@ -131,7 +133,7 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
 
     def run(agent: str) -> Envelope:
         say(f"running the {agent} agent on {plural(len(loaded.suite.tasks), 'task')}")
-        opts = RunOptions(agent=agent, attempts=1, k=1, workspace=options.workspace)
+        opts = RunOptions(agent=agent, attempts=1, k=1, workspace=options.workspace, sandbox=options.sandbox)
         return run_suite(loaded, opts, _Warnings(options.on_warning)).envelope
 
     oracle, nop = run("oracle"), run("nop")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from worktrial.agents.base import AgentError, AgentOptions
+from worktrial.isolation.sandbox import SandboxDecision, SandboxSettings
 from worktrial.model.artifacts import AttemptArtifacts
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Environment, Task
@@ -83,6 +84,10 @@ class AttemptSpec:
     """The run's read-only copy of the suite's declared files: ``$WORKTRIAL_SUITE_DIR`` for setup and verify."""
     artifacts_dir: str | None = None
     """Where environment setup logs are kept (the run's store directory), when the worker can write there."""
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    """--sandbox, --network, --max-memory, --max-procs and the host paths attempts must not see."""
+    sandbox_decision: SandboxDecision | None = None
+    """What the driver found this machine can do; None: decide on the worker (``decide``)."""
     suite_digest: str | None = None
     """The suite bundle digest (suite file plus declared files): a remote worker checks its copy against it."""
     environment_cache: str | None = None

@@ -26,11 +26,13 @@ from typing import Any, Literal
 
 from worktrial.agents import AgentOptions, create_agent
 from worktrial.agents.base import Agent
+from worktrial.engine.confine import SandboxChoice, resolve_sandbox
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
 from worktrial.errors import BadInputError, SuiteError, WorkspaceError
 from worktrial.isolation import cgroups
 from worktrial.isolation.proc import ProcessScope
+from worktrial.isolation.sandbox import SandboxDecision, SandboxSettings
 from worktrial.isolation.workspace import (
     SourceRepo,
     check_writable,
@@ -46,7 +48,7 @@ from worktrial.isolation.workspace import (
 )
 from worktrial.model.bundle import copy_bundle
 from worktrial.model.config import Config
-from worktrial.model.envelope import Envelope, SuiteFileInfo
+from worktrial.model.envelope import Envelope, SandboxInfo, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.selection import reselect, select
 from worktrial.model.suite import MAX_ATTEMPTS, LoadedSuite, Task, load_suite
@@ -110,6 +112,8 @@ class RunOptions:
     """--task glob patterns over task ids (empty: every task)."""
     categories: tuple[str, ...] = ()
     limit: int | None = None
+    sandbox: SandboxChoice = field(default_factory=SandboxChoice)
+    """--sandbox, --network, --max-memory, --max-procs (None: the user's config, then the defaults)."""
 
 
 class RunObserver:
@@ -356,6 +360,7 @@ def run_suite(
     _end_previous(ws.state_root, observer)
     run_id = new_run_id()
     with _started(run_id, jobs, options) as (executor, work_root):
+        sandbox = _sandbox(options, ref, ws, work_root, bases, observer)
         description = executor.preflight(ref)
         ensure_state_dir(ws.state_root)
         meta = RunMeta(
@@ -394,10 +399,11 @@ def run_suite(
             label=options.label,
             selection=selection,
             artifacts=options.artifacts,
+            sandbox=sandbox[2],
         )
         store = RunStore.create(ws.state_root, meta)
         try:
-            settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir)
+            settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox)
             return _execute(settings, executor, store, observer, done=[])
         finally:
             store.close()
@@ -486,6 +492,7 @@ def _resume(
     jobs = options.jobs or meta.jobs
     check_writable(store.dir, "run data")
     with _started(run_id, jobs, options) as (executor, work_root):
+        sandbox = _sandbox(options, ref, ws, work_root, bases, observer)
         description = executor.preflight(ref)
         meta = meta.model_copy(
             update={
@@ -493,10 +500,11 @@ def _resume(
                 "retry_errors": options.retry_errors or meta.retry_errors,
                 "agent_description": description,
                 "work_root": str(work_root),
+                "sandbox": sandbox[2],
             }
         )
         store.write_meta(meta)
-        settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir)
+        settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox)
         return _execute(settings, executor, store, observer, done=stored_records.records)
 
 
@@ -587,6 +595,25 @@ def _started(run_id: str, jobs: int, options: RunOptions) -> Iterator[tuple[Exec
             remove_tree(work_root)
 
 
+def _sandbox(
+    options: RunOptions,
+    ref: AgentRef,
+    ws: _Workspace,
+    work_root: Path,
+    bases: Mapping[str, TaskBase],
+    observer: RunObserver,
+) -> tuple[SandboxSettings, SandboxDecision, SandboxInfo]:
+    """The run's sandbox, hiding the user's repositories, the state root and the run's other slots."""
+    repos = {ws.source.path, *(Path(b.source.location) for b in bases.values() if b.source.kind == "path")}
+    table = ref.options.config.agents.get(ref.name)
+    configured = table.command if table is not None else None
+    command = " ".join(c for c in (ref.options.agent_cmd, configured) if c)
+    resolved = resolve_sandbox(options.sandbox, [*repos, ws.state_root, work_root], command)
+    if warning := resolved[1].warning:
+        observer.warning(warning)
+    return resolved
+
+
 def _settings(
     loaded: LoadedSuite,
     meta: RunMeta,
@@ -596,6 +623,7 @@ def _settings(
     keep_worktrees: bool,
     bases: Mapping[str, TaskBase],
     store_dir: Path,
+    sandbox: tuple[SandboxSettings, SandboxDecision, SandboxInfo],
 ) -> RunSettings:
     suite_dir = work_root / "suite"
     copy_bundle(loaded.path, loaded.files, suite_dir)
@@ -610,6 +638,8 @@ def _settings(
         artifacts=meta.artifacts,
         suite_dir=str(suite_dir),
         artifacts_dir=str(store_dir),
+        sandbox=sandbox[0],
+        sandbox_decision=sandbox[1],
         suite_digest=meta.suite_bundle_sha256 or meta.suite_sha256,
         environment_cache=str(cache_dir() / "environments"),
     )

@@ -67,7 +67,9 @@ def starter_suite(repo: Path, kind: Kind, suite_id: str) -> dict[str, Any]:
     """The suite JSON: two tasks, the declared files, the detected environment."""
     ext, run = _ext(kind), _runner(kind)
     setup = environment_setup(repo, kind)
-    plant = {"sh": f'cp "$WORKTRIAL_SUITE_DIR/planted/worktrial_version.{ext}" worktrial_version.{ext}'}
+    # ``cat >``, not ``cp``: the run's copy of the suite is read-only and cp would keep that mode, so the planted
+    # file could be edited only by root (an agent, or the solution's cp, running as anyone else would be refused).
+    plant = {"sh": f'cat "$WORKTRIAL_SUITE_DIR/planted/worktrial_version.{ext}" > worktrial_version.{ext}'}
     return {
         "id": suite_id,
         "name": f"Starter suite for {repo.name}",

@@ -23,17 +23,21 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from worktrial.isolation import cgroups
 from worktrial.isolation.cgroups import CGROUPS
 from worktrial.isolation.tracking import TOKEN_VAR, TRACKER, ProcIdentity, descendants, kill_all
 from worktrial.model.commands import Command, to_argv
 
+if TYPE_CHECKING:
+    from worktrial.isolation.sandbox import Sandbox
+
 log = logging.getLogger(__name__)
 __all__ = ["TOKEN_VAR", "ProcIdentity", "ProcResult", "ProcessScope", "clean_env", "kill_tree", "run", "run_command"]
 DEFAULT_TAIL_BYTES = 64 * 1024
 TERM_GRACE_SECS = 1.0
+LIMIT_POLL_SECS = 0.05
 _CHUNK = 64 * 1024
 
 # Variables that would point a child's git at some other repository than its worktree.
@@ -64,6 +68,8 @@ class ProcResult:
     not_found: str | None = None
     start_error: str | None = None
     interrupted: bool = False
+    limit: str | None = None
+    """The attempt's resource limit this process ran into (it was ended for it), e.g. ``attempt hit --max-procs 64``."""
 
     @property
     def ok(self) -> bool:
@@ -88,6 +94,8 @@ class ProcResult:
         """A short, output-free reason such as ``grep -q x f exited 1``."""
         if self.start_error:
             return f"{label}: {self.start_error}"
+        if self.limit:
+            return f"{label} ended: {self.limit}"
         missing = self.missing_command()
         if missing:
             return f"command not found: {missing}"
@@ -149,6 +157,8 @@ class ProcessScope:
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self.stopping = threading.Event()
         """Set while the run is being stopped: no new process may start in this scope."""
+        self.sandbox: Sandbox | None = None
+        """Set on an attempt's view of the scope: every process started in it runs inside this sandbox."""
         self.journal: Callable[[list[ProcIdentity]], None] | None = None
         """Told every live process of the scope whenever that changes, so a harness killed with ``kill -9``
         leaves a record from which the next one can end them (see ``state/leftovers.py``)."""
@@ -164,6 +174,13 @@ class ProcessScope:
                 self.journal(TRACKER.identities(tokens))
             except OSError as exc:  # a full disk costs the record of leftovers, never the run
                 log.warning("could not record the run's live processes: %s", exc)
+
+    def confined(self, sandbox: Sandbox | None) -> ProcessScope:
+        """The same scope (same processes, same stop) whose processes all start inside ``sandbox``."""
+        view = ProcessScope.__new__(ProcessScope)
+        view._lock, view._procs, view.stopping, view.sandbox = self._lock, self._procs, self.stopping, sandbox
+        view.journal, view._journal_lock = self.journal, self._journal_lock
+        return view
 
     def add(self, token: str, proc: subprocess.Popen[bytes]) -> None:
         with self._lock:
@@ -279,12 +296,20 @@ def run(
     start = time.monotonic()
     if not Path(cwd).is_dir():
         return ProcResult(args, None, False, 0.0, start_error=f"working directory does not exist: {cwd}")
+    sandbox = scope.sandbox if scope is not None else None
     spawn, cgroup = args, CGROUPS.create(token) if sweep else None
-    if cgroup is not None:
-        if (refused := _unstartable(args, cwd, child_env)) is not None:
+    # bwrap and the cgroup's shell would report a missing program as their own failure: keep "not found" and
+    # "permission denied" the same inside and out.
+    wrapped_spawn = sandbox is not None or cgroup is not None
+    if wrapped_spawn and (refused := _unstartable(args, cwd, child_env)) is not None:
+        if cgroup is not None:
             cgroups.remove(cgroup)
-            return refused
-        spawn = (*_JOIN_CGROUP, str(cgroup / "cgroup.procs"), *args)
+        return refused
+    if sandbox is not None:
+        wrapped, child_env = sandbox.wrap(args, Path(cwd), child_env)
+        spawn = tuple(wrapped)
+    if cgroup is not None:  # outermost: the sandbox and everything in it start inside the cgroup
+        spawn = (*_JOIN_CGROUP, str(cgroup / "cgroup.procs"), *spawn)
     try:
         with TRACKER.spawning() as spawned:
             proc = subprocess.Popen(
@@ -321,8 +346,9 @@ def run(
     for t in threads:
         t.start()
     timed_out = interrupted = False
+    limit: str | None = None
     try:
-        proc.wait(timeout=None if timeout is None else max(0.0, timeout))
+        limit = _wait(proc, timeout, sandbox)
     except subprocess.TimeoutExpired:
         timed_out = True
     except BaseException:
@@ -348,7 +374,26 @@ def run(
         stdout_bytes=out.total,
         stderr_bytes=err.total,
         interrupted=interrupted or (scope is not None and scope.stopping.is_set()),
+        limit=limit or (sandbox.limit_hit() if sandbox is not None else None),
     )
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None, sandbox: Sandbox | None) -> str | None:
+    """Wait for the process; inside a sandbox, return early with the reason once the attempt hits a limit."""
+    if sandbox is None:
+        proc.wait(timeout=None if timeout is None else max(0.0, timeout))
+        return None
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    while True:
+        step = LIMIT_POLL_SECS if deadline is None else min(LIMIT_POLL_SECS, deadline - time.monotonic())
+        try:
+            proc.wait(timeout=max(0.0, step))
+            return None
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+        if hit := sandbox.limit_hit():
+            return hit
 
 
 def run_command(

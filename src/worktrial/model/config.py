@@ -122,6 +122,25 @@ class AgentConfig(Table):
     PRESET_ONLY: ClassVar[tuple[str, ...]] = ("args", "binary", "config_dir")
 
 
+class SandboxConfig(Table):
+    """``[sandbox]``, in the user's config only: defaults for the sandbox flags and paths shared with attempts."""
+
+    HINT: ClassVar[str] = "see docs/security.md"
+
+    mode: Literal["auto", "on", "off"] | None = None
+    """--sandbox: auto (default), on or off."""
+    network: Literal["on", "off"] | None = None
+    """--network: on (default) or off."""
+    max_memory: NonEmptyStr | int | None = None
+    """--max-memory: a size such as ``2G``."""
+    max_procs: int | None = Field(None, ge=1)
+    """--max-procs: processes per attempt."""
+    readable: list[NonEmptyStr] = Field(default_factory=list)
+    """Absolute host paths every attempt may read (everything else of the home directory stays hidden)."""
+    writable: list[NonEmptyStr] = Field(default_factory=list)
+    """Absolute host directories every attempt may write (e.g. a shared package cache)."""
+
+
 class Config(Table):
     """The whole configuration: the user's ``config.toml`` overlaid by the project's ``worktrial.toml``."""
 
@@ -132,6 +151,8 @@ class Config(Table):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     pricing: dict[str, Price] = Field(default_factory=dict)
     """``[pricing."provider/model"]`` or ``[pricing."provider/*"]``."""
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    """``[sandbox]`` (user config only: a project cannot loosen its own containment)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -127,6 +127,32 @@ class SuiteFileInfo(BaseModel):
     size: int
 
 
+class SandboxInfo(BaseModel):
+    """Which sandbox a run's attempts ran in (``run.sandbox``); runs stored before sandboxes have none."""
+
+    kind: Literal["bubblewrap", "none"] = Field(description="'none': attempts ran unsandboxed.")
+    version: str | None = None
+    network: Literal["on", "off"] = "on"
+    max_memory: int | None = Field(default=None, description="Bytes per attempt (--max-memory), None: no limit.")
+    max_procs: int | None = Field(default=None, description="Processes per attempt (--max-procs), None: no limit.")
+    limits: str | None = Field(default=None, description="How limits were enforced: cgroup, rlimit or mixed.")
+    reason: str | None = Field(default=None, description="Why there was no sandbox, when kind is 'none'.")
+
+    def summary(self) -> str:
+        """One line for reports and compare, e.g. ``bubblewrap 0.8.0, network off, max-procs 64``."""
+        head = f"bubblewrap {self.version or ''}".strip() if self.kind == "bubblewrap" else "none"
+        parts = [head, f"network {self.network}"]
+        if self.max_memory is not None:
+            parts.append(f"max-memory {self.max_memory // (1024 * 1024)}M")
+        if self.max_procs is not None:
+            parts.append(f"max-procs {self.max_procs}")
+        if self.limits:
+            parts.append(f"limits by {self.limits}")
+        if self.kind == "none" and self.reason:
+            parts.append(self.reason)
+        return ", ".join(parts)
+
+
 class RunInfo(BaseModel):
     model_config = FINITE
     id: str
@@ -139,6 +165,7 @@ class RunInfo(BaseModel):
     jobs: int
     verify_always: bool = False
     host: dict[str, Any] = Field(default_factory=dict)
+    sandbox: SandboxInfo | None = Field(default=None, description="The sandbox attempts ran in; None: not recorded.")
     label: str | None = Field(default=None, description="The user's name for the run (--label).")
     selection: Selection | None = Field(default=None, description="None when the run covered every task.")
     task_base_commits: dict[str, str] = Field(

@@ -70,6 +70,11 @@ def load_config(workspace: Path | None = None) -> Config:
         log.debug("config: %s %s", workspace / PROJECT_FILE, "read" if project else "absent")
         if project is not None:
             parse_config(project.data, PROJECT_FILE)
+            if "sandbox" in project.data:
+                raise BadInputError(
+                    f"{workspace / PROJECT_FILE}: [sandbox] is a user setting (a project must not loosen its own "
+                    f"containment); move it to {user_path}"
+                )
             if project.needs_trust():
                 log.info("config: %s is not trusted; ignoring %s", project.path, ", ".join(project.sensitive_names()))
             data = _merge(data, project.effective())

@@ -135,6 +135,7 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         jobs=meta.jobs,
         verify_always=meta.verify_always,
         host=host_info(),
+        sandbox=meta.sandbox,
         label=meta.label,
         selection=meta.selection,
         task_base_commits=dict(meta.task_base_commits),

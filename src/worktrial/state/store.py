@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 from worktrial.errors import BadInputError, HarnessError
 from worktrial.isolation.safefs import read_regular
 from worktrial.jsonlimits import loads_limited
-from worktrial.model.envelope import Envelope, Selection, SuiteFileInfo
+from worktrial.model.envelope import Envelope, SandboxInfo, Selection, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
 from worktrial.state import signing
@@ -95,6 +95,8 @@ class RunMeta(BaseModel):
     label: str | None = None
     selection: Selection | None = None
     artifacts: bool = True
+    sandbox: SandboxInfo | None = None
+    """The sandbox the run's attempts use (``run.sandbox`` in the envelope)."""
     signed: bool = False
     """Records and run.json carry signatures under the run's key (every run since records were signed)."""
 

@@ -1,0 +1,99 @@
+"""A run's sandbox choice: flags over the user's ``[sandbox]`` config, resolved on this machine, plus what to hide.
+
+The ``[sandbox]`` table is read from the user's own config only, never from a project's ``worktrial.toml``: the
+repository under evaluation must not be able to switch its own containment off.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+from worktrial.errors import BadInputError
+from worktrial.isolation.limits import Limits, mechanism, parse_size
+from worktrial.isolation.sandbox import NetworkMode, SandboxDecision, SandboxMode, SandboxSettings, decide
+from worktrial.model.envelope import SandboxInfo
+from worktrial.state.config import cache_dir, config_dir, load_config
+
+_MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class SandboxChoice:
+    """What the command line asked for; ``None`` falls back to the user's config, then to the default."""
+
+    mode: str | None = None
+    network: str | None = None
+    max_memory: str | None = None
+    max_procs: int | None = None
+
+
+def command_paths(command: str | None) -> list[Path]:
+    """Existing absolute paths named in the agent's configured command line (its script, its config file).
+
+    The command comes from the user (``--agent-cmd``, ``[agents.NAME] command``), never from an agent, so what
+    it names is shown read-only: a custom agent kept in ``~/agents`` still runs inside the sandbox.
+    """
+    if not command:
+        return []
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    found = []
+    for word in words:
+        for part in word.split("="):
+            path = Path(part).expanduser()
+            if path.is_absolute() and os.path.exists(path) and path != Path("/"):
+                found.append(path)
+    return found
+
+
+def _paths(values: list[str], key: str) -> tuple[str, ...]:
+    paths = tuple(str(Path(v).expanduser()) for v in values)
+    if relative := [p for p in paths if not Path(p).is_absolute()]:
+        raise BadInputError(f"[sandbox] {key}: {relative[0]!r} is not an absolute path; write it from / or ~")
+    return paths
+
+
+def resolve_sandbox(
+    choice: SandboxChoice, hidden: Iterable[Path], agent_command: str | None = None
+) -> tuple[SandboxSettings, SandboxDecision, SandboxInfo]:
+    """Settings for every attempt, the decision for this machine and ``run.sandbox``; bad values exit 2."""
+    config = load_config(None).sandbox
+    mode = choice.mode or config.mode or "auto"
+    if mode not in _MODES:
+        raise BadInputError(f"--sandbox {mode!r} is not one of auto, on, off")
+    network = choice.network or config.network or "on"
+    if network not in ("on", "off"):
+        raise BadInputError(f"--network {network!r} is not on or off")
+    memory = choice.max_memory if choice.max_memory is not None else config.max_memory
+    procs = choice.max_procs if choice.max_procs is not None else config.max_procs
+    if procs is not None and procs < 1:
+        raise BadInputError(f"--max-procs must be a whole number of at least 1 (got {procs!r})")
+    limits = Limits(max_memory=parse_size(str(memory)) if memory is not None else None, max_procs=procs)
+    home = Path.home()
+    always = [config_dir(), cache_dir(), home]
+    settings = SandboxSettings(
+        mode=cast(SandboxMode, mode),
+        network=cast(NetworkMode, network),
+        limits=limits,
+        hidden=tuple(str(p) for p in (*always, *hidden)),
+        readable=(*_paths(config.readable, "readable"), *(str(p) for p in command_paths(agent_command))),
+        writable=_paths(config.writable, "writable"),
+    )
+    decision = decide(settings)
+    info = SandboxInfo(
+        kind=decision.kind,
+        version=decision.version,
+        network=decision.network,
+        max_memory=limits.max_memory,
+        max_procs=limits.max_procs,
+        limits=mechanism() if limits.any else None,
+        reason=decision.reason,
+    )
+    return settings, decision, info

@@ -1,0 +1,122 @@
+"""A default run (``--sandbox auto``, no flag) is sandboxed on this machine, as root and as an unprivileged user.
+
+The harness runs as a real subprocess: as root it is simply started; as an unprivileged user it is started through
+``setpriv`` with a uid that has no other files on this machine, so bubblewrap must build the sandbox from an
+unprivileged user namespace, as on a developer's laptop. The agent tries to read a key planted in the user's home,
+to write into the user's repository and to leave a daemon behind; the run must record ``bubblewrap`` and none of
+those must have worked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import alive_with_marker
+
+AGENT = r"""
+cat "$HOME/.ssh/id_rsa" > leaked.txt 2>/dev/null
+echo pwned > "$H_REPO/README.md" 2>/dev/null
+setsid env -u WORKTRIAL_PROC_TOKEN sleep 300 "$H_MARK" >/dev/null 2>&1 &
+echo "$HOME" > home.txt
+touch done.txt
+"""
+
+
+def _free_uid() -> int:
+    """A uid no account on this machine has, so nothing of anyone else's is writable by it."""
+    for uid in range(61_000, 62_000):
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    raise AssertionError("no free uid between 61000 and 62000")
+
+
+def _as(uid: int | None) -> list[str]:
+    if uid is None:
+        return []
+    setpriv = shutil.which("setpriv")
+    assert setpriv is not None
+    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+
+
+def _userns_available(uid: int) -> str | None:
+    """Why an unprivileged user cannot create a user namespace here (None when it can)."""
+    probe = subprocess.run([*_as(uid), "unshare", "--user", "--map-root-user", "true"], capture_output=True)
+    if probe.returncode != 0:
+        return f"unprivileged user namespaces are unavailable: {probe.stderr.decode().strip()}"
+    return None
+
+
+@pytest.mark.parametrize("who", ["root", "unprivileged"])
+def test_a_default_run_is_sandboxed(who: str) -> None:
+    if os.geteuid() != 0 and who == "root":
+        pytest.skip("the harness is not running as root")
+    uid = None if who == "root" else (os.geteuid() if os.geteuid() != 0 else _free_uid())
+    if uid is not None and uid != os.geteuid():
+        if shutil.which("setpriv") is None:
+            pytest.skip("setpriv (util-linux) is needed to become an unprivileged user")
+        if reason := _userns_available(uid):
+            pytest.skip(reason)
+        probe = subprocess.run([*_as(uid), sys.executable, "-c", "import worktrial"], capture_output=True, cwd="/")
+        if probe.returncode != 0:  # e.g. a Python installed under /root, which no other user may search
+            pytest.skip(f"this test's Python cannot run as uid {uid}: {probe.stderr.decode().strip()[-200:]}")
+    base = Path(tempfile.mkdtemp(prefix="wt-default-sandbox-", dir="/var/tmp"))
+    marker = f"wt-default-{uuid.uuid4().hex}"
+    try:
+        base.chmod(0o755)
+        home, repo = base / "home", base / "repo"
+        (home / ".ssh").mkdir(parents=True)
+        (home / ".ssh" / "id_rsa").write_text("SECRET-SSH-KEY\n")
+        repo.mkdir()
+        (repo / "README.md").write_text("# mine\n")
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "TMPDIR": str(base),
+            "WORKTRIAL_TRUST": "1",
+            "H_REPO": str(repo),
+            "H_MARK": marker,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@example.invalid",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        }
+        for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "initial"]):
+            subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+        (base / "agent.sh").write_text(AGENT)
+        task = {"id": "t", "prompt": "p", "timeout_secs": 60, "verify_commands": ["test -f done.txt"]}
+        (base / "suite.json").write_text(json.dumps({"id": "s", "name": "s", "attempts": 1, "tasks": [task]}))
+        if uid is not None:
+            subprocess.run(["chown", "-R", f"{uid}:{uid}", str(base)], check=True)
+        command = [sys.executable, "-m", "worktrial", "eval", "--suite", str(base / "suite.json")]
+        command += ["--agent-cmd", f"sh {base / 'agent.sh'}", "--keep-worktrees", "--format", "json", "-q"]
+        done = subprocess.run([*_as(uid), *command], cwd=repo, env=env, capture_output=True, timeout=300)
+        assert done.returncode == 0, done.stderr.decode()
+        assert b"unsandboxed" not in done.stderr, done.stderr.decode()
+        envelope = json.loads(done.stdout)
+        assert envelope["run"]["sandbox"]["kind"] == "bubblewrap", envelope["run"]["sandbox"]
+        attempt = envelope["report"]["tasks"][0]["attempts"][0]
+        assert attempt["outcome"] == "pass", attempt
+        kept = [p for p in base.rglob("done.txt") if p.parent != repo]
+        assert kept, "the kept worktree was not found"
+        worktree = kept[0].parent
+        assert (worktree / "leaked.txt").read_text() == ""
+        assert (worktree / "home.txt").read_text().strip() != str(home)
+        assert (repo / "README.md").read_text() == "# mine\n"
+        assert not alive_with_marker(marker), "a setsid daemon outlived its attempt"
+    finally:
+        for pid in alive_with_marker(marker):
+            os.kill(pid, signal.SIGKILL)
+        subprocess.run(["rm", "-rf", str(base)], check=False)
