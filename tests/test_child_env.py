@@ -11,7 +11,7 @@ import pytest
 
 from tests.builtin_support import write_user_config
 from tests.conftest import task
-from tests.fakes import install_fake, invocations
+from tests.fakes import install_fake, invocations, share_with_sandbox
 from tests.fakes.streams import SCENARIOS
 from tests.test_presets_e2e import FakeEnv, fake_env
 from worktrial.isolation.childenv import command_env
@@ -174,6 +174,7 @@ def test_a_preset_gets_more_only_when_the_user_says_so(
     binary, scenarios = SCENARIOS["claude-code"]
     install_fake(fake_env.bin_dir, binary, {k: {**v, "record_env": list(PLANTED)} for k, v in scenarios.items()})
     write_user_config('[agents.claude-code]\npass_env = ["AWS_*"]\n')  # e.g. Claude Code on Bedrock
+    share_with_sandbox(fake_env.log_dir)  # the user config was just rewritten: share the fakes' log again
     suite = write_suite([task("t", prompt="Create done.txt [scenario:normal]")])
     envelope = _eval(cli, repo, suite, "--agent", "claude-code", "--pass-env", "MY_SERVICE_TOKEN")
     assert _outcomes(envelope) == {"t": "pass"}

@@ -150,8 +150,9 @@ def test_a_disk_that_fills_up_during_the_run_is_one_line_and_resumable(
     suite = write_suite([task("t")], attempts=2)
     with _tmpfs(shared_dir / "disk", "1m") as disk:
         (repo / ".worktrial").symlink_to(disk)
+        # Unsandboxed: a sandboxed agent cannot even see the store; here it stands for anything filling the disk.
         args = ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--trust", "--jobs", "1", "-q"]
-        result = run_worktrial(args, cwd=repo)
+        result = run_worktrial([*args, "--sandbox", "off"], cwd=repo)
         assert result.returncode == 1, result.stdout + result.stderr
         errors = [line for line in result.stderr.splitlines() if not line.lower().startswith("worktrial: warning:")]
         assert len(errors) == 1 and "No space left on device" in errors[0] and "Traceback" not in result.stderr, errors
