@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
@@ -200,6 +201,19 @@ def _real(path: Path | str) -> Path:
     return Path(os.path.realpath(path))
 
 
+def _interpreter(program: str) -> Path | None:
+    """The absolute interpreter a script names on its ``#!`` line, if any (e.g. a venv's python)."""
+    try:
+        with open(program, "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].split()
+    return Path(os.fsdecode(words[0])) if words and words[0].startswith(b"/") else None
+
+
 def _under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
@@ -239,6 +253,10 @@ class Bubblewrap(Sandbox):
         entries = [Path(p) for p in path_var.split(os.pathsep) if p.startswith("/")]
         if argv0.startswith("/"):
             entries.append(Path(argv0).parent)
+        program = argv0 if argv0.startswith("/") else shutil.which(argv0, path=path_var) if argv0 else None
+        if program is not None and (interpreter := _interpreter(program)) is not None:
+            entries.append(interpreter.parent)  # a script's interpreter (a venv's python) must run too
+        entries.append(Path(sys.executable).parent)  # worktrial's own Python: agents and verify call it by path
         roots = [*self._hidden, _TMP]
         shown: list[Path] = []
         for entry in entries:
