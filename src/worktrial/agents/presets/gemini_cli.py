@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
-from worktrial.agents.presets.gemini_stream import GeminiStreamParser
+from worktrial.agents.presets.gemini_stream import EXIT_MEANINGS, GeminiStreamParser
 from worktrial.agents.presets.parsing import (
     DocumentParser,
     ExitInfo,
@@ -33,14 +33,6 @@ from worktrial.agents.presets.provider_errors import classify, failure
 from worktrial.model.records import Tokens, Usage
 
 TOKEN_FIELDS = {"input": "prompt", "output": "candidates", "cached_input": "cached", "reasoning": "thoughts"}
-EXIT_MEANINGS = {
-    1: "general error or API failure",
-    41: "authentication failed",
-    42: "input error",
-    52: "configuration error",
-    53: "turn limit exceeded",
-    55: "the folder is not trusted",
-}
 KEY_HINT = "check GEMINI_API_KEY or security.auth.selectedType in ~/.gemini/settings.json (copied into each attempt)"
 STACK_STATUS = re.compile(r"\b(?:status|code):\s*(\d{3})\b")
 
