@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from tests.conftest import task
@@ -59,3 +60,26 @@ def test_minimal_suite_runs(cli, repo: Path, write_suite) -> None:
     result = cli(["eval", "--suite", str(suite), "--agent", "oracle", "--trust"], cwd=repo)
     assert result.exit_code == 0, result.output
     assert "| a | capability | 2/2 |" in result.stdout
+
+
+def test_oracle_passes_bundled_suite_in_the_sandbox_with_no_identity_but_the_users_own(
+    cli, repo: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The user's git identity lives in ~/.gitconfig, which the sandbox's fresh HOME hides: the agent's commit still
+    works (the bundled git-commit task), and carries the private repository's identity, never the user's."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[user]\n\tname = Real User\n\temail = real.user@example.com\n")
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"):
+        monkeypatch.delenv(var, raising=False)
+    args = ["eval", "--suite", str(ROOT / "suites/smoke-workspace-basics.json"), "--agent", "oracle", "--trust"]
+    args += ["--attempts", "1", "--format", "json", "-q", "--sandbox", "on", "--keep-worktrees"]
+    result = cli(args, cwd=repo)
+    assert result.exit_code == 0, result.output
+    envelope = json.loads(result.stdout)
+    outcomes = {t["task_id"]: t["attempts"][0]["outcome"] for t in envelope["report"]["tasks"]}
+    assert set(outcomes.values()) == {"pass"}, outcomes
+    kept = next(t for t in envelope["report"]["tasks"] if t["task_id"] == "git-commit")["attempts"][0]["worktree"]
+    author = subprocess.run(["git", "log", "-1", "--format=%an <%ae>"], cwd=kept, capture_output=True, text=True)
+    assert author.stdout.strip() == "worktrial agent <agent@worktrial.invalid>"

@@ -23,6 +23,8 @@ from worktrial.isolation import proc, safefs
 log = logging.getLogger(__name__)
 ATTEMPT_BRANCH = "worktrial/attempt"
 GIT_DIR_NAME = "repo.git"
+AGENT_NAME = "worktrial agent"
+AGENT_EMAIL = "agent@worktrial.invalid"
 _GIT_TIMEOUT = 600.0
 
 
@@ -173,9 +175,11 @@ def create_attempt_workspace(
             shutil.copyfile(source.shallow_file, git_dir / "shallow")
         gd = f"--git-dir={git_dir}"
         _git_out([gd, "update-ref", "refs/worktrial/base", base_commit], root, "pin base commit")
-        if not git([gd, "config", "user.email"], root).ok:
-            _git_out([gd, "config", "user.name", "worktrial agent"], root, "git config")
-            _git_out([gd, "config", "user.email", "agent@worktrial.invalid"], root, "git config")
+        # An identity of the private repository's own, always: the sandbox's fresh HOME hides ~/.gitconfig, and an
+        # agent's commit must work (and be attributed) the same inside the sandbox and out, without handing the
+        # user's name and e-mail address to the agent.
+        _git_out([gd, "config", "user.name", AGENT_NAME], root, "git config")
+        _git_out([gd, "config", "user.email", AGENT_EMAIL], root, "git config")
         _git_out(
             [gd, "worktree", "add", "--quiet", "-b", ATTEMPT_BRANCH, str(worktree), base_commit],
             root,
