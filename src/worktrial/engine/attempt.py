@@ -226,7 +226,7 @@ def run_attempt(
         except (WorktrialError, OSError) as exc:
             progress.reason, progress.category = f"worktree creation failed: {exc}", "worktree"
         else:
-            _run_in(agent, job, workspace, env, progress, scope, sandbox, on_phase or (lambda _phase: None))
+            _run_in(agent, job, workspace, env, progress, scope, sandbox, on_phase or (lambda _phase: None), slot)
     finally:
         if sandbox is not None:
             sandbox.cleanup()
@@ -353,6 +353,7 @@ def _run_in(
     run_scope: proc.ProcessScope,
     sandbox: Sandbox,
     on_phase: Callable[[str], None],
+    slot: Slot | None = None,
 ) -> None:
     """Setup, agent and verification inside a created workspace, every process inside the attempt's sandbox;
     ``on_phase`` hears each step begin."""
@@ -412,7 +413,10 @@ def _run_in(
     progress.output = result.output
     if job.spec.artifacts:
         # Taken before verification, which may leave caches behind that are not the agent's work.
-        progress.patch = agent_patch(workspace, job.spec.base_commit, PATCH_MAX_BYTES)
+        if slot is not None and slot.untouched():  # nothing in the worktree is newer than its reset
+            progress.patch = PatchData(diff=b"", total_bytes=0, truncated=False, files=[])
+        else:
+            progress.patch = agent_patch(workspace, job.spec.base_commit, PATCH_MAX_BYTES)
     overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS
     progress.outcome, progress.reason, verify_decides = _decide(task, result, overran)
     if hit := sandbox.limit_hit():

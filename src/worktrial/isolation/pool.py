@@ -22,6 +22,7 @@ import logging
 import os
 import secrets
 import stat
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -113,6 +114,9 @@ class Slot:
         self._snap: _Snapshot | None = None
         self._dirty = False
         self._mark_ns = 0
+        self._mark = _Mark(0, 0, exact=False)
+        self._dir_mode = 0o755
+        """The mode git gave the checkout's directories (0777 less the umask), restored where an agent changed it."""
 
     def acquire(self) -> AttemptWorkspace:
         """A workspace at the base commit with nothing of any earlier attempt in it."""
@@ -132,6 +136,21 @@ class Slot:
             safefs.remove_at(build_fd, SCRATCH)
             os.mkdir(SCRATCH, 0o700, dir_fd=build_fd)
         return ws
+
+    def untouched(self) -> bool:
+        """Whether nothing in the worktree changed since its last reset (one walk, no git), so an attempt whose
+        agent changed nothing has an empty patch without asking git. False whenever that cannot be established."""
+        ws, ids = self._ws, self._ids
+        if ws is None or ids is None:
+            return False
+        try:
+            with (
+                self._open_build(ids) as build_fd,
+                safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd) as fd,
+            ):
+                return self._mark.trusted() and not _changed_since(fd, ws.worktree, self._mark_ns)
+        except (OSError, WorktrialError):
+            return False
 
     def close(self) -> None:
         self._discard()
@@ -162,6 +181,7 @@ class Slot:
         log.info("slot %s: built at %s (build %d)", self.root, self.base_commit, self.builds)
         try:
             ids = _Ids(safefs.identity(ws.root), safefs.identity(ws.git_dir), safefs.identity(ws.worktree))
+            self._dir_mode = stat.S_IMODE(os.stat(ws.worktree).st_mode)
             if self._prepare is not None:
                 self.base_commit = self._prepare(ws)
             self._snap = _snapshot(ws)
@@ -171,7 +191,7 @@ class Slot:
         self._ws, self._ids = ws, ids
         self._dirty = False
         with self._open_build(ids) as build_fd:
-            self._mark_ns = _fs_now_ns(build_fd)
+            self._mark_ns, self._mark = _fs_mark(build_fd)
 
     def _discard(self) -> None:
         """Forget the current build and remove it (a symlink in its place is unlinked, never followed)."""
@@ -217,7 +237,13 @@ class Slot:
             #    the mtime (cp -p, touch -r) within the same second would survive. The filesystem's own ctime,
             #    in nanoseconds, cannot be forged: every file changed since the last reset is removed, and git
             #    restores it below. Files git itself rewrote in the same clock tick only cost a rewrite.
-            _remove_changed_since(old_fd, ws.worktree, self._mark_ns)
+            #    Creating, deleting, renaming, linking or chmod-ing anything changes the ctime of the entry or of
+            #    its directory, so when nothing at all is newer than the mark, the tree is still the pristine
+            #    checkout and git's two full walks (reset, clean) are skipped.
+            changed = _changed_since(old_fd, ws.worktree, self._mark_ns)
+            skip_git = not changed and self._mark.trusted()
+            for rel in changed.files:
+                safefs.unlink_rel(old_fd, rel)
             # 3. A fresh, unpredictable worktree directory: a process that outlived its attempt and writes by
             #    path (or from the old directory) cannot reach the next attempt's files.
             new_name = _token("w")
@@ -228,6 +254,10 @@ class Slot:
                 os.rename(name, name, src_dir_fd=old_fd, dst_dir_fd=new_fd)
             safefs.remove_at(build_fd, ws.worktree.name)
             worktree = ws.root / new_name
+            # git restores files, not the modes of directories: a directory the agent chmod-ed (700, or 000 so that
+            # git cannot write into it) gets its checkout mode back, parents first.
+            for rel in sorted((d for d in changed.dirs if d != "."), key=lambda d: d.count("/")):
+                safefs.chmod_dir_rel(new_fd, rel, self._dir_mode)
             admin = f"worktrees/{snap.admin}"
             safefs.write_at(new_fd, _GITFILE, f"gitdir: {ws.git_dir}/{admin}\n".encode())
             safefs.write_at(git_fd, f"{admin}/gitdir", f"{worktree}/{_GITFILE}\n".encode())
@@ -242,12 +272,54 @@ class Slot:
             base = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false"]
             base += [f"--git-dir={git_dir}", f"--work-tree={work}"]
             for args in (["reset", "--quiet", "--hard", self.base_commit], ["clean", "-ffdxq"]):
+                if skip_git:
+                    break
                 result = git([*base, *args], Path(work))
                 if not result.ok:
                     raise WorkspaceError(f"reset failed: {result.describe_failure('git ' + args[0])}")
-            self._mark_ns = _fs_now_ns(build_fd)
+            self._mark_ns, self._mark = _fs_mark(build_fd)
         self._ws = replace(ws, worktree=worktree, worktree_id=new_id)
         self._ids = replace(ids, worktree=new_id)
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """When a reset (or build) finished, by the wall and the monotonic clock, and whether the filesystem's time
+    was seen to move past every write the harness made (``exact``)."""
+
+    wall_ns: int
+    mono_ns: int
+    exact: bool
+
+    def trusted(self) -> bool:
+        """Whether "nothing is newer than the mark" proves "nothing changed": the filesystem's clock moved past the
+        harness's own writes, and the wall clock (which stamps ctimes) was not stepped back since (by NTP, by
+        hand), which could stamp an agent's write with a time before the mark."""
+        if not self.exact:
+            return False
+        wall, mono = time.time_ns() - self.wall_ns, time.monotonic_ns() - self.mono_ns
+        return wall >= mono - _CLOCK_SLACK_NS
+
+
+_CLOCK_SLACK_NS = 1_000_000
+_MARK_WAIT_SECS = 0.02
+
+
+def _fs_mark(dir_fd: int) -> tuple[int, _Mark]:
+    """A filesystem time after every write made so far, so that anything stamped at or after it is later.
+
+    Coarse timestamps (a clock tick of a few milliseconds, or a second on some filesystems) give writes made in the
+    same tick the same ctime: waiting for the next tick separates the harness's last write from the agent's first.
+    If the tick does not come within a few milliseconds, the mark is the current time and not ``exact``: every
+    reset then runs git in full (the ctime check still removes same-second edits).
+    """
+    first = _fs_now_ns(dir_fd)
+    deadline = time.monotonic() + _MARK_WAIT_SECS
+    now = _fs_now_ns(dir_fd)
+    while now <= first and time.monotonic() < deadline:
+        time.sleep(0.0002)
+        now = _fs_now_ns(dir_fd)
+    return now, _Mark(time.time_ns(), time.monotonic_ns(), exact=now > first)
 
 
 def _fs_now_ns(dir_fd: int) -> int:
@@ -261,32 +333,54 @@ def _fs_now_ns(dir_fd: int) -> int:
         os.unlink(name, dir_fd=dir_fd)
 
 
-def _remove_changed_since(worktree_fd: int, worktree: Path, mark_ns: int) -> None:
-    """Unlink every non-directory under the worktree (but its ``.git`` link) whose ctime is at or after ``mark_ns``.
+@dataclass(frozen=True)
+class _Changes:
+    """Entries of a worktree whose ctime is at or after a mark (paths relative to it, without ``./``)."""
+
+    files: list[str]
+    dirs: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.files or self.dirs)
+
+
+def _changed_since(worktree_fd: int, worktree: Path, mark_ns: int) -> _Changes:
+    """Every entry under the worktree (but its ``.git`` link) whose ctime is at or after ``mark_ns``.
 
     find(1) walks the tree in C; the reference time is one nanosecond before the mark so that its strict
-    "newer than" comparison means "at or after". If find is missing or lists more than fits the buffer, the
-    walk is done in Python instead. Every unlink goes through O_NOFOLLOW directory descriptors.
+    "newer than" comparison means "at or after". If find is missing (or lacks GNU ``-printf``) or lists more
+    than fits the buffer, the walk is done in Python instead.
     """
     ref = mark_ns - 1
     cwd = safefs.fd_path(worktree_fd) if safefs.has_fd_paths() else worktree
     newer = f"@{ref // 1_000_000_000}.{ref % 1_000_000_000:09d}"
-    argv = ["find", ".", "-path", "./.git", "-prune", "-o", "!", "-type", "d", "-newerct", newer, "-print0"]
+    argv = ["find", ".", "-path", "./.git", "-prune", "-o", "-newerct", newer]
+    argv += ["(", "-type", "d", "-printf", r"d%p\0", ")", "-o", "-newerct", newer, "-printf", r"f%p\0"]
     result = proc.run(argv, cwd=cwd, timeout=600, sweep=False, tail_bytes=_FIND_OUTPUT_LIMIT)
-    if result.ok and result.stdout_bytes < _FIND_OUTPUT_LIMIT:
-        rels = [p.decode("utf-8", "surrogateescape") for p in result.stdout_tail.split(b"\0") if p]
-    else:
-        rels = list(_walk_changed(worktree_fd, mark_ns))
-    for rel in rels:
-        safefs.unlink_rel(worktree_fd, rel.removeprefix("./"))
+    if not (result.ok and result.stdout_bytes < _FIND_OUTPUT_LIMIT):
+        return _walk_changed(worktree_fd, mark_ns)
+    files: list[str] = []
+    dirs: list[str] = []
+    for entry in result.stdout_tail.split(b"\0"):
+        if not entry:
+            continue
+        rel = entry[1:].decode("utf-8", "surrogateescape").removeprefix("./")
+        (dirs if entry[:1] == b"d" else files).append(rel)
+    return _Changes(files, dirs)
 
 
-def _walk_changed(worktree_fd: int, mark_ns: int) -> Iterator[str]:
-    for top, dirs, files, dir_fd in os.fwalk(".", dir_fd=worktree_fd, follow_symlinks=False):
+def _walk_changed(worktree_fd: int, mark_ns: int) -> _Changes:
+    files: list[str] = []
+    dirs: list[str] = []
+    for top, subdirs, names, dir_fd in os.fwalk(".", dir_fd=worktree_fd, follow_symlinks=False):
         if top == ".":
-            dirs[:] = [d for d in dirs if d != _GITFILE]
-            files = [f for f in files if f != _GITFILE]
-        for name in files:
+            subdirs[:] = [d for d in subdirs if d != _GITFILE]
+            names = [f for f in names if f != _GITFILE]
+            if os.fstat(dir_fd).st_ctime_ns >= mark_ns:
+                dirs.append(".")
+        prefix = "" if top == "." else f"{top.removeprefix('./')}/"
+        for name, into in [*((n, files) for n in names), *((d, dirs) for d in subdirs)]:
             with contextlib.suppress(FileNotFoundError):
                 if os.lstat(name, dir_fd=dir_fd).st_ctime_ns >= mark_ns:
-                    yield f"{top}/{name}"
+                    into.append(prefix + name)
+    return _Changes(files, dirs)

@@ -221,6 +221,21 @@ def unlink_rel(root_fd: int, rel: str) -> None:
         os.close(parent)
 
 
+def chmod_dir_rel(root_fd: int, rel: str, mode: int) -> None:
+    """Set the mode of the directory at ``rel`` below ``root_fd``; a symlink anywhere on the way (or in its place)
+    stops it. For the harness's reset, when no process of the attempt is left to swap anything in."""
+    try:
+        parent, name = _open_parent(root_fd, rel, create=False)
+    except (OSError, WorkspaceError):
+        return
+    try:
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            if stat.S_ISDIR(os.lstat(name, dir_fd=parent).st_mode):
+                os.chmod(name, mode, dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
 def read_regular(path: Path, limit: int) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes, never through a symlink, FIFO or device.
 

@@ -1,0 +1,145 @@
+"""The pooled reset's shortcut: an attempt that changed nothing costs one walk, not git's reset and clean.
+
+The shortcut is only safe if every way of changing a tree is seen. Each edit below is one an agent can make with
+plain file operations; after it, ``untouched()`` must say so (the attempt's patch is then computed by git), and the
+next ``acquire()`` must give back exactly the pristine checkout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git
+from worktrial.isolation import pool
+from worktrial.isolation.pool import Slot
+from worktrial.isolation.workspace import open_source
+
+
+def _tree(root: Path) -> dict[str, tuple[str, int, str]]:
+    """Every entry under ``root`` but ``.git``: kind, permission bits and content (or link target)."""
+    seen: dict[str, tuple[str, int, str]] = {}
+    for top, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not (top == str(root) and d == ".git")]
+        for name in [*dirs, *files]:
+            path = Path(top) / name
+            rel = str(path.relative_to(root))
+            if rel == ".git":
+                continue
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                seen[rel] = ("link", 0, os.readlink(path))
+            elif stat.S_ISDIR(st.st_mode):
+                seen[rel] = ("dir", stat.S_IMODE(st.st_mode), "")
+            else:
+                seen[rel] = ("file", stat.S_IMODE(st.st_mode), hashlib.sha256(path.read_bytes()).hexdigest())
+    return seen
+
+
+def _same_second_edit(w: Path) -> None:
+    """Same size, mtime put back: invisible to git's stat check, visible to the inode's ctime."""
+    readme = w / "README.md"
+    st = readme.stat()
+    data = readme.read_bytes()
+    readme.write_bytes(bytes([data[0] ^ 1]) + data[1:])
+    os.utime(readme, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _hard_link_elsewhere(w: Path) -> None:
+    os.link(w / "src" / "lib" / "util.py", w / "src" / "copy.py")
+
+
+EDITS: dict[str, Callable[[Path], None]] = {
+    "same-size-edit-mtime-restored": _same_second_edit,
+    "delete-tracked-file": lambda w: (w / "src" / "lib" / "util.py").unlink(),
+    "new-file-in-new-dir": lambda w: (w.joinpath("new", "deep").mkdir(parents=True), (w / "new/deep/x.txt").touch()),
+    "empty-new-dir": lambda w: (w / "empty").mkdir(),
+    "rename-dir": lambda w: (w / "src" / "lib").rename(w / "src" / "lib2"),
+    "chmod-file": lambda w: (w / "README.md").chmod(0o600),
+    "chmod-dir": lambda w: (w / "src").chmod(0o700),
+    "file-replaced-by-symlink": lambda w: ((w / "README.md").unlink(), (w / "README.md").symlink_to("/etc/hostname")),
+    "hard-link": _hard_link_elsewhere,
+    "ignored-file": lambda w: (w / "build.log").write_text("ignored by .gitignore\n"),
+}
+
+
+@pytest.fixture
+def slot(repo: Path, tmp_path: Path) -> Iterator[Slot]:
+    (repo / "src" / "lib").mkdir(parents=True)
+    (repo / "src" / "lib" / "util.py").write_text("def f():\n    return 1\n")
+    (repo / ".gitignore").write_text("*.log\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "tree")
+    work = tmp_path / "work"
+    work.mkdir()
+    made = Slot(open_source(repo), git(repo, "rev-parse", "HEAD"), work / "slot-0")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def git_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The git subcommands the slot runs (``reset``, ``clean``), in order."""
+    calls: list[str] = []
+    real = pool.git
+
+    def counting(args: list[str], cwd: Path, **kwargs: float) -> object:
+        calls.extend(a for a in args if a in ("reset", "clean"))
+        return real(args, cwd, **kwargs)
+
+    monkeypatch.setattr(pool, "git", counting)
+    return calls
+
+
+def test_an_untouched_attempt_resets_without_git(slot: Slot, git_calls: list[str]) -> None:
+    ws = slot.acquire()
+    pristine = _tree(ws.worktree)
+    assert slot.untouched()
+    (ws.worktree / "README.md").read_bytes()  # reading changes nothing that counts
+    assert slot.untouched()
+    ws = slot.acquire()
+    assert git_calls == []
+    assert _tree(ws.worktree) == pristine
+    (ws.worktree / "README.md").write_text("changed\n")
+    assert not slot.untouched()
+    ws = slot.acquire()
+    assert git_calls == ["reset", "clean"]
+    assert _tree(ws.worktree) == pristine and slot.untouched()
+    assert slot.builds == 1
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_every_kind_of_change_is_seen_and_undone(slot: Slot, git_calls: list[str], edit: str) -> None:
+    ws = slot.acquire()
+    pristine = _tree(ws.worktree)
+    EDITS[edit](ws.worktree)
+    assert not slot.untouched(), f"{edit} went unseen"
+    ws = slot.acquire()
+    assert git_calls == ["reset", "clean"]
+    assert _tree(ws.worktree) == pristine
+    assert slot.untouched()
+    assert slot.builds == 1
+
+
+def test_the_python_walk_sees_what_find_sees(slot: Slot, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where find(1) is missing or is not GNU find, the walk in Python gives the same answer."""
+    ws = slot.acquire()
+    fd = os.open(ws.worktree, os.O_RDONLY | os.O_DIRECTORY)
+    mark = pool._fs_now_ns(fd)
+    (ws.worktree / "src" / "lib" / "new.txt").write_text("x\n")
+    (ws.worktree / "README.md").unlink()
+    try:
+        by_find = pool._changed_since(fd, ws.worktree, mark)
+        monkeypatch.setenv("PATH", "/nonexistent")
+        by_python = pool._changed_since(fd, ws.worktree, mark)
+    finally:
+        os.close(fd)
+    assert sorted(by_find.files) == sorted(by_python.files) == ["src/lib/new.txt"]
+    assert sorted(by_find.dirs) == sorted(by_python.dirs) == [".", "src/lib"]
