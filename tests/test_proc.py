@@ -124,3 +124,15 @@ def test_grep_with_json_literal_really_matches(tmp_path: Path) -> None:
     assert run_command('grep -qx {"name":"x","count":3} data/config.json', cwd=tmp_path, env=None, timeout=10).ok
     assert run_command("grep -qx #Journal j.md", cwd=tmp_path, env=None, timeout=10).ok
     assert not run_command('grep -qx {"name":"y","count":3} data/config.json', cwd=tmp_path, env=None, timeout=10).ok
+
+
+def test_waiting_for_a_command_never_polls(monkeypatch, tmp_path) -> None:
+    """The wait wakes on the child's exit (a pidfd), not on a sleep loop that notices it up to 50 ms late."""
+    import time as time_module
+
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"polled with sleep({seconds})")
+
+    monkeypatch.setattr(time_module, "sleep", no_sleep)
+    result = proc.run(["sh", "-c", "sleep 0.1; exit 3"], cwd=tmp_path, timeout=30, sweep=False)
+    assert result.returncode == 3 and not result.timed_out
