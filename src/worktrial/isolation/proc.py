@@ -219,11 +219,15 @@ def clean_env(base: Mapping[str, str] | None = None, extra: Mapping[str, str] | 
     return env
 
 
-def kill_tree(proc: subprocess.Popen[bytes], token: str, *, grace: float = 0.0, sweep: bool = True) -> None:
+def kill_tree(
+    proc: subprocess.Popen[bytes], token: str, *, grace: float = 0.0, sweep: bool = True, contained: bool = False
+) -> None:
     """End the process, its group and (with ``sweep``) every process it started, however it left.
 
     With ``grace`` the tree gets SIGTERM first and that long to exit. Without ``sweep`` only the process
     group is signalled: enough for the harness's own short git commands, and it skips the process-table scans.
+    ``contained`` says the process was a sandbox with its own PID namespace that exited by itself: the kernel
+    ended everything in it before that exit was reported, so only its cgroup is cleaned up, with no table scan.
     """
     if grace > 0 and proc.poll() is None:
         _signal_group(proc, signal.SIGTERM)
@@ -233,7 +237,7 @@ def kill_tree(proc: subprocess.Popen[bytes], token: str, *, grace: float = 0.0, 
             proc.wait(timeout=grace)
     if sweep:
         if TRACKER.tracked(token):
-            survivors = TRACKER.end(token)
+            survivors = TRACKER.end(token, contained=contained)
         else:  # started without tracking (a harness command that then timed out): its tree and its token
             _, survivors = kill_all(lambda table: descendants([proc.pid], table), [token])
         if survivors:
@@ -358,7 +362,13 @@ def run(
         raise
     finally:
         try:
-            kill_tree(proc, token, grace=term_grace if timed_out else 0.0, sweep=sweep or timed_out or interrupted)
+            kill_tree(
+                proc,
+                token,
+                grace=term_grace if timed_out else 0.0,
+                sweep=sweep or timed_out or interrupted,
+                contained=_ended_its_namespace(proc, sandbox),
+            )
         finally:
             if proc.returncode is not None:
                 TRACKER.reaped(proc.pid)
@@ -378,6 +388,13 @@ def run(
         interrupted=interrupted or (scope is not None and scope.stopping.is_set()),
         limit=limit or (sandbox.limit_hit() if sandbox is not None else None),
     )
+
+
+def _ended_its_namespace(proc: subprocess.Popen[bytes], sandbox: Sandbox | None) -> bool:
+    """Whether ``proc`` was a sandbox with its own PID namespace that exited by itself (bwrap reports its init's
+    status, so a negative code means bwrap itself was killed and the namespace may still be ending)."""
+    code = proc.returncode
+    return sandbox is not None and sandbox.own_pid_namespace and code is not None and code >= 0
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float | None, sandbox: Sandbox | None) -> str | None:

@@ -144,6 +144,8 @@ class Sandbox(ABC):
     """The lifecycle one attempt's processes go through: prepare once, wrap every spawn, clean up once."""
 
     kind: str
+    own_pid_namespace = False
+    """Whether every process started in it lives in a PID namespace of its own, which ends with its first process."""
 
     @abstractmethod
     def prepare(self) -> None:
@@ -218,10 +220,38 @@ def _under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+@functools.lru_cache(maxsize=256)
+def _tools(argv0: str, path_var: str, hidden: tuple[Path, ...]) -> tuple[Path, ...]:
+    """Programs the attempt needs that live under a hidden path or /tmp (a CLI in ``~/.local``, node under nvm).
+
+    Each such PATH entry's install prefix (its parent, unless that is a hidden root itself) is shown
+    read-only, so the program and the runtime next to it work while the rest of that tree stays hidden.
+    Remembered per (program, PATH, hidden paths): every verify command of every attempt asks the same question,
+    and the answer (a dozen realpath calls) cost a few milliseconds each time.
+    """
+    entries = [Path(p) for p in path_var.split(os.pathsep) if p.startswith("/")]
+    if argv0.startswith("/"):
+        entries.append(Path(argv0).parent)
+    program = argv0 if argv0.startswith("/") else shutil.which(argv0, path=path_var) if argv0 else None
+    if program is not None and (interpreter := _interpreter(program)) is not None:
+        entries.append(interpreter.parent)  # a script's interpreter (a venv's python) must run too
+    entries.append(Path(sys.executable).parent)  # worktrial's own Python: agents and verify call it by path
+    roots = [*hidden, _TMP]
+    shown: list[Path] = []
+    for entry in entries:
+        for candidate in {_real(entry), Path(os.path.normpath(entry))}:
+            if not os.path.isdir(candidate) or not any(_under(candidate, h) for h in roots):
+                continue
+            prefix = candidate.parent
+            shown.append(candidate if prefix in roots or prefix == Path("/") else prefix)
+    return tuple(shown)
+
+
 class Bubblewrap(Sandbox):
     """One attempt's bubblewrap sandbox (see the module docstring for what it gives)."""
 
     kind = "bubblewrap"
+    own_pid_namespace = True
 
     def __init__(self, settings: SandboxSettings, view: AttemptView, enforcer: Enforcer, program: str) -> None:
         self.settings = settings
@@ -244,29 +274,6 @@ class Bubblewrap(Sandbox):
     def cleanup(self) -> None:
         self.enforcer.cleanup()
 
-    def _tools(self, argv0: str, path_var: str) -> list[Path]:
-        """Programs the attempt needs that live under a hidden path or /tmp (a CLI in ``~/.local``, node under nvm).
-
-        Each such PATH entry's install prefix (its parent, unless that is a hidden root itself) is shown
-        read-only, so the program and the runtime next to it work while the rest of that tree stays hidden.
-        """
-        entries = [Path(p) for p in path_var.split(os.pathsep) if p.startswith("/")]
-        if argv0.startswith("/"):
-            entries.append(Path(argv0).parent)
-        program = argv0 if argv0.startswith("/") else shutil.which(argv0, path=path_var) if argv0 else None
-        if program is not None and (interpreter := _interpreter(program)) is not None:
-            entries.append(interpreter.parent)  # a script's interpreter (a venv's python) must run too
-        entries.append(Path(sys.executable).parent)  # worktrial's own Python: agents and verify call it by path
-        roots = [*self._hidden, _TMP]
-        shown: list[Path] = []
-        for entry in entries:
-            for candidate in {_real(entry), Path(os.path.normpath(entry))}:
-                if not os.path.isdir(candidate) or not any(_under(candidate, h) for h in roots):
-                    continue
-                prefix = candidate.parent
-                shown.append(candidate if prefix in roots or prefix == Path("/") else prefix)
-        return shown
-
     def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         child = dict(env)
         if child.get("HOME") in (None, "", str(Path.home())):
@@ -275,7 +282,7 @@ class Bubblewrap(Sandbox):
         ops: dict[Path, str] = {}
         for hidden in self._hidden:
             ops[hidden] = "hide" if os.path.isdir(hidden) else "hide-file"
-        tools = self._tools(argv[0] if argv else "", child.get("PATH", ""))
+        tools = _tools(argv[0] if argv else "", child.get("PATH", ""), tuple(self._hidden))
         readonly = [*self.view.readonly, *tools, *(Path(p) for p in self.settings.readable)]
         for path in (_real(p) for p in readonly):
             if os.path.exists(path):

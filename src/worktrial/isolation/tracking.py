@@ -297,8 +297,14 @@ class Tracker:
         table = _table()
         return any(not table[pid].zombie for pid in self._collect(root, table))
 
-    def end(self, token: str) -> list[int]:
-        """End the root's process and every process attributed to it; the pids that survived SIGKILL."""
+    def end(self, token: str, *, contained: bool = False) -> list[int]:
+        """End the root's process and every process attributed to it; the pids that survived SIGKILL.
+
+        ``contained``: the root was the outer process of a sandbox with its own PID namespace and has exited by
+        itself. The namespace's init is reaped only after every other process in the namespace has gone, and
+        nothing can leave a PID namespace, so there is nothing left to find: the scans of the process table
+        (descendants, orphans, token carriers) are skipped, and the cgroup (if any) is still killed and removed.
+        """
         with self._lock:
             root = self._roots.get(token)
         if root is None:
@@ -306,7 +312,7 @@ class Tracker:
         try:
             if root.cgroup is not None:  # the kernel ends all of it; the tree and marker sweep catch the rest
                 self.reap_killed(kill(root.cgroup))
-            _, survivors = kill_all(lambda table: self._collect(root, table), tokens=[token])
+            survivors = [] if contained else kill_all(lambda table: self._collect(root, table), tokens=[token])[1]
         finally:
             if root.cgroup is not None:
                 remove(root.cgroup)
