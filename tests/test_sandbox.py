@@ -391,8 +391,14 @@ def test_sandbox_config_is_the_users_and_a_project_cannot_loosen_it(
     args = ["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "--format", "json", "-q"]
     result = cli(args, cwd=repo)
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["run"]["sandbox"]["reason"] == "off by --sandbox off"
+    # The reason names what turned it off: here the user's config file, not a flag nobody passed.
+    reason = json.loads(result.stdout)["run"]["sandbox"]["reason"]
+    assert reason == f'off by [sandbox] mode = "off" in {config / "config.toml"}'
+    flagged = json.loads(cli([*args, "--sandbox", "off"], cwd=repo).stdout)["run"]["sandbox"]["reason"]
+    assert flagged == "off by --sandbox off"
     assert json.loads(cli([*args, "--sandbox", "on"], cwd=repo).stdout)["run"]["sandbox"]["kind"] == "bubblewrap"
+    network = cli([*args, "--network", "off"], cwd=repo)
+    assert network.exit_code == 2 and "config.toml turned off" in network.stderr, network.output
 
     (repo / "worktrial.toml").write_text('[sandbox]\nmode = "off"\n')
     refused = cli(args, cwd=repo)

@@ -17,7 +17,7 @@ from worktrial.errors import BadInputError
 from worktrial.isolation.limits import Limits, mechanism, parse_size
 from worktrial.isolation.sandbox import NetworkMode, SandboxDecision, SandboxMode, SandboxSettings, decide
 from worktrial.model.envelope import SandboxInfo
-from worktrial.state.config import cache_dir, config_dir, load_config
+from worktrial.state.config import USER_FILE, cache_dir, config_dir, load_config
 
 _MODES = ("auto", "on", "off")
 
@@ -66,6 +66,8 @@ def resolve_sandbox(
     """Settings for every attempt, the decision for this machine and ``run.sandbox``; bad values exit 2."""
     config = load_config(None).sandbox
     mode = choice.mode or config.mode or "auto"
+    config_file = config_dir() / USER_FILE
+    mode_from = f"--sandbox {mode}" if choice.mode else f'[sandbox] mode = "{mode}" in {config_file}'
     if mode not in _MODES:
         raise BadInputError(f"--sandbox {mode!r} is not one of auto, on, off")
     network = choice.network or config.network or "on"
@@ -85,6 +87,7 @@ def resolve_sandbox(
         hidden=tuple(str(p) for p in (*always, *hidden)),
         readable=(*_paths(config.readable, "readable"), *(str(p) for p in command_paths(agent_command))),
         writable=_paths(config.writable, "writable"),
+        mode_from=mode_from,
     )
     decision = decide(settings)
     info = SandboxInfo(

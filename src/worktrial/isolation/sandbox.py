@@ -54,6 +54,8 @@ class SandboxSettings:
     """Host paths the user shows read-only (``[sandbox] readable``, and files named in the agent's own command)."""
     writable: tuple[str, ...] = ()
     """Host directories the user shares writable with every attempt (``[sandbox] writable``, e.g. a package cache)."""
+    mode_from: str = "--sandbox off"
+    """What chose ``mode``: the flag, or the line of the user's config file (named in ``run.sandbox.reason``)."""
 
 
 @dataclass(frozen=True)
@@ -66,10 +68,12 @@ class SandboxDecision:
     version: str | None = None
     reason: str | None = None
     """Why there is no sandbox (``off`` by choice, or what this machine lacks)."""
+    by_choice: bool = False
+    """The user turned it off (no warning then)."""
 
     @property
     def warning(self) -> str | None:
-        if self.kind != "none" or self.reason == "off by --sandbox off":
+        if self.kind != "none" or self.by_choice:
             return None
         return (
             f"running attempts unsandboxed: {self.reason}. Agents can read your home directory, write anywhere "
@@ -118,8 +122,12 @@ def decide(settings: SandboxSettings) -> SandboxDecision:
     """Resolve ``auto``/``on``/``off`` on this machine; ``on`` without a sandbox is bad input (exit 2)."""
     if settings.mode == "off":
         if settings.network == "off":
-            raise BadInputError("--network off needs the sandbox; drop --sandbox off (or use --network on)")
-        return SandboxDecision("none", settings.network, settings.limits, reason="off by --sandbox off")
+            raise BadInputError(
+                f"--network off needs the sandbox, which {settings.mode_from} turned off; turn it back on (or use "
+                "--network on)"
+            )
+        off = f"off by {settings.mode_from}"
+        return SandboxDecision("none", settings.network, settings.limits, reason=off, by_choice=True)
     version, reason = _probe(bwrap_program(), settings.network)
     if version is not None:
         return SandboxDecision("bubblewrap", settings.network, settings.limits, version=version)
