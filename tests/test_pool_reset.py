@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import git
-from worktrial.isolation import pool
+from worktrial.isolation import pool, workspace
 from worktrial.isolation.pool import Slot
 from worktrial.isolation.workspace import open_source
 
@@ -50,21 +50,55 @@ def _same_second_edit(w: Path) -> None:
     os.utime(readme, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def _hard_link_elsewhere(w: Path) -> None:
+def _hard_link(w: Path) -> None:
     os.link(w / "src" / "lib" / "util.py", w / "src" / "copy.py")
+
+
+def _delete_tracked(w: Path) -> None:
+    (w / "src" / "lib" / "util.py").unlink()
+
+
+def _new_file_in_new_dir(w: Path) -> None:
+    (w / "new" / "deep").mkdir(parents=True)
+    (w / "new" / "deep" / "x.txt").touch()
+
+
+def _empty_new_dir(w: Path) -> None:
+    (w / "empty").mkdir()
+
+
+def _rename_dir(w: Path) -> None:
+    (w / "src" / "lib").rename(w / "src" / "lib2")
+
+
+def _chmod_file(w: Path) -> None:
+    (w / "README.md").chmod(0o600)
+
+
+def _chmod_dir(w: Path) -> None:
+    (w / "src").chmod(0o700)
+
+
+def _file_replaced_by_symlink(w: Path) -> None:
+    (w / "README.md").unlink()
+    (w / "README.md").symlink_to("/etc/hostname")
+
+
+def _ignored_file(w: Path) -> None:
+    (w / "build.log").write_text("ignored by .gitignore\n")
 
 
 EDITS: dict[str, Callable[[Path], None]] = {
     "same-size-edit-mtime-restored": _same_second_edit,
-    "delete-tracked-file": lambda w: (w / "src" / "lib" / "util.py").unlink(),
-    "new-file-in-new-dir": lambda w: (w.joinpath("new", "deep").mkdir(parents=True), (w / "new/deep/x.txt").touch()),
-    "empty-new-dir": lambda w: (w / "empty").mkdir(),
-    "rename-dir": lambda w: (w / "src" / "lib").rename(w / "src" / "lib2"),
-    "chmod-file": lambda w: (w / "README.md").chmod(0o600),
-    "chmod-dir": lambda w: (w / "src").chmod(0o700),
-    "file-replaced-by-symlink": lambda w: ((w / "README.md").unlink(), (w / "README.md").symlink_to("/etc/hostname")),
-    "hard-link": _hard_link_elsewhere,
-    "ignored-file": lambda w: (w / "build.log").write_text("ignored by .gitignore\n"),
+    "delete-tracked-file": _delete_tracked,
+    "new-file-in-new-dir": _new_file_in_new_dir,
+    "empty-new-dir": _empty_new_dir,
+    "rename-dir": _rename_dir,
+    "chmod-file": _chmod_file,
+    "chmod-dir": _chmod_dir,
+    "file-replaced-by-symlink": _file_replaced_by_symlink,
+    "hard-link": _hard_link,
+    "ignored-file": _ignored_file,
 }
 
 
@@ -88,7 +122,7 @@ def slot(repo: Path, tmp_path: Path) -> Iterator[Slot]:
 def git_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The git subcommands the slot runs (``reset``, ``clean``), in order."""
     calls: list[str] = []
-    real = pool.git
+    real = workspace.git
 
     def counting(args: list[str], cwd: Path, **kwargs: float) -> object:
         calls.extend(a for a in args if a in ("reset", "clean"))
