@@ -7,6 +7,10 @@ member, thaw) ends every process of an agent, setup or verify command, including
 child that forks in the instant between its start and its move into the cgroup, and an agent running as root that
 writes itself into another cgroup, are still found by the process tree and the marker.
 
+Only unsandboxed processes get one: a sandboxed process has a PID namespace of its own, which the kernel ends
+with its first process (and bubblewrap's ``--die-with-parent`` with the harness), so a cgroup would add nothing
+but the cost of moving the process into it.
+
 The harness keeps its cgroups under one parent named after itself (``worktrial-<pid namespace>-<pid>-<start>``)
 below its own cgroup. A harness killed with ``kill -9`` leaves that parent behind with whatever still runs in
 it; the next ``eval`` or ``resume`` on the machine ends those processes and removes it (``end_stale``): a parent
