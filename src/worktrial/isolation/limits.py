@@ -135,15 +135,19 @@ class Enforcer:
         self._groups: list[tuple[str, Path, _Controller]] = []
         self._rlimits: list[str] = []
         self.mechanism = "none"
+        self.v2_group: Path | None = None
+        """The attempt's one cgroup v2 holding every limit (a pure cgroup v2 machine). It is also the cgroup that
+        ends each unsandboxed command of the attempt (they run one at a time), so no command is moved out of it."""
 
     def prepare(self) -> None:
         if not self.limits.any:
             return
         name = f"worktrial-{uuid.uuid4().hex[:12]}"
-        wanted = [("memory", self.limits.max_memory), ("pids", self.limits.max_procs)]
+        wanted = [(c, v) for c, v in (("memory", self.limits.max_memory), ("pids", self.limits.max_procs)) if v is not None]
+        if (v2 := self._v2_group(name, wanted)) is not None:
+            self.v2_group, self._groups, self.mechanism = v2
+            return
         for controller, value in wanted:
-            if value is None:
-                continue
             found = _controller(controller)
             group = found.parent / name if found else None
             if found is not None and group is not None and self._create(group, found, value):
@@ -153,6 +157,37 @@ class Enforcer:
             else:
                 self._rlimits.append(f"ulimit -u {value}")
         self.mechanism = "cgroup" if self._groups and not self._rlimits else "rlimit" if not self._groups else "mixed"
+
+    @staticmethod
+    def _v2_group(
+        name: str, wanted: list[tuple[str, int]]
+    ) -> tuple[Path, list[tuple[str, Path, _Controller]], str] | None:
+        """One cgroup v2 with every wanted limit, where the v2 hierarchy has all their controllers.
+
+        In cgroup v2 a process is in exactly one cgroup: a group per controller (as in v1) would have the second
+        one take the process out of the first, so both limits live in one group.
+        """
+        found = [(controller, _v2_controller(controller), value) for controller, value in wanted]
+        parents = {f.parent for _, f, _ in found if f is not None}
+        if not found or any(f is None for _, f, _ in found) or len(parents) != 1:
+            return None
+        group = parents.pop() / name
+        try:
+            group.mkdir()
+        except OSError:
+            return None
+        try:
+            for _, f, value in found:
+                assert f is not None
+                (group / f.limit_file).write_text(str(value))
+            if any(c == "memory" for c, _, _ in found):
+                with contextlib.suppress(OSError):
+                    (group / "memory.swap.max").write_text("0")
+        except OSError:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+            return None
+        return group, [(c, group, f) for c, f, _ in found if f is not None], "cgroup"
 
     @staticmethod
     def _create(group: Path, found: _Controller, value: int) -> bool:
@@ -178,7 +213,8 @@ class Enforcer:
         """Argv to put before a command so that it runs under these limits (empty when there are none)."""
         if not self._groups and not self._rlimits:
             return []
-        steps = [f"echo 0 > {shlex.quote(str(group / 'cgroup.procs'))}" for _, group, _ in self._groups]
+        groups = dict.fromkeys(group for _, group, _ in self._groups)  # one v2 group holds both limits
+        steps = [f"echo 0 > {shlex.quote(str(group / 'cgroup.procs'))}" for group in groups]
         steps += self._rlimits
         return ["/bin/sh", "-c", " && ".join(steps) + ' && exec "$@"', "worktrial-limits"]
 
@@ -210,6 +246,7 @@ class Enforcer:
                         break
                     time.sleep(0.01)
         self._groups = []
+        self.v2_group = None
 
 
 def _human(size: int) -> str:

@@ -260,6 +260,21 @@ _JOIN_CGROUP = ("/bin/sh", "-c", '{ echo 0 >"$0"; } 2>/dev/null; exec "$@"')
 joined before it ran cannot fork anything outside it. Best effort: the program runs even if the kernel refuses."""
 
 
+def _kill_cgroup(token: str, sandbox: Sandbox | None, sweep: bool) -> tuple[Path | None, bool]:
+    """The cgroup that ends a tracked process's tree, and whether it is the process's own (made, joined and removed
+    here) rather than the attempt's cgroup v2 of limits, which the limits' prefix joins and the attempt removes.
+
+    A sandbox with its own PID namespace gets none: the kernel ends everything in it when its first process ends
+    (and when the harness is killed), and moving each process into a cgroup costs a kernel RCU grace period
+    (10-20 ms per process between bursts of migrations), more than the sandbox itself.
+    """
+    if not sweep or (sandbox is not None and sandbox.own_pid_namespace):
+        return None, False
+    if sandbox is not None and (limits := sandbox.limits_cgroup()) is not None:
+        return limits, False
+    return CGROUPS.create(token), True
+
+
 def _unstartable(args: tuple[str, ...], cwd: str | Path, env: Mapping[str, str]) -> ProcResult | None:
     """What Popen would have refused (missing or non-executable program), for a spawn that goes through a shell."""
     program = args[0]
@@ -303,22 +318,18 @@ def run(
     if not Path(cwd).is_dir():
         return ProcResult(args, None, False, 0.0, start_error=f"working directory does not exist: {cwd}")
     sandbox = scope.sandbox if scope is not None else None
-    # A sandbox with its own PID namespace ends everything in it when its first process ends (and when the harness
-    # is killed): a cgroup adds nothing there, and moving each process into one costs a kernel RCU grace period
-    # (10-20 ms per process on a machine between bursts of migrations), more than the sandbox itself.
-    namespaced = sandbox is not None and sandbox.own_pid_namespace
-    spawn, cgroup = args, CGROUPS.create(token) if sweep and not namespaced else None
+    spawn, (cgroup, own_cgroup) = args, _kill_cgroup(token, sandbox, sweep)
     # bwrap and the cgroup's shell would report a missing program as their own failure: keep "not found" and
     # "permission denied" the same inside and out.
     wrapped_spawn = sandbox is not None or cgroup is not None
     if wrapped_spawn and (refused := _unstartable(args, cwd, child_env)) is not None:
-        if cgroup is not None:
+        if cgroup is not None and own_cgroup:
             cgroups.remove(cgroup)
         return refused
     if sandbox is not None:
         wrapped, child_env = sandbox.wrap(args, Path(cwd), child_env)
         spawn = tuple(wrapped)
-    if cgroup is not None:  # outermost: the sandbox and everything in it start inside the cgroup
+    if cgroup is not None and own_cgroup:  # outermost: the sandbox and everything in it start inside the cgroup
         spawn = (*_JOIN_CGROUP, str(cgroup / "cgroup.procs"), *spawn)
     try:
         with TRACKER.spawning() as spawned:
@@ -333,7 +344,7 @@ def run(
             )
             spawned(proc.pid)
     except FileNotFoundError:
-        if cgroup is not None:
+        if cgroup is not None and own_cgroup:
             cgroups.remove(cgroup)
         return ProcResult(args, None, False, time.monotonic() - start, not_found=args[0])
     except PermissionError:
@@ -343,7 +354,8 @@ def run(
     if scope is not None:
         scope.add(token, proc)
     if sweep:
-        TRACKER.start(token, proc.pid, on_change=scope.changed if scope is not None else None, cgroup=cgroup)
+        on_change = scope.changed if scope is not None else None
+        TRACKER.start(token, proc.pid, on_change=on_change, cgroup=cgroup, owns_cgroup=own_cgroup)
     out, err = _Tail(tail_bytes), _Tail(tail_bytes)
     assert proc.stdout is not None and proc.stderr is not None
     threads = [

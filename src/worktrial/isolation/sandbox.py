@@ -167,6 +167,10 @@ class Sandbox(ABC):
     def widened(self, readonly: Iterable[Path]) -> Sandbox:
         """The same sandbox (same limits) seeing more paths read-only: setup and verify see the suite's files."""
 
+    def limits_cgroup(self) -> Path | None:
+        """The attempt's cgroup v2 of limits that each unsandboxed command joins (and is ended with), if any."""
+        return None
+
     @abstractmethod
     def limit_hit(self) -> str | None:
         """The limit the attempt ran into, as a record reason, once it has."""
@@ -192,6 +196,9 @@ class Unconfined(Sandbox):
 
     def widened(self, readonly: Iterable[Path]) -> Sandbox:
         return self
+
+    def limits_cgroup(self) -> Path | None:
+        return self.enforcer.v2_group
 
     def limit_hit(self) -> str | None:
         return self.enforcer.hit()

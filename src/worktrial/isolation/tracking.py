@@ -215,7 +215,9 @@ class _Root:
     members: dict[int, float] = field(default_factory=dict)
     on_change: Callable[[], None] | None = None
     cgroup: Path | None = None
-    """The root's own cgroup v2 where the harness can create one (see ``cgroups.py``): ended by the kernel."""
+    """The root's cgroup v2 where the harness can create one (see ``cgroups.py``): ended by the kernel."""
+    owns_cgroup: bool = True
+    """Whether the cgroup is the root's own (removed with it) or the attempt's cgroup of limits (left for it)."""
 
 
 class Tracker:
@@ -246,7 +248,12 @@ class Tracker:
 
     # -- roots ---------------------------------------------------------------------------------------------
     def start(
-        self, token: str, pid: int, on_change: Callable[[], None] | None = None, cgroup: Path | None = None
+        self,
+        token: str,
+        pid: int,
+        on_change: Callable[[], None] | None = None,
+        cgroup: Path | None = None,
+        owns_cgroup: bool = True,
     ) -> None:
         """Follow ``pid`` (just spawned with ``token``, in ``cgroup`` if any) and all it starts until ``end(token)``."""
         try:
@@ -255,7 +262,7 @@ class Tracker:
             create_time = 0.0
         _warn_degraded()
         with self._lock:
-            self._roots[token] = _Root(token, pid, create_time, {pid: create_time}, on_change, cgroup)
+            self._roots[token] = _Root(token, pid, create_time, {pid: create_time}, on_change, cgroup, owns_cgroup)
             if self._sampler is None:
                 self._sampler = threading.Thread(target=self._sample_loop, name="worktrial-proc-sampler", daemon=True)
                 self._sampler.start()
@@ -314,7 +321,7 @@ class Tracker:
                 self.reap_killed(kill(root.cgroup))
             survivors = [] if contained else kill_all(lambda table: self._collect(root, table), tokens=[token])[1]
         finally:
-            if root.cgroup is not None:
+            if root.cgroup is not None and root.owns_cgroup:
                 remove(root.cgroup)
             with self._lock:
                 self._roots.pop(token, None)
