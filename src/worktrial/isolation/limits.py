@@ -143,7 +143,9 @@ class Enforcer:
         if not self.limits.any:
             return
         name = f"worktrial-{uuid.uuid4().hex[:12]}"
-        wanted = [(c, v) for c, v in (("memory", self.limits.max_memory), ("pids", self.limits.max_procs)) if v is not None]
+        wanted = [
+            (c, v) for c, v in (("memory", self.limits.max_memory), ("pids", self.limits.max_procs)) if v is not None
+        ]
         if (v2 := self._v2_group(name, wanted)) is not None:
             self.v2_group, self._groups, self.mechanism = v2
             return
