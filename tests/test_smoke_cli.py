@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -83,3 +84,19 @@ def test_oracle_passes_bundled_suite_in_the_sandbox_with_no_identity_but_the_use
     kept = next(t for t in envelope["report"]["tasks"] if t["task_id"] == "git-commit")["attempts"][0]["worktree"]
     author = subprocess.run(["git", "log", "-1", "--format=%an <%ae>"], cwd=kept, capture_output=True, text=True)
     assert author.stdout.strip() == "worktrial agent <agent@worktrial.invalid>"
+
+
+def test_oracle_passes_bundled_suite_kept_inside_the_repository_in_the_sandbox(cli, repo: Path) -> None:
+    """``make demo``: the suite lives in the repository it evaluates, so the slot hides it in a prepared base commit
+    whose objects sit next to the private git dir. The sandbox must show them, or HEAD cannot be read and the
+    git-commit task's ``git commit`` fails."""
+    (repo / "suites").mkdir()
+    shutil.copy(ROOT / "suites/smoke-workspace-basics.json", repo / "suites")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "suite"], cwd=repo, check=True)
+    args = ["eval", "--suite", "suites/smoke-workspace-basics.json", "--agent", "oracle", "--trust", "--attempts", "2"]
+    result = cli([*args, "--format", "json", "-q", "--sandbox", "on"], cwd=repo)
+    assert result.exit_code == 0, result.output
+    tasks = json.loads(result.stdout)["report"]["tasks"]
+    outcomes = {t["task_id"]: [a["outcome"] for a in t["attempts"]] for t in tasks}
+    assert all(o == ["pass", "pass"] for o in outcomes.values()), outcomes

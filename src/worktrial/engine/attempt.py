@@ -17,7 +17,7 @@ from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
 from worktrial.isolation import childenv, proc
 from worktrial.isolation.env_cache import EnvironmentCache
-from worktrial.isolation.environment import EnvironmentSetupError, run_setup
+from worktrial.isolation.environment import ENV_OBJECTS, EnvironmentSetupError, run_setup
 from worktrial.isolation.patch import PatchData, agent_patch
 from worktrial.isolation.pool import Slot
 from worktrial.isolation.proc import ProcResult, run_command
@@ -83,11 +83,12 @@ def attempt_sandbox(spec: AttemptSpec, ws: AttemptWorkspace, source: SourceRepo 
     writable, the borrowed objects read-only, HOME fresh inside scratch. Not yet prepared."""
     scratch = ws.root / "scratch"
     scratch.mkdir(exist_ok=True)
-    view = AttemptView(
-        writable=(ws.worktree, ws.git_dir, scratch),
-        readonly=(source.objects_dir,) if source is not None else (),
-        home=scratch / "home",
-    )
+    # The objects of a prepared environment's base commit (a suite inside the repository is hidden by one) live
+    # next to the private git dir: without them git cannot read HEAD, so nothing that commits works.
+    borrowed = [source.objects_dir] if source is not None else []
+    if os.path.isdir(ws.root / ENV_OBJECTS):
+        borrowed.append(ws.root / ENV_OBJECTS)
+    view = AttemptView(writable=(ws.worktree, ws.git_dir, scratch), readonly=tuple(borrowed), home=scratch / "home")
     decision = spec.sandbox_decision or decide(spec.sandbox)
     return open_sandbox(spec.sandbox, decision, view)
 
