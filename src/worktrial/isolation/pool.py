@@ -113,8 +113,7 @@ class Slot:
         self._ids: _Ids | None = None
         self._snap: _Snapshot | None = None
         self._dirty = False
-        self._mark_ns = 0
-        self._mark = _Mark(0, 0, exact=False)
+        self._mark = _Mark(0, 0, 0, exact=False)
         self._dir_mode = 0o755
         """The mode git gave the checkout's directories (0777 less the umask), restored where an agent changed it."""
 
@@ -148,7 +147,7 @@ class Slot:
                 self._open_build(ids) as build_fd,
                 safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd) as fd,
             ):
-                return self._mark.trusted() and not _changed_since(fd, ws.worktree, self._mark_ns)
+                return self._mark.trusted() and not _changed_since(fd, ws.worktree, self._mark.fs_ns)
         except (OSError, WorktrialError):
             return False
 
@@ -191,7 +190,7 @@ class Slot:
         self._ws, self._ids = ws, ids
         self._dirty = False
         with self._open_build(ids) as build_fd:
-            self._mark_ns, self._mark = _fs_mark(build_fd)
+            self._mark = _fs_mark(build_fd)
 
     def _discard(self) -> None:
         """Forget the current build and remove it (a symlink in its place is unlinked, never followed)."""
@@ -240,7 +239,7 @@ class Slot:
             #    Creating, deleting, renaming, linking or chmod-ing anything changes the ctime of the entry or of
             #    its directory, so when nothing at all is newer than the mark, the tree is still the pristine
             #    checkout and git's two full walks (reset, clean) are skipped.
-            changed = _changed_since(old_fd, ws.worktree, self._mark_ns)
+            changed = _changed_since(old_fd, ws.worktree, self._mark.fs_ns)
             skip_git = not changed and self._mark.trusted()
             for rel in changed.files:
                 safefs.unlink_rel(old_fd, rel)
@@ -277,16 +276,18 @@ class Slot:
                 result = git([*base, *args], Path(work))
                 if not result.ok:
                     raise WorkspaceError(f"reset failed: {result.describe_failure('git ' + args[0])}")
-            self._mark_ns, self._mark = _fs_mark(build_fd)
+            self._mark = _fs_mark(build_fd)
         self._ws = replace(ws, worktree=worktree, worktree_id=new_id)
         self._ids = replace(ids, worktree=new_id)
 
 
 @dataclass(frozen=True)
 class _Mark:
-    """When a reset (or build) finished, by the wall and the monotonic clock, and whether the filesystem's time
-    was seen to move past every write the harness made (``exact``)."""
+    """When a reset (or build) finished: by the filesystem's clock (``fs_ns``, what ctimes are compared with), by
+    the wall and the monotonic clock, and whether the filesystem's time was seen to move past every write the
+    harness made (``exact``)."""
 
+    fs_ns: int
     wall_ns: int
     mono_ns: int
     exact: bool
@@ -305,7 +306,7 @@ _CLOCK_SLACK_NS = 1_000_000
 _MARK_WAIT_SECS = 0.02
 
 
-def _fs_mark(dir_fd: int) -> tuple[int, _Mark]:
+def _fs_mark(dir_fd: int) -> _Mark:
     """A filesystem time after every write made so far, so that anything stamped at or after it is later.
 
     Coarse timestamps (a clock tick of a few milliseconds, or a second on some filesystems) give writes made in the
@@ -319,7 +320,7 @@ def _fs_mark(dir_fd: int) -> tuple[int, _Mark]:
     while now <= first and time.monotonic() < deadline:
         time.sleep(0.0002)
         now = _fs_now_ns(dir_fd)
-    return now, _Mark(time.time_ns(), time.monotonic_ns(), exact=now > first)
+    return _Mark(now, time.time_ns(), time.monotonic_ns(), exact=now > first)
 
 
 def _fs_now_ns(dir_fd: int) -> int:
@@ -355,7 +356,7 @@ def _changed_since(worktree_fd: int, worktree: Path, mark_ns: int) -> _Changes:
     cwd = safefs.fd_path(worktree_fd) if safefs.has_fd_paths() else worktree
     newer = f"@{ref // 1_000_000_000}.{ref % 1_000_000_000:09d}"
     argv = ["find", ".", "-path", "./.git", "-prune", "-o", "-newerct", newer]
-    argv += ["(", "-type", "d", "-printf", r"d%p\0", ")", "-o", "-newerct", newer, "-printf", r"f%p\0"]
+    argv += ["(", "-type", "d", "-printf", r"d%p\0", "-o", "-printf", r"f%p\0", ")"]
     result = proc.run(argv, cwd=cwd, timeout=600, sweep=False, tail_bytes=_FIND_OUTPUT_LIMIT)
     if not (result.ok and result.stdout_bytes < _FIND_OUTPUT_LIMIT):
         return _walk_changed(worktree_fd, mark_ns)
