@@ -107,24 +107,34 @@ def slot_preparer(
         return None
 
     def prepare(ws: AttemptWorkspace) -> str:
-        env = suite_env(spec, ws.root)
         sandbox = attempt_sandbox(spec, ws, _borrowed(base, ws))
         try:
             sandbox.prepare()
-            log = setup_log(spec) if base.environment else None
-            return run_setup(
-                ws,
-                base.environment,
-                env,
-                scope=_harness_scope(scope, sandbox, spec),
-                log=log,
-                hide=base.hide,
-                cache=environment_cache(spec),
-            )
+            return _environment_setup(spec, base, ws, sandbox, scope)
         finally:
             sandbox.cleanup()
 
     return prepare
+
+
+def _environment_setup(
+    spec: AttemptSpec, base: TaskBase, ws: AttemptWorkspace, sandbox: Sandbox, scope: proc.ProcessScope | None
+) -> str:
+    """The task base's environment setup on a fresh checkout, in the attempt's sandbox with a home of its own
+    (removed afterwards); the commit it made the base."""
+    env = suite_env(spec, ws.root)
+    try:
+        return run_setup(
+            ws,
+            base.environment,
+            env,
+            scope=_harness_scope(scope, sandbox, spec),
+            log=setup_log(spec) if base.environment else None,
+            hide=base.hide,
+            cache=environment_cache(spec),
+        )
+    finally:
+        remove_tree(Path(env["HOME"]))
 
 
 def _borrowed(base: TaskBase, ws: AttemptWorkspace) -> SourceRepo | None:
@@ -207,20 +217,7 @@ def run_attempt(
             sandbox = attempt_sandbox(spec, workspace, source)
             sandbox.prepare()
             if slot is None and base.prepared:
-                log = setup_log(spec) if base.environment else None
-                setup_env = suite_env(spec, workspace.root)
-                try:
-                    run_setup(
-                        workspace,
-                        base.environment,
-                        setup_env,
-                        scope=_harness_scope(scope, sandbox, spec),
-                        log=log,
-                        hide=base.hide,
-                        cache=environment_cache(spec),
-                    )
-                finally:
-                    remove_tree(Path(setup_env["HOME"]))
+                _environment_setup(spec, base, workspace, sandbox, scope)
         except EnvironmentSetupError as exc:
             progress.reason, progress.category = str(exc).splitlines()[0], "environment"
             progress.fatal = AgentError("environment", str(exc), fatal=True)
