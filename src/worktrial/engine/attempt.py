@@ -16,6 +16,7 @@ from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, Ta
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
 from worktrial.isolation import childenv, proc
+from worktrial.isolation.alternates import read_alternates
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import ENV_OBJECTS, EnvironmentSetupError, run_setup
 from worktrial.isolation.patch import PatchData, agent_patch
@@ -140,7 +141,7 @@ def _environment_setup(
 def _borrowed(base: TaskBase, ws: AttemptWorkspace) -> SourceRepo | None:
     """The repository whose objects the workspace borrows (read from its alternates file)."""
     try:
-        objects = (ws.git_dir / "objects" / "info" / "alternates").read_text().strip().splitlines()
+        objects = read_alternates(ws.git_dir)
     except OSError:
         return None
     return (

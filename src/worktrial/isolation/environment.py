@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from worktrial.errors import WorktrialError
+from worktrial.isolation.alternates import read_alternates, write_alternates
 from worktrial.isolation.env_cache import EnvironmentCache, entry_key
 from worktrial.isolation.proc import ProcessScope, ProcResult, run_command
 from worktrial.isolation.workspace import AttemptWorkspace, git, remove_tree
@@ -143,7 +144,6 @@ def _move_objects(ws: AttemptWorkspace) -> None:
             shutil.rmtree(entry, ignore_errors=True)
         else:
             os.replace(entry, target)
-    alternates = objects / "info" / "alternates"
-    lines = alternates.read_text().splitlines() if alternates.exists() else []
-    if str(store) not in lines:
-        alternates.write_text("\n".join([str(store), *lines]) + "\n")
+    stores = read_alternates(objects.parent)
+    if store not in stores:
+        write_alternates(objects.parent, [store, *stores])

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from worktrial.errors import HarnessError
+from worktrial.isolation.alternates import write_alternates
 from worktrial.isolation.workspace import git, open_source, remove_tree
 
 _BUNDLE_TIMEOUT = 600.0
@@ -28,8 +29,7 @@ def create_bundle(repo: Path, commits: list[str], dest: Path) -> str:
         init = git(["init", "--bare", "--quiet", str(scratch)], dest.parent)
         if not init.ok:
             raise HarnessError(f"cannot make a git bundle of {repo}: {init.stderr_tail.decode(errors='replace')}")
-        (scratch / "objects" / "info").mkdir(parents=True, exist_ok=True)
-        (scratch / "objects" / "info" / "alternates").write_text(f"{source.objects_dir}\n")
+        write_alternates(scratch, [source.objects_dir])
         if source.shallow_file is not None:
             (scratch / "shallow").write_bytes(source.shallow_file.read_bytes())
         for commit in commits:

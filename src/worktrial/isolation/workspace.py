@@ -19,6 +19,7 @@ from pathlib import Path
 
 from worktrial.errors import HarnessError, WorkspaceError
 from worktrial.isolation import proc, safefs
+from worktrial.isolation.alternates import write_alternates
 
 log = logging.getLogger(__name__)
 ATTEMPT_BRANCH = "worktrial/attempt"
@@ -169,8 +170,7 @@ def create_attempt_workspace(
     worktree = root / worktree_name
     try:
         _git_out(["init", "--bare", "--quiet", "--template=", str(git_dir)], root, "git init")
-        (git_dir / "objects" / "info").mkdir(parents=True, exist_ok=True)
-        (git_dir / "objects" / "info" / "alternates").write_text(f"{source.objects_dir}\n")
+        write_alternates(git_dir, [source.objects_dir])
         if source.shallow_file is not None:
             shutil.copyfile(source.shallow_file, git_dir / "shallow")
         gd = f"--git-dir={git_dir}"
