@@ -36,6 +36,7 @@ def isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("WORKTRIAL_CONFIG_DIR", str(base / "config"))
     monkeypatch.setenv("WORKTRIAL_CACHE_DIR", str(base / "cache"))
     monkeypatch.delenv("WORKTRIAL_TRUST", raising=False)
+    monkeypatch.delenv("WORKTRIAL_TRUST_PROJECT", raising=False)
     for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("GIT_AUTHOR_NAME", "Test Author")

@@ -63,9 +63,10 @@ def emit(text: str, output: Path | None, *, quiet: bool = False, what: str = "re
         click.echo(text, nl=False)
 
 
-def ensure_trust(loaded: LoadedSuite, workspace: Path | None, trust: bool) -> None:
-    """Trust per workspace and suite digest, and of the workspace's own worktrial.toml when it sets what runs or
-    where credentials go; asks on a terminal, refuses with instructions elsewhere."""
+def ensure_trust(loaded: LoadedSuite, workspace: Path | None, trust: bool, trust_project: bool | None) -> None:
+    """Trust per workspace and suite digest (asks on a terminal, refuses with instructions elsewhere), then the
+    workspace's own worktrial.toml, which ``--trust`` never covers (``ensure_project_trust``); ``trust_project``
+    None is for commands that run no agent or provider the project could name (``check``: oracle and nop)."""
     trust_root = workspace.resolve() if workspace else None
     if loaded.suite.workspace is None or not loaded.suite.workspace.repo:
         trust_root = find_workspace(workspace)
@@ -76,17 +77,28 @@ def ensure_trust(loaded: LoadedSuite, workspace: Path | None, trust: bool) -> No
         interactive=sys.stdin.isatty() and sys.stderr.isatty(),
         confirm=lambda question: click.confirm(question, default=False, err=True),
     )
-    ensure_project_trust(workspace, trust)
+    if trust_project is not None:
+        ensure_project_trust(workspace, trust_project)
 
 
-def ensure_project_trust(workspace: Path | None, trust: bool) -> None:
-    """The workspace's worktrial.toml: its settings that run programs or route credentials need the user's trust."""
-    ensure_project_trusted(
+def ensure_project_trust(workspace: Path | None, trust_project: bool) -> bool:
+    """The workspace's worktrial.toml: its settings that run programs or route credentials count only when trusted
+    explicitly; else they are skipped with one warning. Whether the file counts in full."""
+    return ensure_project_trusted(
         state_root(workspace),
-        assume_yes=trust,
+        trust_project=trust_project,
         interactive=sys.stdin.isatty() and sys.stderr.isatty(),
         confirm=lambda question: click.confirm(question, default=False, err=True),
+        warn=err,
     )
+
+
+TRUST_PROJECT_OPTION = click.option(
+    "--trust-project",
+    is_flag=True,
+    help="Also trust the repository's own worktrial.toml: its agent binaries, commands and provider URLs "
+    "(remembered; --trust never does).",
+)
 
 
 SANDBOX_OPTIONS = [

@@ -18,6 +18,7 @@ from worktrial.cli import logs
 from worktrial.cli.common import (
     FORMAT_HELP,
     SANDBOX_OPTIONS,
+    TRUST_PROJECT_OPTION,
     emit,
     ensure_project_trust,
     ensure_trust,
@@ -40,7 +41,7 @@ from worktrial.engine.run import (
     run_suite,
     stored_suite,
 )
-from worktrial.errors import EXIT_INTERRUPTED, RunAborted, WorktrialError
+from worktrial.errors import EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
@@ -158,6 +159,7 @@ def eval_options(func: F) -> F:
         click.option("--keep-worktrees", is_flag=True, help="Keep each attempt's worktree and print its path."),
         click.option("--verify-always", is_flag=True, help="Also verify claimed failures and timeouts (diagnosis)."),
         click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered)."),
+        TRUST_PROJECT_OPTION,
         click.option(
             "--jobs", "-j", type=click.IntRange(min=1), help=f"Attempts to run at once (default {default_jobs()})."
         ),
@@ -207,6 +209,7 @@ def eval_cmd(
     keep_worktrees: bool,
     verify_always: bool,
     trust: bool,
+    trust_project: bool,
     jobs: int | None,
     retry_errors: int,
     resume_id: str | None,
@@ -225,7 +228,7 @@ def eval_cmd(
     loaded = load_suite(suite_path)
     for warning in loaded.warnings:
         err(f"worktrial: warning: {suite_path}: {warning}")
-    ensure_trust(loaded, workspace, trust)
+    ensure_trust(loaded, workspace, trust, trust_project)
     options = RunOptions(
         agent=agent[0] if agent else None,
         agent_cmd=agent_cmd,
@@ -335,6 +338,7 @@ exec_group.add_command(eval_cmd)
 @click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
 @click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason.")
 @click.option("--trust", is_flag=True, help="Trust the run's suite to run its commands (remembered).")
+@TRUST_PROJECT_OPTION
 @executor_options
 def resume_cmd(
     run_id: str,
@@ -348,6 +352,7 @@ def resume_cmd(
     quiet: bool,
     verbose: bool,
     trust: bool,
+    trust_project: bool,
     executor: str,
     ray_address: str | None,
     ray_cpus_per_attempt: float,
@@ -356,7 +361,9 @@ def resume_cmd(
     """Run only the attempts a stored run is missing, then report on the whole run."""
     stored = stored_suite(run_id, workspace)
     if stored.unchanged:  # a changed suite is refused below, with every difference listed
-        ensure_trust(stored.loaded, stored.workspace, trust)  # its commands run again: the same trust as eval
+        ensure_trust(
+            stored.loaded, stored.workspace, trust, trust_project
+        )  # its commands run again: the same trust as eval
     loaded = stored.loaded
     options = RunOptions(
         workspace=workspace,
@@ -423,24 +430,22 @@ def schema_cmd(which: str) -> None:
     help="Read custom [agents.NAME] from this repository's worktrial.toml (default: the current one).",
 )
 @table_format_option
-@click.option("--trust", is_flag=True, help="Trust this repository's worktrial.toml (remembered), like eval --trust.")
-def agents_cmd(workspace: Path | None, fmt: str, trust: bool) -> None:
+@TRUST_PROJECT_OPTION
+@click.option("--trust", "old_trust", is_flag=True, hidden=True)
+def agents_cmd(workspace: Path | None, fmt: str, trust_project: bool, old_trust: bool) -> None:
     """List every agent --agent accepts, whether its program is installed, and its version."""
     from worktrial.agents.listing import list_agents
     from worktrial.state.config import load_config
     from worktrial.state.project import read_project
 
+    if old_trust:
+        raise BadInputError("`worktrial agents --trust` is now --trust-project (--trust only ever trusts a suite)")
     root = state_root(workspace)
-    if trust:
-        ensure_project_trust(root, trust)
+    # Its binaries and commands are never executed (not even for --version) until it is trusted; the warning
+    # names what is skipped and how to trust it.
+    ensure_project_trust(root, trust_project)
     project = read_project(root)
     untrusted = project.untrusted_agents() if project is not None else {}
-    if project is not None and project.needs_trust():
-        # Its binaries and commands are never executed (not even for --version) until it is trusted.
-        err(
-            f"worktrial: {project.path} is not trusted; its {', '.join(project.sensitive_names())} are ignored. "
-            "Review it, then run `worktrial agents --trust`"
-        )
     rows = list_agents(load_config(root), untrusted)  # the same project config eval would read
     if fmt == "json":
         click.echo(json.dumps([row.__dict__ for row in rows], indent=2))

@@ -163,7 +163,7 @@ def check_cmd(
 ) -> None:
     """Validate a suite by running it: oracle must pass, nop must fail, verifiers must be stable; plus lints."""
     loaded = _load_with_warnings(suite_path)
-    ensure_trust(loaded, workspace, trust)
+    ensure_trust(loaded, workspace, trust, None)  # oracle and nop: nothing of worktrial.toml runs
     loaded, selection = select(loaded, task_patterns, categories, limit)
     if selection is not None and not quiet:
         err(f"worktrial: checking {len(selection.task_ids)} of {selection.suite_tasks} tasks (the selection)")

@@ -141,6 +141,22 @@ class SandboxConfig(Table):
     """Absolute host directories every attempt may write (e.g. a shared package cache)."""
 
 
+def _sha256_hex(value: str) -> str:
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise ValueError("must be a file's sha256 as 64 lowercase hex digits (`sha256sum worktrial.toml`)")
+    return value
+
+
+class TrustConfig(Table):
+    """``[trust]``, in the user's config only: project files the user reviewed, pinned by digest."""
+
+    HINT: ClassVar[str] = "a project file cannot trust itself; this table counts only in your own config.toml"
+
+    project_sha256: list[Annotated[str, AfterValidator(_sha256_hex)]] = Field(default_factory=list)
+    """Digests of ``worktrial.toml`` files whose settings that run programs or route credentials count, in any
+    workspace (a CI checkout's path changes every run; the bytes the user reviewed do not)."""
+
+
 class Config(Table):
     """The whole configuration: the user's ``config.toml`` overlaid by the project's ``worktrial.toml``."""
 
@@ -153,6 +169,8 @@ class Config(Table):
     """``[pricing."provider/model"]`` or ``[pricing."provider/*"]``."""
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     """``[sandbox]`` (user config only: a project cannot loosen its own containment)."""
+    trust: TrustConfig = Field(default_factory=TrustConfig)
+    """``[trust]`` (user config only: a project file cannot vouch for itself)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -7,21 +7,29 @@ user's credentials go: an agent's ``command``, ``model_flag``, ``binary``, ``arg
 file (by sha256) for this workspace, like a suite; until then they are left out of the merged configuration, so
 the user's own settings or the defaults apply, and nothing the file names is executed. An edited file has a new
 digest and is asked about again. The user's own ``config.toml`` is always trusted: the user wrote it.
+
+Trusting a suite (``--trust``, ``WORKTRIAL_TRUST=1``) never trusts this file: in CI every run needs ``--trust``, and
+a pull request can add a worktrial.toml. The file is trusted only explicitly: on the terminal's question, with
+``--trust-project`` (``WORKTRIAL_TRUST_PROJECT=1``), or by its digest pinned in the user's ``[trust]
+project_sha256``, the one way that holds in a CI checkout whose path changes every run. Otherwise its sensitive
+settings are skipped with one warning and the run goes on without them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worktrial.errors import BadInputError, TrustError
+from worktrial.errors import BadInputError
 from worktrial.isolation.safefs import read_regular
-from worktrial.state.trust import add_record, load_records, trust_from_environment
+from worktrial.state.trust import add_record, load_records
+from worktrial.state.userconfig import pinned_project_digests, user_config_path
 
 PROJECT_FILE = "worktrial.toml"
 MAX_PROJECT_BYTES = 1024 * 1024
@@ -29,7 +37,13 @@ TRUST_PREFIX = "worktrial.toml:"
 """Prefix of a project file's digest in the trust records (a suite's digest is stored bare)."""
 SENSITIVE_AGENT_KEYS = ("command", "model_flag", "binary", "args", "env", "config_dir", "pass_env")
 SENSITIVE_PROVIDER_KEYS = ("base_url", "api_key_env")
+TRUST_PROJECT_ENV = "WORKTRIAL_TRUST_PROJECT"
 _SHOWN_CHARS = 200
+
+
+def trust_project_from_environment() -> bool:
+    """``WORKTRIAL_TRUST_PROJECT=1`` trusts the workspace's worktrial.toml, like ``--trust-project``."""
+    return os.environ.get(TRUST_PROJECT_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def _name(part: str) -> str:
@@ -95,7 +109,10 @@ class ProjectFile:
         return bool(self._sensitive()) and not self.trusted()
 
     def trusted(self) -> bool:
-        return TRUST_PREFIX + self.digest in load_records().get(str(self.workspace.resolve()), {})
+        """Trusted for this workspace (remembered), or pinned by digest in the user's ``[trust]``."""
+        if TRUST_PREFIX + self.digest in load_records().get(str(self.workspace.resolve()), {}):
+            return True
+        return self.digest in pinned_project_digests()
 
     def grant(self) -> None:
         add_record(self.workspace, TRUST_PREFIX + self.digest, {"project_file": str(self.path)})
@@ -132,32 +149,36 @@ def read_project(workspace: Path) -> ProjectFile | None:
 def ensure_project_trusted(
     workspace: Path,
     *,
-    assume_yes: bool,
+    trust_project: bool,
     interactive: bool,
     confirm: Callable[[str], bool],
-) -> None:
-    """Return when the workspace's worktrial.toml may be used in full; remember granted trust; else TrustError.
+    warn: Callable[[str], None],
+) -> bool:
+    """Whether the workspace's worktrial.toml counts in full; remembers trust granted here.
 
-    A file without settings that need trust (or no file) needs no question. ``assume_yes`` is ``--trust``.
+    A file without settings that need trust (or no file) needs nothing. ``trust_project`` is ``--trust-project``;
+    on a terminal the user is asked; elsewhere, or when the user says no, the sensitive settings are skipped with
+    one ``warn`` line naming the file, what is skipped and how to trust it, and the run goes on without them.
     """
     project = read_project(workspace)
     if project is None or not project.needs_trust():
-        return
-    if assume_yes or trust_from_environment():
+        return True
+    if trust_project or trust_project_from_environment():
         project.grant()
-        return
-    if not interactive:
-        raise TrustError(
-            f"{project.path} (sha256 {project.digest[:12]}) has not been trusted; it sets what runs or where "
-            f"credentials go: {', '.join(project.sensitive_names())}. Review it, then rerun with --trust or "
-            f"WORKTRIAL_TRUST=1"
+        return True
+    if interactive:
+        question = (
+            f"{project.path} (sha256 {project.digest[:12]}) is this repository's own configuration. These "
+            f"settings run programs or decide where your credentials go:\n"
+            + "\n".join(f"  {line}" for line in project.sensitive())
+            + "\nTrust this file?"
         )
-    question = (
-        f"{project.path} (sha256 {project.digest[:12]}) is this repository's own configuration. These settings "
-        f"run programs or decide where your credentials go:\n"
-        + "\n".join(f"  {line}" for line in project.sensitive())
-        + "\nTrust this file?"
+        if confirm(question):
+            project.grant()
+            return True
+    warn(
+        f"worktrial: warning: {project.path} (sha256 {project.digest[:12]}) is not trusted; ignoring "
+        f"{', '.join(project.sensitive_names())}. Review it, then rerun with --trust-project, or pin it with "
+        f'[trust] project_sha256 = ["{project.digest}"] in {user_config_path()}'
     )
-    if not confirm(question):
-        raise TrustError(f"{project.path} not trusted; nothing was run (its settings count only once trusted)")
-    project.grant()
+    return False

@@ -45,7 +45,7 @@ def add_record(workspace: Path, key: str, record: dict[str, str]) -> None:
 
 
 def trust_from_environment() -> bool:
-    """``WORKTRIAL_TRUST=1`` accepts every trust question, like ``--trust``."""
+    """``WORKTRIAL_TRUST=1`` accepts the suite, like ``--trust`` (never the project's worktrial.toml)."""
     return os.environ.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
