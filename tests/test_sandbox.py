@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from click.testing import Result
 
+import worktrial.isolation.sandbox as sandbox_module
 from tests.conftest import alive_with_marker, git, task
 from worktrial.isolation.limits import Enforcer, Limits, mechanism
 from worktrial.isolation.sandbox import AttemptView, Bubblewrap, SandboxSettings
@@ -326,8 +327,11 @@ def test_compare_notes_runs_in_different_sandboxes(cli, repo: Path, write_suite)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root to become nobody")
-def test_the_same_sandbox_works_for_an_unprivileged_user() -> None:
+def test_the_same_sandbox_works_for_an_unprivileged_user(monkeypatch: pytest.MonkeyPatch) -> None:
     """What worktrial builds also runs as ``nobody`` (bubblewrap then uses an unprivileged user namespace)."""
+    # The sandbox is computed here as root and run as nobody, who cannot search root's own Python install that it
+    # would show; this test runs only /bin/sh (test_sandbox_unprivileged.py runs whole evals as a user).
+    monkeypatch.setattr(sandbox_module, "_tools", lambda *args: ())
     base = Path(tempfile.mkdtemp(prefix="wt-unpriv-", dir="/var/tmp"))
     try:
         base.chmod(0o755)

@@ -14,9 +14,11 @@ import os
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 
@@ -26,6 +28,20 @@ from tests.conftest import alive_with_marker
 
 AGENT = r"""
 cat "$HOME/.ssh/id_rsa" > leaked.txt 2>/dev/null
+cat "$H_HOME/.ssh/id_rsa" "$H_HOME/.cargo/credentials.toml" "$H_SECRET" "$H_SUITE" /etc/shadow >> leaked.txt 2>/dev/null
+cat "$H_REPO/README.md" "$(dirname "$H_SUITE")/hidden_test.py" >> leaked.txt 2>/dev/null
+hello > hello.txt 2>&1
+python3 -c "open('/proc/sys/kernel/core_pattern', 'w')" 2>/dev/null && echo writable > proc-sys.txt
+python3 -c "
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1]); s.sendall(b'touch /tmp/owned'); print('connected')
+except OSError as e:
+    print('refused', e.errno)
+" "$H_SOCK" > socket.txt
+ls / > root.txt
+ls -A /run /var > run-var.txt
 echo pwned > "$H_REPO/README.md" 2>/dev/null
 setsid env -u WORKTRIAL_PROC_TOKEN sleep 300 "$H_MARK" >/dev/null 2>&1 &
 echo "$HOME" > home.txt
@@ -79,15 +95,44 @@ def test_a_default_run_is_sandboxed(who: str) -> None:
         home, repo = base / "home", base / "repo"
         (home / ".ssh").mkdir(parents=True)
         (home / ".ssh" / "id_rsa").write_text("SECRET-SSH-KEY\n")
+        # A developer's PATH: ~/.cargo/bin shows its programs, never the credentials next to them.
+        (home / ".cargo" / "bin").mkdir(parents=True)
+        (home / ".cargo" / "credentials.toml").write_text('[registry]\ntoken = "SECRET-CARGO"\n')
+        (home / ".cargo" / "bin" / "hello").write_text("#!/bin/sh\necho hello from cargo\n")
+        (home / ".cargo" / "bin" / "hello").chmod(0o755)
+        # A root-owned 0600 file outside HOME, and a socket server that runs what it is sent.
+        secret = Path(tempfile.mkdtemp(prefix="wt-root-secret-", dir="/var/tmp"))
+        (secret / "key").write_text("SECRET-ROOT-FILE\n")
+        (secret / "key").chmod(0o600)
+        secret.chmod(0o755)
+        sock_path = secret / "runner.sock"
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(sock_path))
+        sock_path.chmod(0o777)
+        server.listen(4)
+        connected: list[bytes] = []
+
+        def serve() -> None:
+            try:
+                conn, _ = server.accept()
+                connected.append(conn.recv(100))
+            except OSError:
+                pass
+
+        threading.Thread(target=serve, daemon=True).start()
         repo.mkdir()
         (repo / "README.md").write_text("# mine\n")
         env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PATH": f"{home / '.cargo' / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "HOME": str(home),
             "TMPDIR": str(base),
             "WORKTRIAL_TRUST": "1",
             "H_REPO": str(repo),
             "H_MARK": marker,
+            "H_HOME": str(home),
+            "H_SECRET": str(secret / "key"),
+            "H_SOCK": str(sock_path),
+            "H_SUITE": str(base / "evals" / "suite.json"),
             "GIT_AUTHOR_NAME": "t",
             "GIT_AUTHOR_EMAIL": "t@example.invalid",
             "GIT_COMMITTER_NAME": "t",
@@ -97,10 +142,12 @@ def test_a_default_run_is_sandboxed(who: str) -> None:
             subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
         (base / "agent.sh").write_text(AGENT)
         task = {"id": "t", "prompt": "p", "timeout_secs": 60, "verify_commands": ["test -f done.txt"]}
-        (base / "suite.json").write_text(json.dumps({"id": "s", "name": "s", "attempts": 1, "tasks": [task]}))
+        (base / "evals").mkdir()  # the suite and its hidden test, beside the repository as a shared checkout is
+        (base / "evals" / "suite.json").write_text(json.dumps({"id": "s", "name": "s", "attempts": 1, "tasks": [task]}))
+        (base / "evals" / "hidden_test.py").write_text("SECRET-HIDDEN-TEST\n")
         if uid is not None:
             subprocess.run(["chown", "-R", f"{uid}:{uid}", str(base)], check=True)
-        command = [sys.executable, "-m", "worktrial", "eval", "--suite", str(base / "suite.json")]
+        command = [sys.executable, "-m", "worktrial", "eval", "--suite", str(base / "evals" / "suite.json")]
         command += ["--agent-cmd", f"sh {base / 'agent.sh'}", "--keep-worktrees", "--format", "json", "-q"]
         done = subprocess.run([*_as(uid), *command], cwd=repo, env=env, capture_output=True, timeout=300)
         assert done.returncode == 0, done.stderr.decode()
@@ -112,7 +159,15 @@ def test_a_default_run_is_sandboxed(who: str) -> None:
         kept = [p for p in base.rglob("done.txt") if p.parent != repo]
         assert kept, "the kept worktree was not found"
         worktree = kept[0].parent
-        assert (worktree / "leaked.txt").read_text() == ""
+        assert (worktree / "leaked.txt").read_text() == ""  # no key, credentials, root file, suite or /etc/shadow
+        assert (worktree / "hello.txt").read_text() == "hello from cargo\n"
+        assert not (worktree / "proc-sys.txt").exists(), "/proc/sys was writable"
+        assert (worktree / "socket.txt").read_text().startswith("refused") and connected == []
+        top = set((worktree / "root.txt").read_text().split())
+        # Only what the attempt needs: a top directory exists only on the way to a program shown (this Python).
+        python = {Path(os.path.realpath(p)).parts[1] for p in (sys.prefix, sys.base_prefix, sys.executable)}
+        assert not top & ({"home", "root", "srv", "opt", "mnt", "media"} - python), top
+        assert (worktree / "run-var.txt").read_text().split() == ["/run:", "/var:", "tmp"]  # no sockets, no /var
         assert (worktree / "home.txt").read_text().strip() != str(home)
         assert (repo / "README.md").read_text() == "# mine\n"
         assert not alive_with_marker(marker), "a setsid daemon outlived its attempt"
@@ -120,3 +175,6 @@ def test_a_default_run_is_sandboxed(who: str) -> None:
         for pid in alive_with_marker(marker):
             os.kill(pid, signal.SIGKILL)
         subprocess.run(["rm", "-rf", str(base)], check=False)
+        if "server" in locals():
+            server.close()
+            subprocess.run(["rm", "-rf", str(secret)], check=False)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
@@ -208,7 +209,10 @@ class Unconfined(Sandbox):
 
 
 _TMP = Path("/tmp")
-"""Private in every sandbox (an empty tmpfs): programs installed under it are shown like hidden ones."""
+"""Private in every sandbox (an empty tmpfs): programs installed under it are shown like any other."""
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""The system's read-only runtime, shown whole (on merged-/usr systems most are symlinks into /usr)."""
+ETC = Path("/etc")
 
 
 def _real(path: Path | str) -> Path:
@@ -235,30 +239,138 @@ def _under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-@functools.lru_cache(maxsize=256)
-def _tools(argv0: str, path_var: str, hidden: tuple[Path, ...]) -> tuple[Path, ...]:
-    """Programs the attempt needs that live under a hidden path or /tmp (a CLI in ``~/.local``, node under nvm).
+def _system(path: Path) -> bool:
+    return any(_under(path, Path(d)) for d in SYSTEM_DIRS)
 
-    Each such PATH entry's install prefix (its parent, unless that is a hidden root itself) is shown
-    read-only, so the program and the runtime next to it work while the rest of that tree stays hidden.
-    Remembered per (program, PATH, hidden paths): every verify command of every attempt asks the same question,
-    and the answer (a dozen realpath calls) cost a few milliseconds each time.
+
+@functools.lru_cache(maxsize=4)
+def etc_secrets(etc: Path = ETC) -> tuple[tuple[Path, bool], ...]:
+    """What of ``/etc`` is covered: every entry another user could not read (``shadow``, ``gshadow``, ``sudoers``,
+    ssh host keys, ``ssl/private``, machine credentials), as (path, is_dir). An unprivileged program needs only
+    what is world-readable there (passwd, group, hosts, resolv.conf, nsswitch.conf, ld.so.cache, ssl/certs,
+    alternatives), so the rule is by construction, not a list of known names. Walked once per process."""
+    found: list[tuple[Path, bool]] = []
+    for dirpath, dirnames, filenames in os.walk(etc, followlinks=False):
+        for name in list(dirnames):
+            full = Path(dirpath) / name
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and (st.st_mode & 0o005) != 0o005:
+                found.append((full, True))
+                dirnames.remove(name)  # its contents are covered with it
+        for name in filenames:
+            full = Path(dirpath) / name
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o004:
+                found.append((full, False))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=1)
+def _system_args() -> tuple[str, ...]:
+    """The mounts every sandboxed process starts from: the system's runtime read-only and an ``/etc`` without
+    secrets; ``/dev``, ``/proc`` (its ``sys`` read-only), ``/sys`` read-only and empty private ``/tmp``,
+    ``/var/tmp`` and ``/run``. Nothing else of the host exists inside until it is shown."""
+    args: list[str] = []
+    for name in SYSTEM_DIRS:
+        if os.path.islink(name):
+            args += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            args += ["--ro-bind", name, name]
+    args += ["--ro-bind", str(ETC), str(ETC)]
+    covered: list[str] = []
+    for path, is_dir in etc_secrets():
+        if is_dir:
+            args += ["--tmpfs", str(path)]
+            covered += ["--remount-ro", str(path)]
+        else:
+            args += ["--ro-bind", "/dev/null", str(path)]
+    resolv = _real(ETC / "resolv.conf")  # often a symlink into /run (systemd-resolved): DNS must still work
+    if not _under(resolv, ETC) and os.path.isfile(resolv) and os.access(resolv, os.R_OK):
+        args += ["--ro-bind", str(resolv), str(resolv)]
+    args += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    if os.path.isdir("/sys"):
+        args += ["--ro-bind", "/sys", "/sys"]
+    args += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run", *covered]
+    return tuple(args)
+
+
+KEEPS_SECRETS = frozenset(
+    {".cargo", ".local", ".config", ".ssh", ".gnupg", ".aws", ".azure", ".docker", ".kube", ".gem", ".m2"}
+    | {".gradle", ".npm", ".password-store", ".terraform.d", ".cache", ".mozilla", ".pki", ".vscode-server"}
+)
+"""Directories right under ``$HOME`` that hold credentials, keyrings or history next to their ``bin``
+(``~/.cargo/credentials.toml``, ``~/.local/share/keyrings``): of these only the ``bin`` PATH names is shown."""
+
+
+def _prefix_of_bin(entry: Path, home: Path, never: tuple[Path, ...]) -> Path:
+    """A PATH entry's install prefix (``/opt/node`` for ``/opt/node/bin``, ``~/.pyenv`` for its ``shims``, a venv
+    for its ``bin``, ``node_modules`` for ``node_modules/.bin``), or the entry alone when its parent could hold more
+    than programs: ``/``, ``$HOME``, a directory under ``$HOME`` known to keep secrets (``KEEPS_SECRETS``), or any
+    parent of a path no attempt may see."""
+    parent = entry.parent
+    if entry.name == ".bin" and parent.name != "node_modules":
+        return entry
+    if parent == Path("/") or parent == home or any(_under(n, parent) for n in never):
+        return entry
+    if entry.name == ".bin":
+        return parent  # node_modules: the packages its programs run from, nothing else
+    if _under(parent, home) and parent != home:
+        top = parent.relative_to(home).parts[0]
+        if top in KEEPS_SECRETS and not os.path.isfile(parent / "pyvenv.cfg"):
+            return entry
+    return parent
+
+
+def _package_root(program: Path) -> Path:
+    """The directory a program's real file belongs to: its npm package (``node_modules/@scope/name``) or its own
+    directory."""
+    parts = program.parts
+    if "node_modules" in parts:
+        i = len(parts) - 1 - parts[::-1].index("node_modules")
+        depth = 3 if i + 1 < len(parts) and parts[i + 1].startswith("@") else 2
+        if i + depth < len(parts):
+            return Path(*parts[: i + depth])
+    return program.parent
+
+
+@functools.lru_cache(maxsize=256)
+def _tools(argv0: str, path_var: str, home: Path, never: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The programs an attempt needs beyond the system's runtime, each by its own install prefix only.
+
+    Every absolute PATH entry outside ``/usr`` (shown as its prefix, see ``_prefix_of_bin``); the program itself
+    and its ``#!`` interpreter by their package; worktrial's own Python (``sys.prefix``, and its base when that is
+    not the system's), which agents and verify commands call by path. Remembered per (program, PATH, never):
+    every verify command of every attempt asks the same question.
     """
-    entries = [Path(p) for p in path_var.split(os.pathsep) if p.startswith("/")]
-    if argv0.startswith("/"):
-        entries.append(Path(argv0).parent)
-    program = argv0 if argv0.startswith("/") else shutil.which(argv0, path=path_var) if argv0 else None
-    if program is not None and (interpreter := _interpreter(program)) is not None:
-        entries.append(interpreter.parent)  # a script's interpreter (a venv's python) must run too
-    entries.append(Path(sys.executable).parent)  # worktrial's own Python: agents and verify call it by path
-    roots = [*hidden, _TMP]
     shown: list[Path] = []
+
+    def add(path: Path) -> None:
+        if os.path.isdir(path) and not _system(path) and path != Path("/") and path not in shown:
+            shown.append(path)
+
+    entries = [Path(p) for p in path_var.split(os.pathsep) if p.startswith("/")]
     for entry in entries:
         for candidate in {_real(entry), Path(os.path.normpath(entry))}:
-            if not os.path.isdir(candidate) or not any(_under(candidate, h) for h in roots):
-                continue
-            prefix = candidate.parent
-            shown.append(candidate if prefix in roots or prefix == Path("/") else prefix)
+            if os.path.isdir(candidate) and not _system(candidate):
+                add(_prefix_of_bin(candidate, home, never))
+    program = argv0 if argv0.startswith("/") else shutil.which(argv0, path=path_var) if argv0 else None
+    if program is not None:
+        real = _real(program)
+        if not _system(real):
+            add(_package_root(real))
+        interpreter = _interpreter(program)
+        if interpreter is not None and not _system(_real(interpreter)):
+            add(_prefix_of_bin(interpreter.parent, home, never))
+            add(_package_root(_real(interpreter)))
+    for prefix in {Path(sys.prefix), Path(sys.base_prefix)}:
+        if not _system(_real(prefix)) and not any(_under(n, prefix) for n in never):
+            add(prefix)
     return tuple(shown)
 
 
@@ -274,6 +386,7 @@ class Bubblewrap(Sandbox):
         self.enforcer = enforcer
         self.program = program
         self._hidden = [p for p in (_real(h) for h in settings.hidden) if p != Path("/") and os.path.exists(p)]
+        self._never = tuple(sorted({*self._hidden, *(_real(h) for h in settings.hidden)}))
 
     def prepare(self) -> None:
         self.view.home.mkdir(parents=True, exist_ok=True)
@@ -295,9 +408,7 @@ class Bubblewrap(Sandbox):
             child["HOME"] = str(self.view.home)
         child["TMPDIR"] = "/tmp"
         ops: dict[Path, str] = {}
-        for hidden in self._hidden:
-            ops[hidden] = "hide" if os.path.isdir(hidden) else "hide-file"
-        tools = _tools(argv[0] if argv else "", child.get("PATH", ""), tuple(self._hidden))
+        tools = _tools(argv[0] if argv else "", child.get("PATH", ""), _real(Path.home()), self._never)
         readonly = [*self.view.readonly, *tools, *(Path(p) for p in self.settings.readable)]
         for path in (_real(p) for p in readonly):
             if os.path.exists(path):
@@ -305,8 +416,12 @@ class Bubblewrap(Sandbox):
         for path in (_real(p) for p in [*self.view.writable, *map(Path, self.settings.writable)]):
             if os.path.exists(path):
                 ops[path] = "rw"
+        shown = list(ops)
+        for hidden in self._hidden:  # a hidden path inside something shown (a repository's .venv) stays hidden
+            if hidden not in ops and any(_under(hidden, s) for s in shown):
+                ops[hidden] = "hide" if os.path.isdir(hidden) else "hide-file"
         args = [self.program, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"]
-        args += ["--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        args += ["--cap-drop", "ALL", *_system_args()]
         if self.settings.network == "off":
             args.append("--unshare-net")
         remount: list[str] = []
@@ -321,7 +436,12 @@ class Bubblewrap(Sandbox):
                 args += ["--ro-bind", str(path), str(path)]
             else:
                 args += ["--bind", str(path), str(path)]
-        args += [*remount, "--chdir", str(_real(cwd)), "--"]
+        # bwrap creates the directories leading to each mount; inside the writable private /tmp those must not be
+        # writable either, or "$REPO/README.md" could be written there (and look like the repository to the agent).
+        skeleton = {a for p in ops for a in p.parents if _under(a, _TMP) and a != _TMP and a not in ops}
+        for path in sorted(skeleton, key=lambda p: len(p.parts)):
+            remount += ["--chmod", "0555", str(path)]
+        args += [*remount, "--remount-ro", "/", "--chdir", str(_real(cwd)), "--"]
         return [*self.enforcer.prefix(), *args, *argv], child
 
 
