@@ -1,13 +1,15 @@
 """The sandbox every process of an attempt runs in: setup commands, the agent (and its tools), verify commands.
 
 Mechanism: bubblewrap (``bwrap``), which needs no daemon and starts in a few milliseconds. Each wrapped
-process gets its own mount namespace built from the host's root mounted read-only, with the attempt's worktree,
-private git directory and scratch directory bound writable, the borrowed git objects read-only, and the paths the
-harness names hidden under empty read-only tmpfs mounts (the user's repository, the run store, worktrial's
-config, cache and trust files, the run's other slots, the user's home); a private ``/tmp``; a fresh ``HOME``;
-its own PID namespace (ending the wrapped process ends everything it started, ``setsid`` or not, and
-``--die-with-parent`` ends it when the harness is killed); all capabilities dropped; and, with ``--network off``,
-its own network namespace with loopback only. Resource limits (``limits.py``) apply with or without it.
+process gets its own mount namespace built from an allowlist (docs/security.md, "The sandbox"): the system's runtime
+(``/usr``, ``/bin``, ``/lib*``) and an ``/etc`` without what other users cannot read, read-only; the attempt's
+worktree, private git directory and scratch directory writable; the borrowed git objects read-only; each program
+the attempt runs by its own install prefix; ``/proc`` (with ``sys`` read-only), ``/sys`` read-only, and empty private
+``/tmp``, ``/var/tmp`` and ``/run``. Nothing else of the host exists inside, and a path the harness hides that lies
+inside something shown is covered by an empty read-only mount. A fresh ``HOME``; its own PID namespace (ending the
+wrapped process ends everything it started, ``setsid`` or not, and ``--die-with-parent`` ends it when the harness is
+killed); all capabilities dropped; and, with ``--network off``, its own network namespace with loopback only.
+Resource limits (``limits.py``) apply with or without it.
 
 Works as root (CI) and as an unprivileged user where the kernel allows user namespaces. Where it cannot work,
 ``auto`` runs unsandboxed with one warning and ``on`` refuses to start.
