@@ -62,7 +62,19 @@ def test_the_command_agent_gets_every_prompt_size(repo: Path, write_suite, tmp_p
     agent.write_text(CHECKING_AGENT)
     suite = write_suite([task("t", prompt=prompt)], attempts=2)
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "-q", "--trust"],
+        [
+            "eval",
+            "--suite",
+            str(suite),
+            "--agent-cmd",
+            f"sh {agent}",
+            "--format",
+            "json",
+            "-q",
+            "--trust",
+            "--pass-env",
+            "EXPECTED",
+        ],
         cwd=repo,
         env={"EXPECTED": str(expected)},
     )
@@ -77,6 +89,7 @@ def _fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         path.mkdir()
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     monkeypatch.setenv("FAKE_LOG_DIR", str(log_dir))
+    (bin_dir / ".fake-log-dir").write_text(str(log_dir))  # presets keep FAKE_LOG_DIR out of the CLI's environment
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("IS_SANDBOX", "1")
     return log_dir
@@ -174,7 +187,19 @@ def test_custom_agents_get_the_prompt_file_placeholder(repo: Path, write_suite, 
     outcomes = {}
     for agent in ("by-file", "by-arg"):
         result = run_worktrial(
-            ["eval", "--suite", str(suite), "--agent", agent, "--format", "json", "-q", "--trust"],
+            [
+                "eval",
+                "--suite",
+                str(suite),
+                "--agent",
+                agent,
+                "--format",
+                "json",
+                "-q",
+                "--trust",
+                "--pass-env",
+                "EXPECTED",
+            ],
             cwd=repo,
             env={"EXPECTED": str(expected)},
         )

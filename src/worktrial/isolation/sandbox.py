@@ -376,6 +376,30 @@ def _tools(argv0: str, path_var: str, home: Path, never: tuple[Path, ...]) -> tu
     return tuple(shown)
 
 
+def allowlist(settings: SandboxSettings) -> list[str]:
+    """What every attempt sees of the host, for ``run.sandbox.shown``: the same rules ``Bubblewrap.wrap`` applies."""
+    shown = [f"{name} -> {os.readlink(name)}" if os.path.islink(name) else name for name in SYSTEM_DIRS]
+    shown = [entry for entry, name in zip(shown, SYSTEM_DIRS, strict=True) if os.path.lexists(name)]
+    shown.append(f"/etc (read-only; {len(etc_secrets())} entries other users cannot read covered)")
+    shown += ["/dev (minimal)", "/proc (sys read-only)", "/sys (read-only)", "/tmp, /var/tmp, /run (private, empty)"]
+    shown += [
+        "the attempt's worktree, private git dir and scratch with a fresh HOME (writable)",
+        "the borrowed git objects (read-only)",
+        "each program the attempt runs, by its install prefix (read-only)",
+    ]
+    shown += [f"{path} (read-only, [sandbox] readable or the agent's command)" for path in settings.readable]
+    shown += [f"{path} (writable, [sandbox] writable)" for path in settings.writable]
+    if settings.network == "off":
+        shown.append("network: loopback only")
+    return shown
+
+
+def uid_mode() -> str:
+    """Who sandboxed processes run as (``run.sandbox.uid``)."""
+    euid = os.geteuid() if hasattr(os, "geteuid") else -1
+    return f"uid {euid} without capabilities" + (" (root: files are protected by not being shown)" if euid == 0 else "")
+
+
 class Bubblewrap(Sandbox):
     """One attempt's bubblewrap sandbox (see the module docstring for what it gives)."""
 
@@ -440,7 +464,12 @@ class Bubblewrap(Sandbox):
                 args += ["--bind", str(path), str(path)]
         # bwrap creates the directories leading to each mount; inside the writable private /tmp those must not be
         # writable either, or "$REPO/README.md" could be written there (and look like the repository to the agent).
-        skeleton = {a for p in ops for a in p.parents if _under(a, _TMP) and a != _TMP and a not in ops}
+        skeleton = {
+            a
+            for p in ops
+            for a in p.parents
+            if _under(a, _TMP) and a != _TMP and not any(_under(a, mounted) for mounted in ops)
+        }
         for path in sorted(skeleton, key=lambda p: len(p.parts)):
             remount += ["--chmod", "0555", str(path)]
         args += [*remount, "--remount-ro", "/", "--chdir", str(_real(cwd)), "--"]
