@@ -149,11 +149,15 @@ def test_a_default_run_is_sandboxed(who: str) -> None:
             subprocess.run(["chown", "-R", f"{uid}:{uid}", str(base)], check=True)
         command = [sys.executable, "-m", "worktrial", "eval", "--suite", str(base / "evals" / "suite.json")]
         command += ["--agent-cmd", f"sh {base / 'agent.sh'}", "--keep-worktrees", "--format", "json", "-q"]
+        command += ["--pass-env", "H_*"]  # the agent knows where to aim, as a hostile one would find out
         done = subprocess.run([*_as(uid), *command], cwd=repo, env=env, capture_output=True, timeout=300)
         assert done.returncode == 0, done.stderr.decode()
         assert b"unsandboxed" not in done.stderr, done.stderr.decode()
         envelope = json.loads(done.stdout)
         assert envelope["run"]["sandbox"]["kind"] == "bubblewrap", envelope["run"]["sandbox"]
+        shown = envelope["run"]["sandbox"]["shown"]  # a published number says how it was contained
+        assert "/usr" in shown and any(s.startswith("/etc (read-only;") for s in shown), shown
+        assert envelope["run"]["sandbox"]["uid"].startswith(f"uid {uid if uid is not None else 0} ")
         attempt = envelope["report"]["tasks"][0]["attempts"][0]
         assert attempt["outcome"] == "pass", attempt
         kept = [p for p in base.rglob("done.txt") if p.parent != repo]

@@ -15,7 +15,15 @@ from typing import cast
 
 from worktrial.errors import BadInputError
 from worktrial.isolation.limits import Limits, mechanism, parse_size
-from worktrial.isolation.sandbox import NetworkMode, SandboxDecision, SandboxMode, SandboxSettings, decide
+from worktrial.isolation.sandbox import (
+    NetworkMode,
+    SandboxDecision,
+    SandboxMode,
+    SandboxSettings,
+    allowlist,
+    decide,
+    uid_mode,
+)
 from worktrial.model.envelope import SandboxInfo
 from worktrial.state.config import USER_FILE, cache_dir, config_dir, load_config
 
@@ -98,5 +106,7 @@ def resolve_sandbox(
         max_procs=limits.max_procs,
         limits=mechanism() if limits.any else None,
         reason=decision.reason,
+        shown=allowlist(settings) if decision.kind == "bubblewrap" else None,
+        uid=uid_mode() if decision.kind == "bubblewrap" else None,
     )
     return settings, decision, info

@@ -137,6 +137,13 @@ class SandboxInfo(BaseModel):
     max_procs: int | None = Field(default=None, description="Processes per attempt (--max-procs), None: no limit.")
     limits: str | None = Field(default=None, description="How limits were enforced: cgroup, rlimit or mixed.")
     reason: str | None = Field(default=None, description="Why there was no sandbox, when kind is 'none'.")
+    shown: list[str] | None = Field(
+        default=None,
+        description="What of the host the attempts saw (the sandbox's allowlist); None: the whole host (no sandbox).",
+    )
+    uid: str | None = Field(
+        default=None, description="Who the attempts' processes ran as, e.g. 'uid 0 without capabilities'."
+    )
 
     def summary(self) -> str:
         """One line for reports and compare, e.g. ``bubblewrap 0.8.0, network off, max-procs 64``."""
