@@ -15,7 +15,7 @@ BUNDLED = ROOT / "suites/smoke-workspace-basics.json"
 
 def run_eval(cli: Any, repo: Path, suite: Path, *args: str, jobs: int = 1) -> Any:
     """One attempt per task; one job unless asked, so scripted steps are served in task order."""
-    common = ["--trust", "--format", "json", "-q", "--attempts", "1", "--jobs", str(jobs)]
+    common = ["--trust", "--trust-project", "--format", "json", "-q", "--attempts", "1", "--jobs", str(jobs)]
     return cli(["eval", "--suite", str(suite), *common, *args], cwd=repo)
 
 

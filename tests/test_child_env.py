@@ -1,5 +1,5 @@
 """Which of the caller's variables each child process sees: setup and verify commands a minimal environment, agents
-everything but credentials, plus their own provider's keys or what --pass-env names. Real git, real processes."""
+an allow-list, plus their own provider's variables or what --pass-env names. Real git, real processes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.conftest import task
 from tests.fakes import install_fake, invocations, share_with_sandbox
 from tests.fakes.streams import SCENARIOS
 from tests.test_presets_e2e import FakeEnv, fake_env
-from worktrial.isolation.childenv import command_env
+from worktrial.isolation.childenv import AGENT_NAMES, command_env
 from worktrial.redaction import is_credential_name
 
 __all__ = ["fake_env"]
@@ -107,11 +107,72 @@ def test_a_command_agent_sees_a_credential_only_with_pass_env(
     assert PLANTED["MY_SERVICE_TOKEN"] not in json.dumps(envelope)
     assert _outcomes(_eval(cli, repo, suite, "--agent-cmd", sees_token, "--pass-env", "MY_SERVICE_*")) == {"t": "pass"}
 
-    # Passing one credential passes no other; variables that are not credentials reach every agent.
+    # Passing one variable passes no other, and a variable that names no secret needs --pass-env like any other.
     others = " && ".join(f'test -z "${{{name}+x}}"' for name in PLANTED if name != "MY_SERVICE_TOKEN")
     only_that = f'test "$MY_PLAIN_SETTING" = plain-value && {others}'
     agent = f"{only_that} && echo done > done.txt"
-    assert _outcomes(_eval(cli, repo, suite, "--agent-cmd", agent, "--pass-env", "MY_SERVICE_TOKEN")) == {"t": "pass"}
+    assert _outcomes(_eval(cli, repo, suite, "--agent-cmd", agent, "--pass-env", "MY_SERVICE_TOKEN")) == {"t": "fail"}
+    passed = ("--pass-env", "MY_SERVICE_TOKEN", "--pass-env", "MY_PLAIN_SETTING")
+    assert _outcomes(_eval(cli, repo, suite, "--agent-cmd", agent, *passed)) == {"t": "pass"}
+
+
+UNNAMED_SECRETS = {
+    "DB_PASS": "hunter2-db-pass-value",
+    "DATABASE_URL": "postgres://app:s3cr3t-db@db.internal/prod",
+    "HTTPS_PROXY": "http://proxyuser:proxy-s3cret@proxy.internal:3128",
+    "CI_JOB_JWT": "eyJhbGciOi.planted-ci-job-jwt",
+    "SLACK_WEBHOOK": "https://hooks.example.invalid/services/T000/B000/planted",
+    "SENTRY_DSN": "https://planted0dsn@sentry.example.invalid/42",
+}
+NEVER = {
+    "DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/0/bus",
+    "XDG_RUNTIME_DIR": "/run/user/0",
+    "SSH_AUTH_SOCK": "/tmp/ssh-planted/agent.1",
+}
+
+
+def test_a_command_agent_gets_an_allow_list_not_everything_but_known_secret_names(
+    cli: Any, repo: Path, write_suite: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Secrets whose names say nothing (DB_PASS, DATABASE_URL, a proxy URL with a password, a CI job token, webhook
+    URLs, DSNs) never reach a command agent; one the user passes does, and is redacted wherever the agent prints it;
+    the session bus, runtime directory and ssh agent are never passed, not even when asked for."""
+    for name, value in {**UNNAMED_SECRETS, **NEVER}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    suite = write_suite([task("t")])
+    dump = "env > env.txt; cat env.txt; echo done > done.txt"
+    envelope = _eval(cli, repo, suite, "--agent-cmd", dump, "--keep-worktrees")
+    assert _outcomes(envelope) == {"t": "pass"}
+    seen = dict(
+        line.split("=", 1) for line in (Path(_kept(envelope)) / "env.txt").read_text().splitlines() if "=" in line
+    )
+    assert not set(seen) & {*UNNAMED_SECRETS, *NEVER}, sorted(seen)
+    assert seen["LC_ALL"] == "C.UTF-8" and "PATH" in seen and "HOME" in seen
+    assert {name for name in seen if name.startswith("WORKTRIAL_")}  # the contract variables
+    stray = set(seen) - AGENT_NAMES - {"PWD", "SHLVL", "_", "OLDPWD"}  # the last ones the shell sets itself
+    assert all(n.startswith(("WORKTRIAL_", "LC_")) for n in stray), stray
+
+    # Asked for, a secret with any name reaches the agent, and what it prints of it is stored redacted.
+    asked = ("--pass-env", "DATABASE_URL", "--pass-env", "HTTPS_PROXY", "--pass-env", "SSH_AUTH_SOCK")
+    envelope = _eval(cli, repo, suite, "--agent-cmd", dump, "--keep-worktrees", *asked)
+    seen = dict(
+        line.split("=", 1) for line in (Path(_kept(envelope)) / "env.txt").read_text().splitlines() if "=" in line
+    )
+    assert (
+        seen["DATABASE_URL"] == UNNAMED_SECRETS["DATABASE_URL"]
+        and seen["HTTPS_PROXY"] == UNNAMED_SECRETS["HTTPS_PROXY"]
+    )
+    assert "SSH_AUTH_SOCK" not in seen and "DB_PASS" not in seen
+    stored = "".join(p.read_text(errors="replace") for p in (repo / ".worktrial").rglob("*") if p.is_file())
+    for value in (UNNAMED_SECRETS["DATABASE_URL"], UNNAMED_SECRETS["HTTPS_PROXY"]):
+        assert value not in stored  # printed to stdout by the agent, kept redacted in its artifacts
+    assert "[REDACTED]" in stored
+
+
+def _kept(envelope: dict[str, Any]) -> str:
+    worktree: str = envelope["report"]["tasks"][0]["attempts"][0]["worktree"]
+    return worktree
 
 
 def test_a_custom_agent_gets_what_its_pass_env_names(cli: Any, repo: Path, write_suite: Any, planted: None) -> None:
@@ -149,10 +210,7 @@ def test_a_preset_sees_its_own_providers_key_but_not_anothers(
     suite = write_suite([task("t", prompt="Create done.txt [scenario:normal]")])
 
     assert _outcomes(_eval(cli, repo, suite, "--agent", "claude-code")) == {"t": "pass"}
-    assert _recorded_env(fake_env, "claude") == {
-        "ANTHROPIC_API_KEY": PLANTED["ANTHROPIC_API_KEY"],
-        "MY_PLAIN_SETTING": "plain-value",
-    }
+    assert _recorded_env(fake_env, "claude") == {"ANTHROPIC_API_KEY": PLANTED["ANTHROPIC_API_KEY"]}
 
     # Codex: the OpenAI key (mapped to CODEX_API_KEY, which Codex reads), and the variable the user's own
     # ~/.codex/config.toml names as a provider's env_key; never Anthropic's key or AWS credentials.
@@ -164,8 +222,7 @@ def test_a_preset_sees_its_own_providers_key_but_not_anothers(
         "OPENAI_API_KEY": PLANTED["OPENAI_API_KEY"],
         "CODEX_API_KEY": PLANTED["OPENAI_API_KEY"],
         "SCRIPTED_PROVIDER_KEY": "sk-scripted-provider-0123",
-        "MY_PLAIN_SETTING": "plain-value",
-    }
+    }  # MY_PLAIN_SETTING is no provider's: a preset gets it only with --pass-env, like a command agent
 
 
 def test_a_preset_gets_more_only_when_the_user_says_so(

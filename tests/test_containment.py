@@ -106,8 +106,13 @@ def harness(
     repo: Path, *args: str, marker: str = "", extra_env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
     env = {**os.environ, "WORKTRIAL_TRUST": "1", "MARK": marker, **(extra_env or {})}
+    passed = ["--pass-env", "MARK"] if args and args[0] == "eval" else []  # resume keeps the run's own
     return subprocess.Popen(
-        [sys.executable, "-m", "worktrial", *args], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-m", "worktrial", *args, *passed],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
 
 

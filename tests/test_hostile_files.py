@@ -29,7 +29,20 @@ def test_usage_file_attacks(repo: Path, write_suite, tmp_path: Path, attack: str
     agent.write_text(f"touch done.txt\n{USAGE_ATTACKS[attack]}\n")
     suite = write_suite([task("t", verify_commands=["test -f done.txt"])], attempts=2)
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "-q", "--sandbox", sandbox],
+        [
+            "eval",
+            "--suite",
+            str(suite),
+            "--agent-cmd",
+            f"sh {agent}",
+            "--format",
+            "json",
+            "-q",
+            "--sandbox",
+            sandbox,
+            "--pass-env",
+            "PLANTED_TARGET_PATH",
+        ],
         cwd=repo,
         env={"WORKTRIAL_TRUST": "1", "PLANTED_TARGET_PATH": str(secret)},
         timeout=180,

@@ -53,7 +53,20 @@ def test_reset_never_follows_what_the_agent_left(
     agent.write_text(f"set +e\ntouch done.txt\n{ATTACKS[attack]}\nexit 0\n")
     suite = write_suite([task("t", verify_commands=["test -f done.txt"])], attempts=3)
     result = run_worktrial(
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1", *mode],
+        [
+            "eval",
+            "--suite",
+            str(suite),
+            "--agent-cmd",
+            f"sh {agent}",
+            "--format",
+            "json",
+            "--jobs",
+            "1",
+            *mode,
+            "--pass-env",
+            "USER_REPO",
+        ],
         cwd=repo,
         env={"USER_REPO": str(repo), "TMPDIR": str(tmp), "WORKTRIAL_TRUST": "1"},
     )
@@ -112,7 +125,20 @@ def test_each_attempt_gets_a_fresh_worktree_path(repo: Path, write_suite, tmp_pa
     suite = write_suite([task("t", verify_commands=["test -f done.txt"])], attempts=3)
     result = run_worktrial(
         # Unsandboxed: the agent keeps a log outside its worktree, which the sandbox would hide.
-        ["eval", "--suite", str(suite), "--agent-cmd", f"sh {agent}", "--format", "json", "--jobs", "1", *OFF],
+        [
+            "eval",
+            "--suite",
+            str(suite),
+            "--agent-cmd",
+            f"sh {agent}",
+            "--format",
+            "json",
+            "--jobs",
+            "1",
+            *OFF,
+            "--pass-env",
+            "SEEN",
+        ],
         cwd=repo,
         env={"WORKTRIAL_TRUST": "1", "SEEN": str(seen)},
     )

@@ -70,7 +70,7 @@ def test_interrupt_cleans_up(repo: Path, write_suite: SuiteWriter, tmp_path: Pat
     )
     env = {**os.environ, "TMPDIR": str(tmp), "WORKTRIAL_TRUST": "1", "MARK": marker}
     argv = [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--agent-cmd", agent,
-            "--format", "json", "--jobs", "2"]  # fmt: skip
+            "--format", "json", "--jobs", "2", "--pass-env", "MARK"]  # fmt: skip
     harness = subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         stored = repo / ".worktrial" / "runs"

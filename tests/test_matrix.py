@@ -235,7 +235,8 @@ def custom_agents(repo: Path, tmp_path: Path, **agents: tuple[str, float]) -> No
     script = tmp_path / "agent.sh"
     script.write_text(AGENT_SCRIPT)
     tables = "".join(
-        f'[agents.{name}]\ncommand = "sh {script} {mode} {cost}"\n' for name, (mode, cost) in agents.items()
+        f'[agents.{name}]\ncommand = "sh {script} {mode} {cost}"\npass_env = ["MATRIX_*"]\n'
+        for name, (mode, cost) in agents.items()
     )
     (repo / "worktrial.toml").write_text(tables)
     subprocess.run(["git", "add", "worktrial.toml"], cwd=repo, check=True)
@@ -251,7 +252,7 @@ def test_agent_matrix_ranks_marks_ties_and_reports_cost_and_honesty(
 ) -> None:
     custom_agents(repo, tmp_path, good=("solve", 0.01), pricey=("solve", 0.05), modest=("modest", 0.01))
     suite = write_suite([task(f"t{i}") for i in range(1, 7)], attempts=2)
-    args = ["eval", "--suite", str(suite), "--trust", "--verify-always", "-q", "--jobs", "2"]
+    args = ["eval", "--suite", str(suite), "--trust", "--trust-project", "--verify-always", "-q", "--jobs", "2"]
     agents = ["--agent", "nop", "--agent", "modest", "--agent", "pricey", "--agent", "good"]
     result = cli([*args, *agents, "--format", "json"], cwd=repo)
     assert result.exit_code == 0, result.output
@@ -307,7 +308,20 @@ def test_every_configuration_starts_from_the_first_ones_base_commit(
     base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True)
     monkeypatch.setenv("MATRIX_USER_REPO", str(repo))
     suite = write_suite([task("t1")], attempts=1)
-    args = ["eval", "--suite", str(suite), "--trust", "-q", "--agent", "mover", "--agent", "good", "--format", "json"]
+    args = [
+        "eval",
+        "--suite",
+        str(suite),
+        "--trust",
+        "--trust-project",
+        "-q",
+        "--agent",
+        "mover",
+        "--agent",
+        "good",
+        "--format",
+        "json",
+    ]
     args += ["--sandbox", "off"]  # in the sandbox the user's repository is out of the agent's reach
     result = cli(args, cwd=repo)
     assert result.exit_code == 0, result.output
@@ -320,7 +334,7 @@ def test_every_configuration_starts_from_the_first_ones_base_commit(
 
 def test_single_configuration_output_is_unchanged(cli: Any, repo: Path, write_suite: Any) -> None:
     suite = write_suite([task("t1"), task("t2")], attempts=2)
-    common = ["eval", "--suite", str(suite), "--trust", "-q", "--agent", "oracle"]
+    common = ["eval", "--suite", str(suite), "--trust", "--trust-project", "-q", "--agent", "oracle"]
     markdown = cli([*common, "--model", "p/recorded"], cwd=repo)
     assert markdown.exit_code == 0, markdown.output
     (run_dir,) = (repo / ".worktrial" / "runs").iterdir()
@@ -335,7 +349,7 @@ def test_single_configuration_output_is_unchanged(cli: Any, repo: Path, write_su
 def test_bad_matrix_input_fails_before_any_attempt(cli: Any, repo: Path, write_suite: Any, monkeypatch: Any) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     suite = write_suite([task("t1")])
-    base = ["eval", "--suite", str(suite), "--trust", "-q"]
+    base = ["eval", "--suite", str(suite), "--trust", "--trust-project", "-q"]
     missing_key = cli([*base, "--agent", "oracle", "--agent", "builtin", "--model", "openai/gpt-5.1"], cwd=repo)
     assert missing_key.exit_code == 2
     assert "builtin (openai/gpt-5.1): --model openai/gpt-5.1 needs an API key" in missing_key.stderr
@@ -377,7 +391,20 @@ def test_model_matrix_on_the_builtin_agent_keeps_going_past_a_fatal_error(
         "openai-compatible/smart",
     ]
     with ScriptedProvider(by_model) as server:
-        args = ["eval", "--suite", str(suite), "--trust", "-q", "--attempts", "2", "--jobs", "1", "--format", "json"]
+        args = [
+            "eval",
+            "--suite",
+            str(suite),
+            "--trust",
+            "--trust-project",
+            "-q",
+            "--attempts",
+            "2",
+            "--jobs",
+            "1",
+            "--format",
+            "json",
+        ]
         result = cli([*args, *models, "--base-url", server.openai_url], cwd=repo)
     assert result.exit_code == 2, result.output
     assert "builtin (openai-compatible/locked): " in result.stderr and "HTTP 401" in result.stderr
@@ -409,7 +436,7 @@ def test_interrupt_stops_the_matrix_and_prints_what_finished(repo: Path, tmp_pat
     sync.mkdir()
     share_with_sandbox(sync)
     sleeping = sync / "sleeping"
-    env = {**os.environ, "WORKTRIAL_TRUST": "1", "MATRIX_SLEEPING": str(sleeping)}
+    env = {**os.environ, "WORKTRIAL_TRUST": "1", "WORKTRIAL_TRUST_PROJECT": "1", "MATRIX_SLEEPING": str(sleeping)}
     command = [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--format", "json"]
     agents = ["--agent", "quick", "--agent", "slow", "--agent", "never"]
     harness = subprocess.Popen([*command, *agents], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

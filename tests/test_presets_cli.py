@@ -46,7 +46,7 @@ def test_missing_binary_is_one_clear_error_naming_the_install(
     cli: Callable[..., Result], repo: Path, write_suite, fake_env: FakeEnv
 ) -> None:
     suite = write_suite([task("t")])
-    result = cli(["eval", "--suite", str(suite), "--agent", "codex", "--trust"], cwd=repo)
+    result = cli(["eval", "--suite", str(suite), "--agent", "codex", "--trust", "--trust-project"], cwd=repo)
     assert result.exit_code == 2
     assert "`codex` is not on PATH; install it with: npm install -g @openai/codex" in result.output
     assert "Traceback" not in result.output
@@ -70,7 +70,7 @@ def test_agents_command_lists_every_preset_with_install_state(
 ) -> None:
     install_fake(fake_env.bin_dir, "codex", SCENARIOS["codex"][1])
     (repo / "worktrial.toml").write_text('[agents.mine]\ncommand = "codex exec {prompt}"\nparser = "codex"\n')
-    result = cli(["agents", "--format", "json", "--trust"], cwd=repo)
+    result = cli(["agents", "--format", "json", "--trust-project"], cwd=repo)
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert set(PRESETS) <= set(rows)
@@ -150,7 +150,7 @@ def test_custom_agent_priced_by_its_price_model(
     (repo / "worktrial.toml").write_text(
         '[agents.thing]\ncommand = "thing run --json {prompt}"\nparser = "codex"\nprice_model = "acme/nothing"\n'
     )
-    result = cli(["eval", "--suite", str(suite), "--agent", "thing", "--trust", "-q"], cwd=repo)
+    result = cli(["eval", "--suite", str(suite), "--agent", "thing", "--trust", "--trust-project", "-q"], cwd=repo)
     assert result.exit_code == 2
     assert "price_model 'acme/nothing' has no price" in result.output
 
@@ -176,14 +176,18 @@ def test_custom_agent_on_stdin_with_usage_file(
 
 def test_custom_agent_config_errors_are_clear(cli: Callable[..., Result], repo: Path, write_suite) -> None:
     (repo / "worktrial.toml").write_text('[agents.bad]\ncommand = "x {prompt}"\nparser = "nope"\n')
-    result = cli(["eval", "--suite", str(write_suite([task("t")])), "--agent", "bad", "--trust"], cwd=repo)
+    result = cli(
+        ["eval", "--suite", str(write_suite([task("t")])), "--agent", "bad", "--trust", "--trust-project"], cwd=repo
+    )
     assert result.exit_code == 2
     assert "[agents.bad].parser must be one of: usage-file, claude-code" in result.output
 
 
 def test_unknown_agent_lists_presets_and_custom_agents(cli: Callable[..., Result], repo: Path, write_suite) -> None:
     (repo / "worktrial.toml").write_text('[agents.mine]\ncommand = "true"\n')
-    result = cli(["eval", "--suite", str(write_suite([task("t")])), "--agent", "nope", "--trust"], cwd=repo)
+    result = cli(
+        ["eval", "--suite", str(write_suite([task("t")])), "--agent", "nope", "--trust", "--trust-project"], cwd=repo
+    )
     assert result.exit_code == 2
     assert "claude-code" in result.output and "mine" in result.output and "vtcode" in result.output
 

@@ -47,6 +47,7 @@ def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeEnv:
         path.mkdir()
     monkeypatch.setenv("PATH", f"{env.bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
     monkeypatch.setenv("FAKE_LOG_DIR", str(env.log_dir))
+    (env.bin_dir / ".fake-log-dir").write_text(str(env.log_dir))  # what a command agent's allow-list keeps out
     # The fakes log how they were called from inside the sandbox: the user shares that one directory with it.
     share_with_sandbox(env.log_dir)
     monkeypatch.setenv("HOME", str(env.home))
@@ -58,7 +59,20 @@ def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeEnv:
 
 def run_eval(cli: Callable[..., Result], repo: Path, suite: Path, agent: str, *extra: str) -> dict[str, Any]:
     result = cli(
-        ["eval", "--suite", str(suite), "--agent", agent, "--trust", "--format", "json", "-q", *extra], cwd=repo
+        [
+            "eval",
+            "--suite",
+            str(suite),
+            "--agent",
+            agent,
+            "--trust",
+            "--trust-project",
+            "--format",
+            "json",
+            "-q",
+            *extra,
+        ],
+        cwd=repo,
     )
     assert result.exit_code == 0, result.output
     envelope: dict[str, Any] = json.loads(result.stdout)

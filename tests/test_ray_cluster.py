@@ -55,6 +55,10 @@ def _suite(tmp_path: Path, write_suite, ids: list[str], attempts: int) -> Path:
     return suite
 
 
+NODE = ("--pass-env", "WORKTRIAL_TEST_NODE")
+"""A node's name is in its own environment; an agent gets it only when named (agents get an allow-list)."""
+
+
 def _agent_cmd(marks: Path, nap: float) -> str:
     return f"sh -c 'MARKS={marks} NAP={nap}; {AGENT}'"
 
@@ -77,8 +81,10 @@ def test_same_report_as_local_with_attempts_on_both_nodes(
     local_marks.mkdir()
     ray_marks.mkdir()
     share_with_sandbox(local_marks, ray_marks)  # the agents leave their marks where the test can read them
-    local = eval_json(cli, repo, suite, "--agent-cmd", _agent_cmd(local_marks, 0), "--jobs", "4")
-    done = cluster.run(_ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(ray_marks, 0.3), "--jobs", "4"), repo)
+    local = eval_json(cli, repo, suite, "--agent-cmd", _agent_cmd(local_marks, 0), *NODE, "--jobs", "4")
+    done = cluster.run(
+        _ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(ray_marks, 0.3), *NODE, "--jobs", "4"), repo
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     remote = json.loads(done.stdout)
     assert comparable(remote) == comparable(local)
@@ -98,7 +104,7 @@ def test_custom_resources_place_attempts_on_the_nodes_that_have_them(
     marks = tmp_path / "marks"
     marks.mkdir()
     share_with_sandbox(marks)  # the agents leave their marks where the test can read them
-    argv = _ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(marks, 0), "--jobs", "2")
+    argv = _ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(marks, 0), *NODE, "--jobs", "2")
     done = cluster.run([*argv, "--ray-resource", "agent_fake=1"], repo)
     assert done.returncode == 0, done.stderr[-3000:]
     assert _nodes_of(marks) == {"b"}
@@ -116,7 +122,9 @@ def test_ctrl_c_stops_the_workers_and_resume_reconnects(
     marks = tmp_path / "marks"
     marks.mkdir()
     share_with_sandbox(marks)  # the agents leave their marks where the test can read them
-    driver = cluster.popen(_ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(marks, 2), "--jobs", "2"), repo)
+    driver = cluster.popen(
+        _ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(marks, 2), *NODE, "--jobs", "2"), repo
+    )
     try:
         deadline = time.monotonic() + 300
         # One attempt persisted by the driver, others running: then Ctrl-C the driver.
@@ -154,7 +162,9 @@ def test_losing_a_node_mid_run_retries_its_attempts_on_the_survivors(
     marks = tmp_path / "marks"
     marks.mkdir()
     share_with_sandbox(marks)  # the agents leave their marks where the test can read them
-    argv = _ray_eval(cluster, repo, suite, "--agent-cmd", _agent_cmd(marks, 3), "--jobs", "4", "--retry-errors", "2")
+    argv = _ray_eval(
+        cluster, repo, suite, "--agent-cmd", _agent_cmd(marks, 3), *NODE, "--jobs", "4", "--retry-errors", "2"
+    )
     driver = cluster.popen(argv, repo)
     try:
         deadline = time.monotonic() + 300

@@ -116,6 +116,7 @@ def test_hostile_agent_is_contained(cli: Callable[..., Result], repo: Path, writ
     script.write_text(HOSTILE)
     suite = write_suite([task("hostile")])
     args = ["eval", "--suite", str(suite), "--agent-cmd", f"sh {script}", "--trust", "--keep-worktrees"]
+    args += ["--pass-env", "H_*"]  # where the attacks aim: the agent is told, as a hostile one would find out
     try:
         result = cli([*args, "--sandbox", "on"], cwd=repo)
         assert result.exit_code == 0, result.output
@@ -153,6 +154,7 @@ def test_the_same_attacks_unsandboxed_are_not_prevented_but_never_followed(
     script.write_text(HOSTILE)
     suite = write_suite([task("hostile")])
     args = ["eval", "--suite", str(suite), "--agent-cmd", f"sh {script}", "--trust", "--keep-worktrees"]
+    args += ["--pass-env", "H_*"]  # where the attacks aim: the agent is told, as a hostile one would find out
     try:
         result = cli([*args, "--sandbox", "off"], cwd=repo)
         assert result.exit_code == 0, result.output

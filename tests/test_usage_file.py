@@ -76,7 +76,7 @@ def test_command_and_custom_agents_see_the_same_worktrial_variables(
     (repo / "worktrial.toml").write_text(f'[agents.mine]\ncommand = "{dump.format(out=out / "custom")}"\n')
     suite = write_suite([task("t", verify=["true"])])
     for args in (["--agent", "mine"], ["--agent-cmd", dump.format(out=out / "command")]):
-        result = cli(["eval", "--suite", str(suite), *args, "--trust", "-q"], cwd=repo)
+        result = cli(["eval", "--suite", str(suite), *args, "--trust", "--trust-project", "-q"], cwd=repo)
         assert result.exit_code == 0, result.output
     names = (out / "command").read_text().split()
     assert names == (out / "custom").read_text().split()

@@ -2,7 +2,8 @@
 
 ``install_fake(bin_dir, binary, scenarios)`` writes an executable Python script named ``binary``. When run,
 it picks a scenario from the ``[scenario:NAME]`` marker found in its arguments or stdin (so one suite can
-exercise several scenarios, one per task), records how it was invoked into ``$FAKE_LOG_DIR``, optionally
+exercise several scenarios, one per task), records how it was invoked into ``$FAKE_LOG_DIR`` (or the directory named in
+``.fake-log-dir`` beside it), optionally
 writes ``done.txt`` into its working directory (the worktree) so verification passes, drops a file into
 each config directory named by ``touch_env`` (to prove where state goes), writes files named by
 ``flag_files`` (``{"-o": content}`` writes content to the path after ``-o``), records whether such a file
@@ -30,6 +31,12 @@ stdin = sys.stdin.read() if not sys.stdin.isatty() else ""
 found = re.search(r"\[scenario:([\w-]+)\]", " ".join(sys.argv[1:]) + " " + stdin)
 scenario = SCENARIOS[found.group(1) if found else "normal"]
 log_dir = os.environ.get("FAKE_LOG_DIR")
+if not log_dir:  # agents get an allow-listed environment: the log dir is also named next to the fake itself
+    try:
+        with open(os.path.join(os.path.dirname(os.path.realpath(sys.argv[0])), ".fake-log-dir")) as fh:
+            log_dir = fh.read().strip()
+    except OSError:
+        pass
 inherited = [
     var for var in scenario.get("touch_env", [])
     if os.path.exists(os.path.join(os.environ.get(var, "/nonexistent"), "session-state"))

@@ -43,8 +43,8 @@ class AgentContext:
     deadline: float
     """``time.monotonic()`` value at which the attempt times out."""
     env: dict[str, str]
-    """Environment for child processes: the caller's without git location and credential-like variables
-    (``worktrial.isolation.childenv``); an agent adds the credentials it needs with ``env_with``."""
+    """Environment for child processes: the allow-list of the caller's (``worktrial.isolation.childenv``) and the
+    contract variables; an agent adds what it needs of the rest with ``env_with``."""
     scratch: Path
     """A per-attempt directory outside the worktree for usage files, agent config and session state."""
     scope: proc.ProcessScope = field(default_factory=proc.ProcessScope)
@@ -57,7 +57,7 @@ class AgentContext:
     reach an agent this way, where an argument or environment variable has a size limit (``agents.prompt``)."""
 
     credentials: Mapping[str, str] = field(default_factory=dict)
-    """The caller's credential-like variables, held back from ``env``: pick the ones the agent needs."""
+    """The caller's variables held back from ``env`` (all but the allow-list): pick the ones the agent needs."""
 
     def env_with(self, patterns: Iterable[str]) -> dict[str, str]:
         """``env`` plus the credentials the patterns name (``OPENAI_API_KEY``, ``ANTHROPIC_*``)."""

@@ -4,8 +4,8 @@ Agents start from an environment without any credential-like variable (``worktri
 gets back the variables of the providers its CLI can talk to, and nothing else: Claude Code never sees an OpenAI
 key, Codex never sees AWS credentials. A CLI that talks to many providers (OpenCode, aider, mini-swe-agent, goose,
 VT Code) gets the variables of the providers it supports. Anything more is the user's choice: ``--pass-env NAME``
-or ``pass_env = [...]`` in ``[agents.NAME]``. Only credential-like names are filtered at all, so a provider's base
-URL variable (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``) reaches every agent anyway.
+or ``pass_env = [...]`` in ``[agents.NAME]``. A provider's base URL variable (``OPENAI_BASE_URL``) is one of its
+provider's variables: a command agent does not get it without ``--pass-env``.
 """
 
 from __future__ import annotations
@@ -62,15 +62,28 @@ PRESET_PROVIDERS: dict[str, tuple[str, ...]] = {
 """Preset -> the providers its CLI can be configured for."""
 
 PRESET_EXTRA: dict[str, tuple[str, ...]] = {
+    "claude-code": ("CLAUDE_*", "DISABLE_AUTOUPDATER", "DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING", "IS_SANDBOX"),
+    "codex": ("CODEX_*",),
     "cursor": ("CURSOR_*",),
     "goose": ("GOOSE_*", "DATABRICKS_*"),
     "vtcode": ("VTCODE_*", "VT_*"),
     "qwen-code": ("QWEN_*",),
+    "opencode": ("OPENCODE_*",),
+    "aider": ("AIDER_*",),
+    "mini-swe-agent": ("MSWEA_*",),
 }
-"""Preset -> its CLI's own credential variables (a vendor login token)."""
+"""Preset -> its CLI's own variables (a vendor login token, the CLI's documented settings)."""
+
+
+PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy")
+"""How a preset CLI reaches its provider from behind a proxy (a command agent gets these only with --pass-env)."""
 
 
 def preset_credentials(preset: str) -> tuple[str, ...]:
-    """The credential variables a preset CLI receives without ``--pass-env``."""
-    providers = PRESET_PROVIDERS.get(preset, ())
-    return tuple(p for name in providers for p in PROVIDER_VARIABLES[name]) + PRESET_EXTRA.get(preset, ())
+    """The caller's variables a preset CLI receives without ``--pass-env``: its providers', its own, the proxies
+    (nothing for a name that is not a preset)."""
+    if preset not in PRESET_PROVIDERS:
+        return ()
+    providers = PRESET_PROVIDERS[preset]
+    own = tuple(p for name in providers for p in PROVIDER_VARIABLES[name]) + PRESET_EXTRA.get(preset, ())
+    return (*own, *PROXIES)

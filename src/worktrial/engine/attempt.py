@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOutput, AgentResult
+from worktrial.agents.credentials import preset_credentials
 from worktrial.agents.prompt import prompt_file_env, write_prompt_file
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
 from worktrial.engine.verify import VerifyResult, run_verify
@@ -62,8 +63,10 @@ def pass_env_patterns(spec: AttemptSpec) -> tuple[str, ...]:
 
 
 def attempt_redactor(spec: AttemptSpec, env: Mapping[str, str]) -> Redactor:
-    """Every secret of the harness's and the attempt's environment, and the value of every --pass-env variable."""
-    patterns = pass_env_patterns(spec)
+    """Every secret of the harness's and the attempt's environment, and the value of every variable the agent was
+    given beyond the allow-list, whatever its name: --pass-env's, a preset's providers' (``DATABASE_URL``, a proxy
+    URL with a password, an endpoint with a token in it)."""
+    patterns = (*pass_env_patterns(spec), *preset_credentials(spec.agent.name))
     names = [name for name in os.environ if childenv.matches(name, patterns)]
     return Redactor.from_environment(os.environ, env, names=names)
 
@@ -397,7 +400,7 @@ def _run_in(
         worktree=workspace.worktree,
         deadline=deadline,
         env={**env, **prompt_file_env(prompt_file)},
-        credentials=childenv.credentials(proc.clean_env(None)),
+        credentials=childenv.withheld(proc.clean_env(None)),
         scratch=scratch,
         scope=run_scope.confined(sandbox),
         suite_dir=Path(job.spec.suite_dir) if job.spec.suite_dir else None,

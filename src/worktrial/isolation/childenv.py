@@ -9,10 +9,13 @@ finds nothing to steal.
   variables (so ``pip``/``npm`` work behind a corporate proxy), the git identity variables (``GIT_AUTHOR_*``,
   ``GIT_COMMITTER_*``: ``~/.gitconfig`` is not in the fresh home), ``HOME`` pointed at the attempt's scratch home,
   and the suite's own variables (``$WORKTRIAL_SUITE_DIR``). Nothing else of the caller's.
-- **Agents** get the caller's environment without its credential-like variables (``is_credential_name``: names
-  with a word such as KEY, TOKEN, SECRET, PASSWORD, AUTH; anything under ``AWS_``). An agent adds back exactly
-  the credentials it needs: a preset its own provider's, a command agent those named with ``--pass-env`` or
-  ``pass_env``. Other variables (``PATH``, ``HOME``, ``OPENAI_BASE_URL``, proxies) still reach agents.
+- **Agents** get an allow-list too (``AGENT_NAMES``: ``PATH``, ``HOME``, the locale, ``TERM``, ``TZ``, ``TMPDIR``,
+  ``USER``, ``LOGNAME``, the CA-bundle and git identity variables) plus the ``WORKTRIAL_*`` contract variables.
+  Everything else of the caller's is held back (``withheld``), whatever its name: ``DB_PASS``, ``DATABASE_URL``,
+  credentials in ``HTTPS_PROXY``, CI job tokens, webhook URLs. An agent adds back exactly what it needs: a preset
+  its own providers' variables and the proxies it reaches them through, a command agent those named with
+  ``--pass-env`` or ``pass_env``. ``NEVER`` (the session bus, the runtime directory, ssh and gpg agents) is given to
+  no child at all.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from worktrial.errors import BadInputError
-from worktrial.redaction import is_credential_name
 
 COMMAND_NAMES = frozenset(
     {
@@ -55,6 +57,17 @@ COMMAND_NAMES = frozenset(
     }
 )
 """The caller's variables a harness command keeps (plus every ``LC_*``)."""
+PROXY_NAMES = frozenset(
+    {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy"}
+)
+"""How a preset CLI reaches its provider behind a proxy; a proxy URL may carry a password, so a command agent gets
+these only through ``--pass-env``."""
+AGENT_NAMES = (COMMAND_NAMES - PROXY_NAMES) | {"HOME", "COLORTERM", "NO_COLOR", "CURL_CA_BUNDLE"}
+"""The caller's variables every agent keeps (plus every ``LC_*``): what a program needs to run, nothing that names
+or carries a secret."""
+NEVER = frozenset({"DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "SSH_AGENT_PID"})
+"""Ways out of any sandbox (the session bus runs programs as the user; agents sign and log in as the user): never
+passed to a child, not even with ``--pass-env``."""
 _PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 
 
@@ -73,16 +86,20 @@ def command_env(caller: Mapping[str, str], home: Path, extra: Mapping[str, str] 
     return env
 
 
+def _kept(name: str, allowed: frozenset[str]) -> bool:
+    return name in allowed or name.startswith("LC_")
+
+
 def agent_env(caller: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The caller's environment without its credential-like variables: what every agent starts from."""
-    env = {name: value for name, value in caller.items() if not is_credential_name(name)}
+    """The allow-list of the caller's environment (``AGENT_NAMES``) plus ``extra``: what every agent starts from."""
+    env = {name: value for name, value in caller.items() if _kept(name, AGENT_NAMES)}
     env.update(extra or {})
     return env
 
 
-def credentials(caller: Mapping[str, str]) -> dict[str, str]:
-    """The caller's credential-like variables: what ``agent_env`` held back, for agents to pick from."""
-    return {name: value for name, value in caller.items() if is_credential_name(name)}
+def withheld(caller: Mapping[str, str]) -> dict[str, str]:
+    """Every variable of the caller's that ``agent_env`` held back (less ``NEVER``), for agents to pick from."""
+    return {name: value for name, value in caller.items() if not _kept(name, AGENT_NAMES) and name not in NEVER}
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
