@@ -409,3 +409,34 @@ def test_sandbox_config_is_the_users_and_a_project_cannot_loosen_it(
     (repo / "worktrial.toml").write_text('[sandbox]\nmode = "off"\n')
     refused = cli(args, cwd=repo)
     assert refused.exit_code == 2 and "[sandbox] is a user setting" in refused.stderr, refused.output
+
+
+def test_sandbox_show_adds_one_path_read_only_and_nothing_else(
+    cli: Callable[..., Result], repo: Path, write_suite, tmp_path: Path
+) -> None:
+    """The allowlist grows only by what the user names: ``--sandbox-show DIR`` shows that directory read-only."""
+    tools = tmp_path / "toolchain"
+    tools.mkdir()
+    (tools / "data.txt").write_text("from the toolchain\n")
+    (tmp_path / "beside.txt").write_text("not shown\n")
+    script = tmp_path / "agent.sh"  # paths named in the command line itself would be shown: keep them in a script
+    script.write_text(
+        f"cat {tools / 'data.txt'} > seen.txt 2>/dev/null; cat {tmp_path / 'beside.txt'} >> seen.txt 2>/dev/null\n"
+        f"echo x > {tools / 'new.txt'} 2>/dev/null && echo wrote >> seen.txt; echo done > done.txt\n"
+    )
+    agent = f"sh {script}"
+    suite = write_suite([task("t")])
+    args = ["eval", "--suite", str(suite), "--agent-cmd", agent, "--trust", "--keep-worktrees", "--sandbox", "on"]
+    seen = []
+    for extra in ([], ["--sandbox-show", str(tools)]):
+        result = cli([*args, *extra, "--format", "json", "-q"], cwd=repo)
+        assert result.exit_code == 0, result.output
+        worktree = Path(json.loads(result.stdout)["report"]["tasks"][0]["attempts"][0]["worktree"])
+        seen.append((worktree / "seen.txt").read_text())
+    assert seen == ["", "from the toolchain\n"]  # never beside.txt, never writable
+    assert not (tools / "new.txt").exists()
+
+    missing = cli([*args, "--sandbox-show", "no/such/dir"], cwd=repo)
+    assert missing.exit_code == 2
+    [line] = missing.stderr.strip().splitlines()
+    assert "--sandbox-show no/such/dir: no such file or directory" in line

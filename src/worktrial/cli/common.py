@@ -112,5 +112,12 @@ SANDBOX_OPTIONS = [
     ),
     click.option("--max-memory", metavar="SIZE", help="Memory per attempt, e.g. 2G; hitting it ends the attempt."),
     click.option("--max-procs", type=click.IntRange(min=1), help="Processes per attempt; hitting it ends the attempt."),
+    click.option(
+        "--sandbox-show",
+        "sandbox_show",
+        multiple=True,
+        metavar="PATH",
+        help="Also show this host path to every attempt, read-only (repeatable; e.g. a toolchain outside PATH).",
+    ),
 ]
 """--sandbox, --network, --max-memory, --max-procs (unset: the user's [sandbox] config, then the defaults)."""

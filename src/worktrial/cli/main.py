@@ -217,6 +217,7 @@ def eval_cmd(
     network: str | None,
     max_memory: str | None,
     max_procs: int | None,
+    sandbox_show: tuple[str, ...],
     quiet: bool,
     verbose: bool,
     executor: str,
@@ -249,7 +250,7 @@ def eval_cmd(
         tasks=task_patterns,
         categories=categories,
         limit=limit,
-        sandbox=SandboxChoice(sandbox, network, max_memory, max_procs),
+        sandbox=SandboxChoice(sandbox, network, max_memory, max_procs, sandbox_show),
         agent_settings={
             key: value
             for key, value in {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}.items()

@@ -38,6 +38,8 @@ class SandboxChoice:
     network: str | None = None
     max_memory: str | None = None
     max_procs: int | None = None
+    show: tuple[str, ...] = ()
+    """``--sandbox-show PATH``: more host paths every attempt sees read-only."""
 
 
 def command_paths(command: str | None) -> list[Path]:
@@ -68,6 +70,19 @@ def _paths(values: list[str], key: str) -> tuple[str, ...]:
     return paths
 
 
+def _shown(values: Iterable[str]) -> tuple[str, ...]:
+    """``--sandbox-show`` paths, absolute; one that does not exist is a typo the user wants to hear about."""
+    shown = []
+    for value in values:
+        path = Path(value).expanduser().absolute()
+        if not os.path.exists(path):
+            raise BadInputError(f"--sandbox-show {value}: no such file or directory; name a path that exists")
+        if path == Path("/"):
+            raise BadInputError("--sandbox-show /: that is the whole host; name the directory the attempt needs")
+        shown.append(str(path))
+    return tuple(shown)
+
+
 def resolve_sandbox(
     choice: SandboxChoice, hidden: Iterable[Path], agent_command: str | None = None
 ) -> tuple[SandboxSettings, SandboxDecision, SandboxInfo]:
@@ -93,7 +108,11 @@ def resolve_sandbox(
         network=cast(NetworkMode, network),
         limits=limits,
         hidden=tuple(str(p) for p in (*always, *hidden)),
-        readable=(*_paths(config.readable, "readable"), *(str(p) for p in command_paths(agent_command))),
+        readable=(
+            *_paths([*config.readable, *config.show], "readable"),
+            *_shown(choice.show),
+            *(str(p) for p in command_paths(agent_command)),
+        ),
         writable=_paths(config.writable, "writable"),
         mode_from=mode_from,
     )

@@ -136,7 +136,9 @@ class SandboxConfig(Table):
     max_procs: int | None = Field(None, ge=1)
     """--max-procs: processes per attempt."""
     readable: list[NonEmptyStr] = Field(default_factory=list)
-    """Absolute host paths every attempt may read (everything else of the home directory stays hidden)."""
+    """Absolute host paths every attempt may read (nothing else of the host beyond what it needs is shown)."""
+    show: list[NonEmptyStr] = Field(default_factory=list)
+    """The same as ``readable`` (the name ``--sandbox-show`` uses)."""
     writable: list[NonEmptyStr] = Field(default_factory=list)
     """Absolute host directories every attempt may write (e.g. a shared package cache)."""
 
