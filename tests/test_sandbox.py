@@ -440,3 +440,15 @@ def test_sandbox_show_adds_one_path_read_only_and_nothing_else(
     assert missing.exit_code == 2
     [line] = missing.stderr.strip().splitlines()
     assert "--sandbox-show no/such/dir: no such file or directory" in line
+
+
+def test_a_path_entry_that_is_home_or_holds_a_hidden_path_is_never_shown(tmp_path: Path) -> None:
+    """PATH=$HOME:... (or a directory holding the user's repository) must not turn the allowlist back into the
+    host: such an entry is left out, while a program's own prefix beside it is shown."""
+    home, repo, tools = tmp_path / "home", tmp_path / "work" / "repo", tmp_path / "opt" / "tool"
+    for directory in (home / ".ssh", repo, tools / "bin"):
+        directory.mkdir(parents=True)
+    path_var = os.pathsep.join([str(home), str(tmp_path / "work"), str(tools / "bin"), "/usr/bin"])
+    shown = sandbox_module._tools("true", path_var, home, (home, repo))
+    assert tools in shown  # /opt/tool for /opt/tool/bin
+    assert not any(p == home or home in p.parents or p in (tmp_path / "work", tmp_path) for p in shown), shown

@@ -353,7 +353,10 @@ def _tools(argv0: str, path_var: str, home: Path, never: tuple[Path, ...]) -> tu
     shown: list[Path] = []
 
     def add(path: Path) -> None:
-        if os.path.isdir(path) and not _system(path) and path != Path("/") and path not in shown:
+        # Never $HOME or a parent of anything hidden, even when PATH names it (PATH=~:... happens).
+        if any(_under(n, path) for n in (*never, home, Path("/"))):
+            return
+        if os.path.isdir(path) and not _system(path) and path not in shown:
             shown.append(path)
 
     entries = [Path(p) for p in path_var.split(os.pathsep) if p.startswith("/")]
