@@ -10,6 +10,8 @@ provider's variables: a command agent does not get it without ``--pass-env``.
 
 from __future__ import annotations
 
+from worktrial.isolation.childenv import PROXY_NAMES
+
 PROVIDER_VARIABLES: dict[str, tuple[str, ...]] = {
     "anthropic": ("ANTHROPIC_*", "CLAUDE_CODE_OAUTH_TOKEN"),
     "openai": ("OPENAI_*", "CODEX_API_KEY", "AZURE_OPENAI_*"),
@@ -75,10 +77,6 @@ PRESET_EXTRA: dict[str, tuple[str, ...]] = {
 """Preset -> its CLI's own variables (a vendor login token, the CLI's documented settings)."""
 
 
-PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy")
-"""How a preset CLI reaches its provider from behind a proxy (a command agent gets these only with --pass-env)."""
-
-
 def preset_credentials(preset: str) -> tuple[str, ...]:
     """The caller's variables a preset CLI receives without ``--pass-env``: its providers', its own, the proxies
     (nothing for a name that is not a preset)."""
@@ -86,4 +84,4 @@ def preset_credentials(preset: str) -> tuple[str, ...]:
         return ()
     providers = PRESET_PROVIDERS[preset]
     own = tuple(p for name in providers for p in PROVIDER_VARIABLES[name]) + PRESET_EXTRA.get(preset, ())
-    return (*own, *PROXIES)
+    return (*own, *sorted(PROXY_NAMES))  # how it reaches them from behind a proxy

@@ -361,10 +361,10 @@ def resume_cmd(
 ) -> None:
     """Run only the attempts a stored run is missing, then report on the whole run."""
     stored = stored_suite(run_id, workspace)
-    if stored.unchanged:  # a changed suite is refused below, with every difference listed
-        ensure_trust(
-            stored.loaded, stored.workspace, trust, trust_project
-        )  # its commands run again: the same trust as eval
+    # A changed suite is refused below, with every difference listed; an unchanged one runs its commands again
+    # and needs the same trust as eval.
+    if stored.unchanged:
+        ensure_trust(stored.loaded, stored.workspace, trust, trust_project)
     loaded = stored.loaded
     options = RunOptions(
         workspace=workspace,

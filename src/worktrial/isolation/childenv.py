@@ -71,23 +71,23 @@ passed to a child, not even with ``--pass-env``."""
 _PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 
 
+def _kept(name: str, allowed: frozenset[str]) -> bool:
+    return name in allowed or name.startswith("LC_")
+
+
 def command_env(caller: Mapping[str, str], home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The minimal environment of environment setup, setup and verify commands (never the caller's secrets).
 
     ``home`` (created here) is the attempt's scratch home: caches and dotfiles a command writes stay with the
     attempt. ``extra`` is the suite's own variables, added last.
     """
-    env = {name: value for name, value in caller.items() if name in COMMAND_NAMES or name.startswith("LC_")}
+    env = {name: value for name, value in caller.items() if _kept(name, COMMAND_NAMES)}
     env.setdefault("PATH", os.defpath)
     env.setdefault("TMPDIR", tempfile.gettempdir())
     home.mkdir(parents=True, exist_ok=True)
     env["HOME"] = str(home)
     env.update(extra or {})
     return env
-
-
-def _kept(name: str, allowed: frozenset[str]) -> bool:
-    return name in allowed or name.startswith("LC_")
 
 
 def agent_env(caller: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:

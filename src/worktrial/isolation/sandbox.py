@@ -374,15 +374,18 @@ def _tools(argv0: str, path_var: str, home: Path, never: tuple[Path, ...]) -> tu
             add(_prefix_of_bin(interpreter.parent, home, never))
             add(_package_root(_real(interpreter)))
     for prefix in {Path(sys.prefix), Path(sys.base_prefix)}:
-        if not _system(_real(prefix)) and not any(_under(n, prefix) for n in never):
+        if not _system(_real(prefix)):
             add(prefix)
     return tuple(shown)
 
 
 def allowlist(settings: SandboxSettings) -> list[str]:
     """What every attempt sees of the host, for ``run.sandbox.shown``: the same rules ``Bubblewrap.wrap`` applies."""
-    shown = [f"{name} -> {os.readlink(name)}" if os.path.islink(name) else name for name in SYSTEM_DIRS]
-    shown = [entry for entry, name in zip(shown, SYSTEM_DIRS, strict=True) if os.path.lexists(name)]
+    shown = [
+        f"{name} -> {os.readlink(name)}" if os.path.islink(name) else name
+        for name in SYSTEM_DIRS
+        if os.path.lexists(name)
+    ]
     shown.append(f"/etc (read-only; {len(etc_secrets())} entries other users cannot read covered)")
     shown += ["/dev (minimal)", "/proc (sys read-only)", "/sys (read-only)", "/tmp, /var/tmp, /run (private, empty)"]
     shown += [
@@ -415,7 +418,8 @@ class Bubblewrap(Sandbox):
         self.enforcer = enforcer
         self.program = program
         self._hidden = [p for p in (_real(h) for h in settings.hidden) if p != Path("/") and os.path.exists(p)]
-        self._never = tuple(sorted({*self._hidden, *(_real(h) for h in settings.hidden)}))
+        self._never = tuple(sorted({_real(h) for h in settings.hidden}))
+        """Every hidden path, existing or not: nothing shown may be one of them or hold one."""
 
     def prepare(self) -> None:
         self.view.home.mkdir(parents=True, exist_ok=True)

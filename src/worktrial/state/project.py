@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Any
 
 from worktrial.errors import BadInputError
 from worktrial.isolation.safefs import read_regular
-from worktrial.state.trust import add_record, load_records
+from worktrial.state.trust import add_record, env_flag, load_records
 from worktrial.state.userconfig import pinned_project_digests, user_config_path
 
 PROJECT_FILE = "worktrial.toml"
@@ -43,7 +42,7 @@ _SHOWN_CHARS = 200
 
 def trust_project_from_environment() -> bool:
     """``WORKTRIAL_TRUST_PROJECT=1`` trusts the workspace's worktrial.toml, like ``--trust-project``."""
-    return os.environ.get(TRUST_PROJECT_ENV, "").strip().lower() in ("1", "true", "yes")
+    return env_flag(TRUST_PROJECT_ENV)
 
 
 def _name(part: str) -> str:

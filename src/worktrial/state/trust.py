@@ -44,9 +44,14 @@ def add_record(workspace: Path, key: str, record: dict[str, str]) -> None:
     atomic_write_text(_store(), json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+def env_flag(name: str) -> bool:
+    """Whether a yes/no variable such as ``WORKTRIAL_TRUST`` is set to yes (``1``, ``true``, ``yes``)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
 def trust_from_environment() -> bool:
     """``WORKTRIAL_TRUST=1`` accepts the suite, like ``--trust`` (never the project's worktrial.toml)."""
-    return os.environ.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes")
+    return env_flag(TRUST_ENV)
 
 
 def grant(loaded: LoadedSuite, workspace: Path) -> None:
