@@ -77,14 +77,25 @@ def test_forging_agent_in_the_sandbox_never_reaches_the_store(repo: Path, write_
     assert envelope["report"]["overall"]["passed_runs"] == 0
 
 
+def _signed_attempt(line: str) -> int | None:
+    """The attempt number of a signed record line, None for anything else (plain forgeries, junk)."""
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict) or "sig" not in doc or not isinstance(doc.get("record"), dict):
+        return None
+    attempt = doc["record"].get("attempt")
+    return attempt if isinstance(attempt, int) else None
+
+
 def test_resume_counts_only_the_harness_records(repo: Path, write_suite, tmp_path: Path) -> None:
     envelope = _forging_run(repo, write_suite, tmp_path)
     run_dir = repo / ".worktrial" / "runs" / envelope["run"]["id"]
     # Drop the harness's own record of attempt 3 (as if the run died before writing it): resume reruns it.
     lines = (run_dir / "attempts.jsonl").read_text().splitlines(keepends=True)
-    real_third = [
-        i for i, line in enumerate(lines) if '"sig"' in line and '"attempt":3,' in line and "0000" not in line
-    ]
+    forged_sig = "0" * 64  # what FORGE signs with; "0000" anywhere in the line also matched real durations
+    real_third = [i for i, line in enumerate(lines) if _signed_attempt(line) == 3 and forged_sig not in line]
     del lines[real_third[-1]]
     (run_dir / "attempts.jsonl").write_text("".join(lines))
     (run_dir / "envelope.json").unlink()
