@@ -56,7 +56,7 @@ def test_an_unsandboxed_command_is_ended_with_the_attempts_limits_group(v2_tree:
     cgroup, owned = proc._kill_cgroup("token", sandbox, sweep=True)
     assert cgroup == enforcer.v2_group and not owned
     assert proc._kill_cgroup("token", sandbox, sweep=False) == (None, False)
-    argv, _ = sandbox.wrap(["true"], Path("/"), {})
+    argv = sandbox.wrap(["true"], Path("/"), {}).argv
     assert f"{enforcer.v2_group}/cgroup.procs" in argv[2]
 
 

@@ -12,6 +12,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,7 +125,7 @@ def git_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real = workspace.git
 
-    def counting(args: list[str], cwd: Path, **kwargs: float) -> object:
+    def counting(args: list[str], cwd: Path, **kwargs: Any) -> object:
         calls.extend(a for a in args if a in ("reset", "clean"))
         return real(args, cwd, **kwargs)
 

@@ -238,12 +238,16 @@ def loopback_server() -> Iterator[tuple[int, list[int]]]:
         server.close()
 
 
-@pytest.mark.parametrize("network", ["off", "on"])
-def test_network_off_leaves_only_the_sandboxs_own_loopback(
+@pytest.mark.parametrize("network", ["off", "on", "host"])
+def test_only_network_host_reaches_the_hosts_loopback(
     cli, repo: Path, write_suite, loopback_server: tuple[int, list[int]], network: str
 ) -> None:
+    """off: loopback only; on: a network of the attempt's own, where 127.0.0.1 is its own and the host's loopback
+    (10.0.2.2 on slirp4netns) is refused; host: the host's network, as asked."""
     port, accepted = loopback_server
     probe = f"{sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 5)\""
+    if network == "on":
+        probe += f" || {sys.executable} -c \"import socket; socket.create_connection(('10.0.2.2', {port}), 5)\""
     # The agent claims success only when it reached the server; verify always passes.
     suite = write_suite([task("net", verify_commands=["true"])])
     args = ["eval", "--suite", str(suite), "--agent-cmd", probe, "--trust", "--format", "json", "-q"]
@@ -252,10 +256,10 @@ def test_network_off_leaves_only_the_sandboxs_own_loopback(
     envelope = json.loads(result.stdout)
     outcome = envelope["report"]["tasks"][0]["attempts"][0]["outcome"]
     assert envelope["run"]["sandbox"]["network"] == network
-    if network == "off":
-        assert outcome == "fail" and accepted == []
-    else:
+    if network == "host":
         assert outcome == "pass" and accepted == [1]
+    else:
+        assert outcome == "fail" and accepted == []
 
 
 cgroup_only = pytest.mark.skipif(mechanism() != "cgroup", reason="needs a cgroup the harness can create (root)")
@@ -352,7 +356,8 @@ def test_the_same_sandbox_works_for_an_unprivileged_user(monkeypatch: pytest.Mon
             'id -u > out.txt; cat "$S/secret.txt" >> out.txt 2>/dev/null; echo pwned > "$S/new.txt" 2>/dev/null; '
             'echo pwned > ../escape.txt 2>/dev/null; echo $$ >> out.txt; echo "$HOME" >> out.txt'
         )
-        argv, env = sandbox.wrap(["/bin/sh", "-c", script], worktree, {"PATH": "/usr/bin:/bin", "S": str(secret)})
+        wrapped = sandbox.wrap(["/bin/sh", "-c", script], worktree, {"PATH": "/usr/bin:/bin", "S": str(secret)})
+        argv, env = wrapped.argv, wrapped.env
         runuser = shutil.which("runuser") or "runuser"
         as_nobody = [runuser, "-u", "nobody", "--", "/usr/bin/env", f"HOME={env['HOME']}"]  # runuser resets HOME
         done = subprocess.run([*as_nobody, *argv], env=env, capture_output=True, timeout=120)

@@ -29,6 +29,8 @@ from tests.conftest import alive_with_marker
 AGENT = r"""
 cat "$HOME/.ssh/id_rsa" > leaked.txt 2>/dev/null
 cat "$H_HOME/.ssh/id_rsa" "$H_HOME/.cargo/credentials.toml" "$H_SECRET" "$H_SUITE" /etc/shadow >> leaked.txt 2>/dev/null
+cat "$H_SHOWN/key" >> leaked.txt 2>/dev/null
+id -u > uid.txt
 cat "$H_REPO/README.md" "$(dirname "$H_SUITE")/hidden_test.py" >> leaked.txt 2>/dev/null
 hello > hello.txt 2>&1
 python3 -c "open('/proc/sys/kernel/core_pattern', 'w')" 2>/dev/null && echo writable > proc-sys.txt
@@ -105,6 +107,10 @@ def test_a_default_run_is_sandboxed(who: str) -> None:
         (secret / "key").write_text("SECRET-ROOT-FILE\n")
         (secret / "key").chmod(0o600)
         secret.chmod(0o755)
+        shown = Path(tempfile.mkdtemp(prefix="wt-shown-", dir="/var/tmp"))
+        (shown / "key").write_text("SECRET-SHOWN-ROOT-FILE\n")
+        (shown / "key").chmod(0o600)
+        shown.chmod(0o755)
         sock_path = secret / "runner.sock"
         server = socket.socket(socket.AF_UNIX)
         server.bind(str(sock_path))
@@ -131,6 +137,7 @@ def test_a_default_run_is_sandboxed(who: str) -> None:
             "H_MARK": marker,
             "H_HOME": str(home),
             "H_SECRET": str(secret / "key"),
+            "H_SHOWN": str(shown),
             "H_SOCK": str(sock_path),
             "H_SUITE": str(base / "evals" / "suite.json"),
             "GIT_AUTHOR_NAME": "t",
@@ -150,6 +157,9 @@ def test_a_default_run_is_sandboxed(who: str) -> None:
         command = [sys.executable, "-m", "worktrial", "eval", "--suite", str(base / "evals" / "suite.json")]
         command += ["--agent-cmd", f"sh {base / 'agent.sh'}", "--keep-worktrees", "--format", "json", "-q"]
         command += ["--pass-env", "H_*"]  # the agent knows where to aim, as a hostile one would find out
+        # A directory the user shows holding a root-owned 0600 file: shown, yet unreadable, since nobody inside is
+        # root (as an unprivileged user that file is another user's anyway).
+        command += ["--sandbox-show", str(shown)]
         done = subprocess.run([*_as(uid), *command], cwd=repo, env=env, capture_output=True, timeout=300)
         assert done.returncode == 0, done.stderr.decode()
         assert b"unsandboxed" not in done.stderr, done.stderr.decode()
@@ -157,13 +167,15 @@ def test_a_default_run_is_sandboxed(who: str) -> None:
         assert envelope["run"]["sandbox"]["kind"] == "bubblewrap", envelope["run"]["sandbox"]
         shown = envelope["run"]["sandbox"]["shown"]  # a published number says how it was contained
         assert "/usr" in shown and any(s.startswith("/etc (read-only;") for s in shown), shown
-        assert envelope["run"]["sandbox"]["uid"].startswith(f"uid {uid if uid is not None else 0} ")
+        recorded_uid = int(envelope["run"]["sandbox"]["uid"].split()[1])
+        assert recorded_uid != 0 and recorded_uid == (uid if uid is not None else recorded_uid), envelope["run"]
         attempt = envelope["report"]["tasks"][0]["attempts"][0]
         assert attempt["outcome"] == "pass", attempt
         kept = [p for p in base.rglob("done.txt") if p.parent != repo]
         assert kept, "the kept worktree was not found"
         worktree = kept[0].parent
         assert (worktree / "leaked.txt").read_text() == ""  # no key, credentials, root file, suite or /etc/shadow
+        assert int((worktree / "uid.txt").read_text()) == recorded_uid  # never root inside
         assert (worktree / "hello.txt").read_text() == "hello from cargo\n"
         assert not (worktree / "proc-sys.txt").exists(), "/proc/sys was writable"
         assert (worktree / "socket.txt").read_text().startswith("refused") and connected == []
@@ -181,4 +193,4 @@ def test_a_default_run_is_sandboxed(who: str) -> None:
         subprocess.run(["rm", "-rf", str(base)], check=False)
         if "server" in locals():
             server.close()
-            subprocess.run(["rm", "-rf", str(secret)], check=False)
+            subprocess.run(["rm", "-rf", str(secret), str(shown)], check=False)

@@ -93,9 +93,13 @@ def invocations(log_dir: Path, binary: str) -> list[dict[str, Any]]:
 def share_with_sandbox(*directories: Path) -> None:
     """Share test-owned directories writable with every sandboxed attempt, through the user's ``[sandbox]`` config.
 
-    Fakes record how they were called into such a directory; the sandbox hides every other host path.
+    Fakes record how they were called into such a directory; the sandbox hides every other host path. As root,
+    sandboxed programs run as an unprivileged uid: the directories are made writable for everyone, as /tmp is.
     """
     from worktrial.state.config import USER_FILE, config_dir
+
+    for directory in directories:
+        directory.chmod(0o1777)
 
     config = config_dir() / USER_FILE
     config.parent.mkdir(parents=True, exist_ok=True)

@@ -108,7 +108,10 @@ SANDBOX_OPTIONS = [
         help="Contain every attempt (default auto: when this machine can; on: refuse to run without).",
     ),
     click.option(
-        "--network", type=click.Choice(["on", "off"]), help="off: attempts get loopback only (needs the sandbox)."
+        "--network",
+        type=click.Choice(["on", "off", "host"]),
+        help="on (default): each attempt on a network of its own with outbound access (slirp4netns), no host "
+        "loopback; off: loopback only; host: the host's network (e.g. a model server on localhost).",
     ),
     click.option("--max-memory", metavar="SIZE", help="Memory per attempt, e.g. 2G; hitting it ends the attempt."),
     click.option("--max-procs", type=click.IntRange(min=1), help="Processes per attempt; hitting it ends the attempt."),

@@ -16,7 +16,7 @@ from worktrial.agents.prompt import prompt_file_env, write_prompt_file
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
-from worktrial.isolation import childenv, proc
+from worktrial.isolation import childenv, ownership, proc
 from worktrial.isolation.alternates import read_alternates
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import ENV_OBJECTS, EnvironmentSetupError, run_setup
@@ -92,9 +92,25 @@ def attempt_sandbox(spec: AttemptSpec, ws: AttemptWorkspace, source: SourceRepo 
     borrowed = [source.objects_dir] if source is not None else []
     if os.path.isdir(ws.root / ENV_OBJECTS):
         borrowed.append(ws.root / ENV_OBJECTS)
-    view = AttemptView(writable=(ws.worktree, ws.git_dir, scratch), readonly=tuple(borrowed), home=scratch / "home")
+    view = AttemptView(
+        writable=(ws.worktree, ws.git_dir, scratch),
+        readonly=tuple(borrowed),
+        home=scratch / "home",
+        scratch=scratch,
+        private=ws.root / SANDBOX_ETC,
+    )
     decision = spec.sandbox_decision or decide(spec.sandbox)
     return open_sandbox(spec.sandbox, decision, view)
+
+
+SANDBOX_ETC = "sandbox-etc"
+"""Next to the worktree, where only the harness writes: the files the sandbox sees in place of the host's /etc ones."""
+
+
+def sandbox_owner(spec: AttemptSpec) -> int | None:
+    """The uid the attempt's trees must belong to: the one its sandboxed programs run as when the harness is root."""
+    decision = spec.sandbox_decision or decide(spec.sandbox)
+    return decision.uid if decision.kind == "bubblewrap" else None
 
 
 def _harness_scope(scope: proc.ProcessScope | None, sandbox: Sandbox, spec: AttemptSpec) -> proc.ProcessScope:
@@ -218,10 +234,12 @@ def run_attempt(
             else:
                 base = job.resolved_base()
                 workspace = create_attempt_workspace(source, base.commit, root)
+                ownership.hand_over(workspace.root, sandbox_owner(spec))
             sandbox = attempt_sandbox(spec, workspace, source)
             sandbox.prepare()
             if slot is None and base.prepared:
                 _environment_setup(spec, base, workspace, sandbox, scope)
+                ownership.hand_over(workspace.root, sandbox_owner(spec))
         except EnvironmentSetupError as exc:
             progress.reason, progress.category = str(exc).splitlines()[0], "environment"
             progress.fatal = AgentError("environment", str(exc), fatal=True)
@@ -234,6 +252,10 @@ def run_attempt(
             sandbox.cleanup()
         if slot is None and not spec.keep_worktrees:
             remove_tree(root)
+        elif slot is None and sandbox_owner(spec) is not None:
+            # A kept worktree is the user's to inspect: back to the harness's uid (the kernel clears any set-uid
+            # bit the agent left on a file whose owner changes), so git there needs no safe.directory.
+            ownership.hand_over(root, os.geteuid())
     duration = round(time.monotonic() - start, 3)
     _sanitise(progress, attempt_redactor(spec, env))
     usage = progress.usage
@@ -418,7 +440,7 @@ def _run_in(
         if slot is not None and slot.untouched():  # nothing in the worktree is newer than its reset
             progress.patch = PatchData(diff=b"", total_bytes=0, truncated=False, files=[])
         else:
-            progress.patch = agent_patch(workspace, job.spec.base_commit, PATCH_MAX_BYTES)
+            progress.patch = agent_patch(workspace, job.spec.base_commit, PATCH_MAX_BYTES, sandbox_owner(job.spec))
     overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS
     progress.outcome, progress.reason, verify_decides = _decide(task, result, overran)
     if hit := sandbox.limit_hit():

@@ -22,7 +22,6 @@ from worktrial.isolation.sandbox import (
     SandboxSettings,
     allowlist,
     decide,
-    uid_mode,
 )
 from worktrial.model.envelope import SandboxInfo
 from worktrial.state.config import USER_FILE, cache_dir, config_dir, load_config
@@ -94,8 +93,8 @@ def resolve_sandbox(
     if mode not in _MODES:
         raise BadInputError(f"--sandbox {mode!r} is not one of auto, on, off")
     network = choice.network or config.network or "on"
-    if network not in ("on", "off"):
-        raise BadInputError(f"--network {network!r} is not on or off")
+    if network not in ("on", "off", "host"):
+        raise BadInputError(f"--network {network!r} is not on, off or host")
     memory = choice.max_memory if choice.max_memory is not None else config.max_memory
     procs = choice.max_procs if choice.max_procs is not None else config.max_procs
     if procs is not None and procs < 1:
@@ -125,7 +124,8 @@ def resolve_sandbox(
         max_procs=limits.max_procs,
         limits=mechanism() if limits.any else None,
         reason=decision.reason,
-        shown=allowlist(settings) if decision.kind == "bubblewrap" else None,
-        uid=uid_mode() if decision.kind == "bubblewrap" else None,
+        shown=allowlist(settings, decision) if decision.kind == "bubblewrap" else None,
+        uid=decision.uid_mode() if decision.kind == "bubblewrap" else None,
+        network_detail=decision.network_mode(),
     )
     return settings, decision, info

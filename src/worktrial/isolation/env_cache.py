@@ -73,7 +73,8 @@ class EnvironmentCache:
 
     def store(self, key: str, ws: AttemptWorkspace, pinned_commit: str, commit: str) -> None:
         """Record what ``commit`` (the setup's result) changed relative to ``pinned_commit``; best effort."""
-        argv = ["git", "-C", str(ws.worktree), "diff", "--name-status", "--no-renames", "-z", pinned_commit, commit]
+        argv = ["git", "-c", "safe.directory=*", "-C", str(ws.worktree), "diff", "--name-status", "--no-renames", "-z"]
+        argv += [pinned_commit, commit]
         result = proc.run(argv, cwd=ws.worktree, env=proc.clean_env(), timeout=600, sweep=False, tail_bytes=_LIST_LIMIT)
         if not result.ok or result.stdout_bytes >= _LIST_LIMIT:
             return  # a listing that does not fit is not cached: a miss next time, never a wrong entry

@@ -99,7 +99,7 @@ def run_setup(
 
 
 def _head(ws: AttemptWorkspace) -> str:
-    result = git(["-C", str(ws.worktree), "rev-parse", "HEAD"], ws.worktree)
+    result = git(["-C", str(ws.worktree), "rev-parse", "HEAD"], ws.worktree, foreign_owner=True)
     return result.stdout_tail.decode().strip() if result.ok else ""
 
 
@@ -113,7 +113,7 @@ def commit_result(ws: AttemptWorkspace) -> str:
     )
     result: ProcResult | None = None
     for args in steps:
-        result = git([*quiet, *args], ws.worktree)
+        result = git([*quiet, *args], ws.worktree, foreign_owner=True)
         if not result.ok:
             detail = result.stderr_tail.decode("utf-8", "replace").strip().splitlines()
             message = f"cannot commit the environment setup's result: {detail[-1] if detail else 'git failed'}"
@@ -121,7 +121,7 @@ def commit_result(ws: AttemptWorkspace) -> str:
     assert result is not None
     commit = result.stdout_tail.decode().strip()
     _move_objects(ws)
-    status = git([*quiet, "status", "--porcelain", "--untracked-files=all"], ws.worktree)
+    status = git([*quiet, "status", "--porcelain", "--untracked-files=all"], ws.worktree, foreign_owner=True)
     if status.ok and status.stdout_tail.strip():
         first = status.stdout_tail.decode("utf-8", "replace").splitlines()[0]
         raise EnvironmentSetupError(f"environment setup left files git cannot commit (e.g. {first.strip()})", "")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worktrial.errors import WorktrialError
-from worktrial.isolation import proc, safefs
+from worktrial.isolation import ownership, proc, safefs
 from worktrial.isolation.workspace import AttemptWorkspace
 
 _GIT_TIMEOUT = 120.0
@@ -50,6 +50,8 @@ def _git(worktree: Path, overrides: list[str], *args: str) -> proc.ProcResult:
         "core.untrackedCache=false",
         "-c",
         "diff.external=",
+        "-c",
+        "safe.directory=*",  # the worktree is the sandbox uid's when the harness is root
         *overrides,
         *args,
     ]
@@ -71,9 +73,10 @@ def _driver_overrides(worktree: Path, location: list[str]) -> list[str]:
 _INDEX_LIMIT = 512 * 1024 * 1024
 
 
-def agent_patch(ws: AttemptWorkspace, base_commit: str, max_bytes: int) -> PatchData | None:
+def agent_patch(ws: AttemptWorkspace, base_commit: str, max_bytes: int, owner: int | None = None) -> PatchData | None:
     """The worktree's change against ``base_commit``, or None when git could not produce it (or the agent
-    replaced the private repository or the worktree)."""
+    replaced the private repository or the worktree). What git wrote in the private repository (an index, objects)
+    goes to ``owner``, the sandbox's uid, so that verification's git can still write there."""
     try:
         with contextlib.ExitStack() as fds:
             git_fd = fds.enter_context(safefs.opened_dir(ws.git_dir, ws.git_dir_id))
@@ -89,7 +92,10 @@ def agent_patch(ws: AttemptWorkspace, base_commit: str, max_bytes: int) -> Patch
                 index = b""
             safefs.write_at(git_fd, "index", index)
             location = ["-c", "core.bare=false", f"--git-dir={git_dir}", f"--work-tree={worktree}"]
-            return _patch(worktree, location, base_commit, max_bytes)
+            try:
+                return _patch(worktree, location, base_commit, max_bytes)
+            finally:
+                ownership.hand_over_fd(git_fd, owner, recursive=True, only_foreign=True)
     except (OSError, WorktrialError):
         return None
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from worktrial.errors import WorkspaceError, WorktrialError
-from worktrial.isolation import proc, safefs
+from worktrial.isolation import ownership, proc, safefs
 from worktrial.isolation.environment import ENV_OBJECTS
 from worktrial.isolation.safefs import Identity
 from worktrial.isolation.workspace import (
@@ -98,8 +98,11 @@ class Slot:
         base_commit: str,
         root: Path,
         prepare: Callable[[AttemptWorkspace], str] | None = None,
+        owner: int | None = None,
     ) -> None:
         self.source = source
+        self.owner = owner
+        """The uid the attempts' sandboxed programs run as when the harness is root: the slot's trees are its."""
         self.pinned_commit = base_commit
         self.base_commit = base_commit
         self._prepare = prepare
@@ -134,6 +137,7 @@ class Slot:
         with self._open_build(ids) as build_fd:
             safefs.remove_at(build_fd, SCRATCH)
             os.mkdir(SCRATCH, 0o700, dir_fd=build_fd)
+            ownership.hand_over_entry(build_fd, SCRATCH, self.owner)
         return ws
 
     def untouched(self) -> bool:
@@ -181,8 +185,10 @@ class Slot:
         try:
             ids = _Ids(safefs.identity(ws.root), safefs.identity(ws.git_dir), safefs.identity(ws.worktree))
             self._dir_mode = stat.S_IMODE(os.stat(ws.worktree).st_mode)
+            ownership.hand_over(ws.root, self.owner)  # environment setup already runs as the sandbox's uid
             if self._prepare is not None:
                 self.base_commit = self._prepare(ws)
+                ownership.hand_over(ws.root, self.owner)  # and what the harness committed for it
             self._snap = _snapshot(ws)
         except BaseException:
             remove_tree(ws.root)
@@ -248,6 +254,7 @@ class Slot:
             new_name = _token("w")
             os.mkdir(new_name, 0o755, dir_fd=build_fd)
             new_fd = fds.enter_context(safefs.opened_dir(new_name, None, dir_fd=build_fd))
+            ownership.hand_over_fd(new_fd, self.owner)
             new_id = Identity.of(os.fstat(new_fd))
             for name in os.listdir(old_fd):
                 os.rename(name, name, src_dir_fd=old_fd, dst_dir_fd=new_fd)
@@ -273,9 +280,19 @@ class Slot:
             for args in (["reset", "--quiet", "--hard", self.base_commit], ["clean", "-ffdxq"]):
                 if skip_git:
                     break
-                result = git([*base, *args], Path(work))
+                result = git([*base, *args], Path(work), foreign_owner=self.owner is not None)
                 if not result.ok:
                     raise WorkspaceError(f"reset failed: {result.describe_failure('git ' + args[0])}")
+            if self.owner is not None:
+                # What the harness restored goes back to the sandbox's uid: the git dir (small: its objects are
+                # borrowed), the worktree's link, and every file git brought back, which lies in a directory the
+                # agent changed (a deleted file changes its directory) or next to a file it changed.
+                ownership.hand_over_fd(git_fd, self.owner, recursive=True)
+                ownership.hand_over_entry(new_fd, _GITFILE, self.owner)
+                if not skip_git:
+                    touched = {".", *changed.dirs, *(os.path.dirname(f) or "." for f in changed.files)}
+                    for rel in sorted(touched):
+                        ownership.hand_over_rel(new_fd, rel, self.owner)
             self._mark = _fs_mark(build_fd)
         self._ws = replace(ws, worktree=worktree, worktree_id=new_id)
         self._ids = replace(ids, worktree=new_id)

@@ -33,6 +33,7 @@ from worktrial.isolation.tracking import TOKEN_VAR, TRACKER, ProcIdentity, desce
 from worktrial.model.commands import Command, to_argv
 
 if TYPE_CHECKING:
+    from worktrial.isolation.netstack import Link
     from worktrial.isolation.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
@@ -298,12 +299,15 @@ def run(
     term_grace: float = TERM_GRACE_SECS,
     sweep: bool = True,
     scope: ProcessScope | None = None,
+    link: Link | None = None,
 ) -> ProcResult:
     """Run argv to completion or to ``timeout`` seconds, then make sure nothing of it is left running.
 
     ``sweep=False`` is for trusted short commands (the harness's git): after a normal exit only the
     process group is killed, skipping the /proc scan; a timeout still sweeps. A process started in a run's
     ``scope`` is ended when that run is stopped; one without a scope (the harness's own git) only by its deadline.
+    ``link`` brings up the network of a bubblewrap argv made with its arguments (a sandbox's ``wrap`` brings its
+    own).
     """
     args = tuple(str(a) for a in argv)
     if scope is not None and scope.stopping.is_set():
@@ -327,8 +331,8 @@ def run(
             cgroups.remove(cgroup)
         return refused
     if sandbox is not None:
-        wrapped, child_env = sandbox.wrap(args, Path(cwd), child_env)
-        spawn = tuple(wrapped)
+        wrapped = sandbox.wrap(args, Path(cwd), child_env)
+        spawn, child_env, link = tuple(wrapped.argv), wrapped.env, wrapped.link
     if cgroup is not None and own_cgroup:  # outermost: the sandbox and everything in it start inside the cgroup
         spawn = (*_JOIN_CGROUP, str(cgroup / "cgroup.procs"), *spawn)
     try:
@@ -341,16 +345,20 @@ def run(
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                pass_fds=link.child_fds if link is not None else (),
             )
             spawned(proc.pid)
     except FileNotFoundError:
         if cgroup is not None and own_cgroup:
             cgroups.remove(cgroup)
+        if link is not None:
+            link.release()
         return ProcResult(args, None, False, time.monotonic() - start, not_found=args[0])
-    except PermissionError:
-        return ProcResult(args, None, False, time.monotonic() - start, start_error=f"permission denied: {args[0]}")
     except OSError as exc:
-        return ProcResult(args, None, False, time.monotonic() - start, start_error=f"cannot start: {exc.strerror}")
+        if link is not None:
+            link.release()
+        why = f"permission denied: {args[0]}" if isinstance(exc, PermissionError) else f"cannot start: {exc.strerror}"
+        return ProcResult(args, None, False, time.monotonic() - start, start_error=why)
     if scope is not None:
         scope.add(token, proc)
     if sweep:
@@ -369,7 +377,12 @@ def run(
         t.start()
     timed_out = interrupted = False
     limit: str | None = None
+    network_error: str | None = None
     try:
+        # The sandbox's own network comes up while bubblewrap holds its program back; if it cannot, the program
+        # never runs (it would have run offline, or on nothing), and the command fails with the reason.
+        if link is not None and (network_error := link.attach()) is not None:
+            _signal_group(proc, signal.SIGKILL)
         limit = _wait(proc, timeout, sandbox)
     except subprocess.TimeoutExpired:
         timed_out = True
@@ -392,6 +405,10 @@ def run(
                 t.join(timeout=2.0)
             if scope is not None:
                 scope.remove(token)
+            if link is not None:
+                link.release()
+    if network_error is not None:
+        return ProcResult(args, None, False, time.monotonic() - start, start_error=network_error)
     return ProcResult(
         args,
         None if timed_out else proc.returncode,
@@ -404,6 +421,31 @@ def run(
         interrupted=interrupted or (scope is not None and scope.stopping.is_set()),
         limit=limit or (sandbox.limit_hit() if sandbox is not None else None),
     )
+
+
+def spawn_helper(argv: Sequence[str], *, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
+    """Start one of the harness's own helper programs (an attempt's network stack) beside a sandbox: in a session of
+    its own, so ending the attempt's processes never ends it first, and with no output kept. The caller ends it
+    (``reap_helper``); it is told to stop by a descriptor the harness holds, so it also ends with the harness."""
+    return subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        pass_fds=pass_fds,
+        start_new_session=True,
+        env=clean_env(None),
+    )
+
+
+def reap_helper(helper: subprocess.Popen[bytes], grace: float = 2.0) -> None:
+    """Wait for a helper that was told to stop; kill it if it does not within ``grace`` seconds."""
+    try:
+        helper.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        helper.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            helper.wait(timeout=5)
 
 
 def _ended_its_namespace(proc: subprocess.Popen[bytes], sandbox: Sandbox | None) -> bool:

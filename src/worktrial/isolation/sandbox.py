@@ -8,8 +8,15 @@ the attempt runs by its own install prefix; ``/proc`` (with ``sys`` read-only), 
 ``/tmp``, ``/var/tmp`` and ``/run``. Nothing else of the host exists inside, and a path the harness hides that lies
 inside something shown is covered by an empty read-only mount. A fresh ``HOME``; its own PID namespace (ending the
 wrapped process ends everything it started, ``setsid`` or not, and ``--die-with-parent`` ends it when the harness is
-killed); all capabilities dropped; and, with ``--network off``, its own network namespace with loopback only.
+killed); all capabilities dropped; its own network namespace: loopback only with ``--network off``, outbound
+through a userspace stack with ``--network on`` (``netstack.py``), the host's with ``--network host``.
 Resource limits (``limits.py``) apply with or without it.
+
+Never root inside: when the harness runs as root, the wrapped program runs as an unprivileged host uid with no
+account (``agent_uid``), switched to by ``setpriv`` right after bubblewrap built the mounts (the only capabilities
+bubblewrap keeps are the two that switch, and ``setpriv`` drops them with the bounding set, under no-new-privs).
+Root-owned files are then unreadable whatever is shown, and the attempt's own trees are handed to that uid
+(``ownership.py``). An unprivileged harness's processes run as its own uid, as before.
 
 Works as root (CI) and as an unprivileged user where the kernel allows user namespaces. Where it cannot work,
 ``auto`` runs unsandboxed with one warning and ``on`` refuses to start.
@@ -18,7 +25,9 @@ Works as root (CI) and as an unprivileged user where the kernel allows user name
 from __future__ import annotations
 
 import functools
+import grp
 import os
+import pwd
 import shutil
 import stat
 import sys
@@ -26,14 +35,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from worktrial.errors import BadInputError
-from worktrial.isolation import proc
+from worktrial.isolation import netstack, ownership, proc
 from worktrial.isolation.limits import Enforcer, Limits
 
 SandboxMode = Literal["auto", "on", "off"]
-NetworkMode = Literal["on", "off"]
+NetworkMode = Literal["on", "off", "host"]
+"""``off``: loopback only; ``on``: the attempt's own namespace with outbound access; ``host``: the host's network."""
 BWRAP_ENV = "WORKTRIAL_BWRAP"
 """Names the bubblewrap program (default ``bwrap`` on PATH); tests point it at nothing to see the fallback."""
 
@@ -67,15 +77,30 @@ class SandboxDecision:
 
     kind: Literal["bubblewrap", "none"]
     network: NetworkMode
+    """The network attempts actually get (``host`` when ``on`` was asked for but cannot be had here)."""
     limits: Limits
     version: str | None = None
     reason: str | None = None
     """Why there is no sandbox (``off`` by choice, or what this machine lacks)."""
     by_choice: bool = False
     """The user turned it off (no warning then)."""
+    uid: int | None = None
+    """The host uid sandboxed programs run as when the harness is root; None: the harness's own uid."""
+    uid_reason: str | None = None
+    """Why a root harness's sandboxed programs keep uid 0 (no ``setpriv`` here)."""
+    netstack: str | None = None
+    """What gives ``--network on`` its own namespace (``slirp4netns 1.2.0``)."""
+    network_reason: str | None = None
+    """Why ``--network on`` fell back to the host's network."""
 
     @property
     def warning(self) -> str | None:
+        if self.kind != "none" and self.network_reason:
+            return (
+                f"attempts share this host's network: {self.network_reason}. Parallel attempts share 127.0.0.1 "
+                f"and its ports, and reach the host's loopback services; install slirp4netns (Debian/Ubuntu: "
+                f"apt-get install slirp4netns) for a network of their own, or pass --network host to say so"
+            )
         if self.kind != "none" or self.by_choice:
             return None
         return (
@@ -83,17 +108,19 @@ class SandboxDecision:
             f"you can and leave processes behind; to contain them, {FIX}"
         )
 
-    def describe(self, limits_mechanism: str) -> dict[str, Any]:
-        """``run.sandbox`` in the envelope."""
-        return {
-            "kind": self.kind,
-            "version": self.version,
-            "network": self.network,
-            "max_memory": self.limits.max_memory,
-            "max_procs": self.limits.max_procs,
-            "limits": limits_mechanism if self.limits.any else None,
-            "reason": self.reason,
-        }
+    def uid_mode(self) -> str:
+        """Who sandboxed processes run as (``run.sandbox.uid``)."""
+        if self.uid is not None:
+            return f"uid {self.uid} (no account; worktrial runs as root), no capabilities"
+        return uid_mode() + (f": {self.uid_reason}" if self.uid_reason else "")
+
+    def network_mode(self) -> str:
+        """The network attempts got, for ``run.sandbox.network_detail``."""
+        if self.network == "off":
+            return "loopback only"
+        if self.network == "on":
+            return f"own namespace, outbound through {self.netstack}, no host loopback"
+        return "the host's network" + (f" ({self.network_reason})" if self.network_reason else "")
 
 
 def bwrap_program() -> str:
@@ -121,24 +148,101 @@ def _probe(program: str, network: NetworkMode) -> tuple[str | None, str | None]:
     return (words[-1] if words else "unknown"), None
 
 
+AGENT_UIDS = range(60_901, 61_000)
+"""Where a root harness looks for the uid its sandboxed programs run as: the first with no account here."""
+SETPRIV = "/usr/bin/setpriv"
+
+
+def agent_uid() -> int | None:
+    """A host uid no account uses (so it owns nothing of anyone's), the same for every attempt of a run."""
+    for uid in AGENT_UIDS:
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            try:
+                grp.getgrgid(uid)
+            except KeyError:
+                return uid
+    return None
+
+
+def _drop_to(uid: int) -> list[str]:
+    """The program that becomes ``uid`` inside the sandbox and then runs the command, with nothing to get back."""
+    ids = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    return [SETPRIV, *ids, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+
+
+_SWITCH_CAPS = ("--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP")
+
+
+@functools.lru_cache(maxsize=8)
+def _probe_uid(program: str) -> tuple[int | None, str | None]:
+    """(uid, None) when a root harness can run sandboxed programs as an unprivileged uid here, else (None, why)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None, None
+    uid = agent_uid()
+    if uid is None:
+        return None, f"every uid from {AGENT_UIDS.start} to {AGENT_UIDS.stop - 1} has an account"
+    if not os.access(SETPRIV, os.X_OK):
+        return None, f"{SETPRIV} is missing (Debian/Ubuntu: apt-get install util-linux)"
+    argv = [program, "--ro-bind", "/", "/", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL", *_SWITCH_CAPS]
+    result = proc.run([*argv, "--", *_drop_to(uid), "/bin/true"], cwd="/", timeout=30, sweep=False)
+    if not result.ok:
+        detail = result.stderr_tail.decode("utf-8", "replace").strip().splitlines()
+        return None, f"setpriv could not switch to uid {uid} ({detail[-1] if detail else result.describe_failure('')})"
+    return uid, None
+
+
+@functools.lru_cache(maxsize=8)
+def _probe_network(program: str) -> tuple[str | None, str | None]:
+    """(stack, None) when an attempt can have its own network with outbound access here, else (None, why)."""
+    slirp = netstack.slirp_program()
+    if slirp is None:
+        return None, "slirp4netns is not installed"
+    link = netstack.Link(slirp)
+    argv = [program, "--ro-bind", "/", "/", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL"]
+    result = proc.run([*argv, *link.bwrap_args(), "--", "/bin/true"], cwd="/", timeout=30, sweep=False, link=link)
+    if not result.ok:
+        return None, result.start_error or result.describe_failure("bubblewrap with slirp4netns")
+    version = proc.run([slirp, "--version"], cwd="/", timeout=30, sweep=False)
+    words = version.stdout_tail.decode("utf-8", "replace").split()
+    return (f"slirp4netns {words[2]}" if len(words) > 2 else "slirp4netns"), None
+
+
 def decide(settings: SandboxSettings) -> SandboxDecision:
     """Resolve ``auto``/``on``/``off`` on this machine; ``on`` without a sandbox is bad input (exit 2)."""
     if settings.mode == "off":
         if settings.network == "off":
             raise BadInputError(
                 f"--network off needs the sandbox, which {settings.mode_from} turned off; turn it back on (or use "
-                "--network on)"
+                "--network host)"
             )
         off = f"off by {settings.mode_from}"
-        return SandboxDecision("none", settings.network, settings.limits, reason=off, by_choice=True)
-    version, reason = _probe(bwrap_program(), settings.network)
+        return SandboxDecision("none", "host", settings.limits, reason=off, by_choice=True)
+    program = bwrap_program()
+    version, reason = _probe(program, "off" if settings.network == "off" else "on")
     if version is not None:
-        return SandboxDecision("bubblewrap", settings.network, settings.limits, version=version)
+        uid, uid_reason = _probe_uid(program)
+        stack = network_reason = None
+        network = settings.network
+        if network == "on":
+            stack, network_reason = _probe_network(program)
+            network = "on" if stack is not None else "host"
+        return SandboxDecision(
+            "bubblewrap",
+            network,
+            settings.limits,
+            version=version,
+            uid=uid,
+            uid_reason=uid_reason,
+            netstack=stack,
+            network_reason=network_reason,
+        )
     if settings.mode == "on":
         raise BadInputError(f"--sandbox on: {reason}; {FIX} (or run with --sandbox auto/off)")
     if settings.network == "off":
         raise BadInputError(f"--network off needs the sandbox, which is unavailable: {reason}; {FIX}")
-    return SandboxDecision("none", settings.network, settings.limits, reason=reason)
+    return SandboxDecision("none", "host", settings.limits, reason=reason)
 
 
 @dataclass(frozen=True)
@@ -149,6 +253,22 @@ class AttemptView:
     readonly: tuple[Path, ...]
     home: Path
     """The attempt's fresh HOME (created empty; presets copy their CLI's configuration into it)."""
+    scratch: Path | None = None
+    """The attempt's scratch directory: what the harness writes there (homes, the prompt file, a preset's
+    configuration) is handed to the sandbox's uid before each program starts."""
+    private: Path | None = None
+    """A directory only the harness writes, for the files the sandbox is given in place of the host's (``/etc/passwd``
+    naming its uid, ``/etc/resolv.conf`` for its own network)."""
+
+
+@dataclass
+class Wrapped:
+    """How to start one program inside a sandbox."""
+
+    argv: list[str]
+    env: dict[str, str]
+    link: netstack.Link | None = None
+    """The network to bring up once bubblewrap has started (``--network on``)."""
 
 
 class Sandbox(ABC):
@@ -163,8 +283,8 @@ class Sandbox(ABC):
         """Create what the attempt needs before its first process (the limits' cgroups, the fresh HOME)."""
 
     @abstractmethod
-    def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-        """The argv and environment that run ``argv`` in ``cwd`` inside the sandbox."""
+    def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Wrapped:
+        """How to run ``argv`` in ``cwd`` inside the sandbox."""
 
     @abstractmethod
     def widened(self, readonly: Iterable[Path]) -> Sandbox:
@@ -194,8 +314,8 @@ class Unconfined(Sandbox):
     def prepare(self) -> None:
         self.enforcer.prepare()
 
-    def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-        return [*self.enforcer.prefix(), *argv], dict(env)
+    def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Wrapped:
+        return Wrapped([*self.enforcer.prefix(), *argv], dict(env))
 
     def widened(self, readonly: Iterable[Path]) -> Sandbox:
         return self
@@ -212,6 +332,8 @@ class Unconfined(Sandbox):
 
 _TMP = Path("/tmp")
 """Private in every sandbox (an empty tmpfs): programs installed under it are shown like any other."""
+_OWN_MOUNTS = frozenset({Path("/"), _TMP, Path("/var/tmp"), Path("/run")})
+"""The sandbox's own root and its empty private directories: never a mount's skeleton."""
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 """The system's read-only runtime, shown whole (on merged-/usr systems most are symlinks into /usr)."""
 ETC = Path("/etc")
@@ -298,7 +420,9 @@ def _system_args() -> tuple[str, ...]:
     args += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
     if os.path.isdir("/sys"):
         args += ["--ro-bind", "/sys", "/sys"]
-    args += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run", *covered]
+    # Sticky and world-writable like the host's: the sandbox's programs may run as another uid than bubblewrap.
+    args += ["--perms", "1777", "--tmpfs", "/tmp", "--dir", "/var", "--perms", "1777", "--tmpfs", "/var/tmp"]
+    args += ["--tmpfs", "/run", *covered]
     return tuple(args)
 
 
@@ -379,7 +503,7 @@ def _tools(argv0: str, path_var: str, home: Path, never: tuple[Path, ...]) -> tu
     return tuple(shown)
 
 
-def allowlist(settings: SandboxSettings) -> list[str]:
+def allowlist(settings: SandboxSettings, decision: SandboxDecision | None = None) -> list[str]:
     """What every attempt sees of the host, for ``run.sandbox.shown``: the same rules ``Bubblewrap.wrap`` applies."""
     shown = [
         f"{name} -> {os.readlink(name)}" if os.path.islink(name) else name
@@ -387,6 +511,8 @@ def allowlist(settings: SandboxSettings) -> list[str]:
         if os.path.lexists(name)
     ]
     shown.append(f"/etc (read-only; {len(etc_secrets())} entries other users cannot read covered)")
+    if decision is not None and decision.uid is not None:
+        shown.append(f"/etc/passwd and /etc/group with an account for uid {decision.uid}")
     shown += ["/dev (minimal)", "/proc (sys read-only)", "/sys (read-only)", "/tmp, /var/tmp, /run (private, empty)"]
     shown += [
         "the attempt's worktree, private git dir and scratch with a fresh HOME (writable)",
@@ -395,8 +521,13 @@ def allowlist(settings: SandboxSettings) -> list[str]:
     ]
     shown += [f"{path} (read-only, [sandbox] readable or the agent's command)" for path in settings.readable]
     shown += [f"{path} (writable, [sandbox] writable)" for path in settings.writable]
-    if settings.network == "off":
+    network = decision.network if decision is not None else settings.network
+    if network == "off":
         shown.append("network: loopback only")
+    elif network == "on":
+        shown.append("network: its own namespace, outbound only (no host loopback); /etc/resolv.conf its own")
+    else:
+        shown.append("network: the host's")
     return shown
 
 
@@ -412,22 +543,60 @@ class Bubblewrap(Sandbox):
     kind = "bubblewrap"
     own_pid_namespace = True
 
-    def __init__(self, settings: SandboxSettings, view: AttemptView, enforcer: Enforcer, program: str) -> None:
+    def __init__(
+        self,
+        settings: SandboxSettings,
+        view: AttemptView,
+        enforcer: Enforcer,
+        program: str,
+        decision: SandboxDecision | None = None,
+    ) -> None:
         self.settings = settings
         self.view = view
         self.enforcer = enforcer
         self.program = program
+        # Without a decision nothing was probed: no uid switch, and no network stack (the host's, or loopback only).
+        probed = decision or SandboxDecision("bubblewrap", "off" if settings.network == "off" else "host", settings.limits)
+        self.decision = probed
+        self.uid = self.decision.uid
         self._hidden = [p for p in (_real(h) for h in settings.hidden) if p != Path("/") and os.path.exists(p)]
         self._never = tuple(sorted({_real(h) for h in settings.hidden}))
         """Every hidden path, existing or not: nothing shown may be one of them or hold one."""
+        self._etc: list[str] = []
 
     def prepare(self) -> None:
         self.view.home.mkdir(parents=True, exist_ok=True)
+        self._etc = self._own_etc()
         self.enforcer.prepare()
+
+    def _own_etc(self) -> list[str]:
+        """Files of ``/etc`` the sandbox gets in place of the host's: an account for its uid (programs that look
+        their user up, such as ``whoami`` or Node's ``os.userInfo()``, fail without one) and, on its own network,
+        a resolver it can reach. Written once per attempt where only the harness writes."""
+        private = self.view.private
+        if private is None or (self.uid is None and self.decision.network != "on"):
+            return []
+        private.mkdir(parents=True, exist_ok=True)
+        files: dict[str, str] = {}
+        if self.uid is not None:
+            files["passwd"] = _readable(ETC / "passwd") + f"worktrial:x:{self.uid}:{self.uid}:worktrial agent:"
+            files["passwd"] += f"{self.view.home}:/bin/sh\n"
+            files["group"] = _readable(ETC / "group") + f"worktrial:x:{self.uid}:\n"
+        if self.decision.network == "on":
+            files["resolv.conf"] = netstack.RESOLV_CONF
+        args: list[str] = []
+        for name, text in files.items():
+            path = private / name
+            path.write_text(text)
+            path.chmod(0o644)
+            args += ["--ro-bind", str(path), str(ETC / name)]
+        return args
 
     def widened(self, readonly: Iterable[Path]) -> Sandbox:
         view = replace(self.view, readonly=(*self.view.readonly, *readonly))
-        return Bubblewrap(self.settings, view, self.enforcer, self.program)
+        widened = Bubblewrap(self.settings, view, self.enforcer, self.program, self.decision)
+        widened._etc = self._etc
+        return widened
 
     def limit_hit(self) -> str | None:
         return self.enforcer.hit()
@@ -435,11 +604,14 @@ class Bubblewrap(Sandbox):
     def cleanup(self) -> None:
         self.enforcer.cleanup()
 
-    def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Wrapped:
         child = dict(env)
         if child.get("HOME") in (None, "", str(Path.home())):
             child["HOME"] = str(self.view.home)
         child["TMPDIR"] = "/tmp"
+        if self.uid is not None:
+            self._hand_over(Path(child["HOME"]))
+            child["USER"] = child["LOGNAME"] = "worktrial"
         ops: dict[Path, str] = {}
         tools = _tools(argv[0] if argv else "", child.get("PATH", ""), _real(Path.home()), self._never)
         readonly = [*self.view.readonly, *tools, *(Path(p) for p in self.settings.readable)]
@@ -454,8 +626,12 @@ class Bubblewrap(Sandbox):
             if hidden not in ops and any(_under(hidden, s) for s in shown):
                 ops[hidden] = "hide" if os.path.isdir(hidden) else "hide-file"
         args = [self.program, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"]
-        args += ["--cap-drop", "ALL", *_system_args()]
-        if self.settings.network == "off":
+        args += ["--cap-drop", "ALL", *(_SWITCH_CAPS if self.uid is not None else ()), *_system_args(), *self._etc]
+        link = None
+        if self.decision.network == "on" and (slirp := netstack.slirp_program()) is not None:
+            link = netstack.Link(slirp)
+            args += link.bwrap_args()
+        elif self.decision.network == "off":
             args.append("--unshare-net")
         remount: list[str] = []
         for path in sorted(ops, key=lambda p: len(p.parts)):
@@ -469,23 +645,43 @@ class Bubblewrap(Sandbox):
                 args += ["--ro-bind", str(path), str(path)]
             else:
                 args += ["--bind", str(path), str(path)]
-        # bwrap creates the directories leading to each mount; inside the writable private /tmp those must not be
-        # writable either, or "$REPO/README.md" could be written there (and look like the repository to the agent).
+        # bwrap creates the directories leading to each mount, mode 0700: searchable by the sandbox's uid only with
+        # a chmod, and never writable (inside the writable private /tmp, "$REPO/README.md" could otherwise be
+        # written there and look like the repository to the agent).
+        binds = (*ops, *(Path(d) for d in (*SYSTEM_DIRS, ETC, "/proc", "/dev", "/sys")))
         skeleton = {
             a
             for p in ops
             for a in p.parents
-            if _under(a, _TMP) and a != _TMP and not any(_under(a, mounted) for mounted in ops)
+            if a not in _OWN_MOUNTS and not any(_under(a, mounted) for mounted in binds)
         }
         for path in sorted(skeleton, key=lambda p: len(p.parts)):
             remount += ["--chmod", "0555", str(path)]
         args += [*remount, "--remount-ro", "/", "--chdir", str(_real(cwd)), "--"]
-        return [*self.enforcer.prefix(), *args, *argv], child
+        drop = _drop_to(self.uid) if self.uid is not None else []
+        return Wrapped([*self.enforcer.prefix(), *args, *drop, *argv], child, link)
+
+    def _hand_over(self, home: Path) -> None:
+        """What the harness wrote for this program (scratch's new entries, the home it runs with) becomes the
+        sandbox uid's, before the program starts; the agent's own files already are."""
+        scratch = self.view.scratch
+        if scratch is not None:
+            ownership.hand_over(scratch, self.uid, only_foreign=True)
+            if _under(home, scratch):
+                ownership.hand_over(home, self.uid)
+
+
+def _readable(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return text if not text or text.endswith("\n") else text + "\n"
 
 
 def open_sandbox(settings: SandboxSettings, decision: SandboxDecision, view: AttemptView) -> Sandbox:
     """The sandbox of one attempt, not yet prepared."""
     enforcer = Enforcer(settings.limits)
     if decision.kind == "bubblewrap":
-        return Bubblewrap(settings, view, enforcer, bwrap_program())
+        return Bubblewrap(settings, view, enforcer, bwrap_program(), decision)
     return Unconfined(enforcer)

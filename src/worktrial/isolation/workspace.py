@@ -29,10 +29,16 @@ AGENT_EMAIL = "agent@worktrial.invalid"
 _GIT_TIMEOUT = 600.0
 
 
-def git(args: list[str], cwd: Path, *, timeout: float = _GIT_TIMEOUT) -> proc.ProcResult:
-    """Run git for the harness: never with hooks, never prompting for credentials."""
+def git(args: list[str], cwd: Path, *, timeout: float = _GIT_TIMEOUT, foreign_owner: bool = False) -> proc.ProcResult:
+    """Run git for the harness: never with hooks, never prompting for credentials.
+
+    ``foreign_owner``: the repository is an attempt's, which belongs to the sandbox's uid when the harness is root;
+    git would refuse it as of "dubious ownership" (a protection for repositories the harness did not make).
+    """
     env = proc.clean_env(extra={"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"})
-    return proc.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=cwd, env=env, timeout=timeout, sweep=False)
+    owned = ["-c", "safe.directory=*"] if foreign_owner else []
+    argv = ["git", "-c", "core.hooksPath=/dev/null", *owned, *args]
+    return proc.run(argv, cwd=cwd, env=env, timeout=timeout, sweep=False)
 
 
 def _git_out(args: list[str], cwd: Path, what: str) -> str:

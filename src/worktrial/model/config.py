@@ -129,8 +129,8 @@ class SandboxConfig(Table):
 
     mode: Literal["auto", "on", "off"] | None = None
     """--sandbox: auto (default), on or off."""
-    network: Literal["on", "off"] | None = None
-    """--network: on (default) or off."""
+    network: Literal["on", "off", "host"] | None = None
+    """--network: on (default: an attempt's own network), off (loopback only) or host."""
     max_memory: NonEmptyStr | int | None = None
     """--max-memory: a size such as ``2G``."""
     max_procs: int | None = Field(None, ge=1)

@@ -132,7 +132,16 @@ class SandboxInfo(BaseModel):
 
     kind: Literal["bubblewrap", "none"] = Field(description="'none': attempts ran unsandboxed.")
     version: str | None = None
-    network: Literal["on", "off"] = "on"
+    network: Literal["on", "off", "host"] = Field(
+        default="on",
+        description=(
+            "off: loopback only; on: each sandboxed process on a network namespace of its own with outbound access "
+            "(no host loopback); host: the host's network (asked for, no sandbox, or no network stack here)."
+        ),
+    )
+    network_detail: str | None = Field(
+        default=None, description="How the network was given, e.g. 'own namespace, outbound through slirp4netns 1.2.0'."
+    )
     max_memory: int | None = Field(default=None, description="Bytes per attempt (--max-memory), None: no limit.")
     max_procs: int | None = Field(default=None, description="Processes per attempt (--max-procs), None: no limit.")
     limits: str | None = Field(default=None, description="How limits were enforced: cgroup, rlimit or mixed.")
