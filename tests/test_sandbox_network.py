@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import share_with_sandbox
 from tests.conftest import task
+from tests.fakes import share_with_sandbox
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (make sandbox installs it)")
 

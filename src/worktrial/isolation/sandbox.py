@@ -556,8 +556,8 @@ class Bubblewrap(Sandbox):
         self.enforcer = enforcer
         self.program = program
         # Without a decision nothing was probed: no uid switch, and no network stack (the host's, or loopback only).
-        probed = decision or SandboxDecision("bubblewrap", "off" if settings.network == "off" else "host", settings.limits)
-        self.decision = probed
+        network: NetworkMode = "off" if settings.network == "off" else "host"
+        self.decision = decision or SandboxDecision("bubblewrap", network, settings.limits)
         self.uid = self.decision.uid
         self._hidden = [p for p in (_real(h) for h in settings.hidden) if p != Path("/") and os.path.exists(p)]
         self._never = tuple(sorted({_real(h) for h in settings.hidden}))
