@@ -43,11 +43,13 @@ browser:
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null) \
 		|| echo "warning: chromium could not be installed; the browser tests will be skipped"
 
-# Attempts run in a bubblewrap sandbox (Debian's package); the sandbox tests use --sandbox on and need it.
+# Attempts run in a bubblewrap sandbox (Debian's package), each on a network of its own through slirp4netns; the
+# sandbox tests use --sandbox on and need both.
 sandbox:
-	@command -v bwrap >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq \
-		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null) \
-		|| echo "warning: bubblewrap could not be installed; attempts will run unsandboxed"
+	@command -v bwrap >/dev/null && command -v slirp4netns >/dev/null || (command -v apt-get >/dev/null \
+		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		bubblewrap slirp4netns >/dev/null) \
+		|| echo "warning: bubblewrap/slirp4netns could not be installed; attempts will run unsandboxed or share the network"
 
 # The Ray tests contain their cluster in network and PID namespaces: unshare/nsenter (util-linux) and ip (iproute2).
 ray-tools:

@@ -6,7 +6,9 @@ overhead per attempt (wall time / attempts: the agent does nothing, so all of it
 peak RSS of the worktrial process; then the same per-iteration figures for the plain shell loop on the
 same repository. Finally peak RSS at 200 and at 5,000 attempts (more tasks, or more attempts per task),
 to show memory stays flat. worktrial runs with the sandbox off and on (bubblewrap, every verify command of every
-attempt inside it), so the sandbox's own cost per attempt is the difference of the two rows.
+attempt inside it, on a network of its own through slirp4netns, as an unprivileged uid when run as root), so the
+sandbox's own cost per attempt is the difference of the two rows; a third row runs the sandbox on the host's
+network (`--network host`), so the cost of the attempt's own network is the difference of the last two.
 
     .venv/bin/python benchmarks/overhead.py            # everything (a few minutes)
     .venv/bin/python benchmarks/overhead.py --quick    # skip the 5,000-attempt memory run
@@ -26,6 +28,8 @@ from pathlib import Path
 TASKS = 100
 ATTEMPTS = 2
 LOOP_ITERATIONS = {1_000: 40, 10_000: 15}
+MODES = {"off": ("off", "host"), "on": ("on", "on"), "on-host": ("on", "host")}
+"""Row label -> (--sandbox, --network): no sandbox, the default sandbox, the sandbox on the host's network."""
 
 
 def make_repo(root: Path, files: int) -> Path:
@@ -53,11 +57,14 @@ def make_suite(root: Path, tasks: int, attempts: int) -> Path:
     return suite
 
 
-def run_worktrial(repo: Path, suite: Path, jobs: int, config_dir: Path, sandbox: str = "on") -> tuple[float, float]:
+def run_worktrial(
+    repo: Path, suite: Path, jobs: int, config_dir: Path, sandbox: str = "on", network: str = "on"
+) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of one `worktrial eval` process."""
     env = {**os.environ, "WORKTRIAL_TRUST": "1", "WORKTRIAL_CONFIG_DIR": str(config_dir)}
     argv = [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--agent", "nop",
             "--jobs", str(jobs), "-q", "--format", "json", "--output", os.devnull, "--sandbox", sandbox]  # fmt: skip
+    argv += ["--network", network if sandbox == "on" else "host"]
     start = time.perf_counter()
     child = subprocess.Popen(argv, cwd=repo, env=env)
     _, status, usage = os.wait4(child.pid, 0)
@@ -100,8 +107,8 @@ def main() -> None:
         results: dict[tuple[int, str], float] = {}
         for files, iterations in LOOP_ITERATIONS.items():
             repo = make_repo(root, files)
-            for jobs, sandbox in ((1, "off"), (1, "on"), (2, "off"), (2, "on")):
-                wall, rss = run_worktrial(repo, suite, jobs, config, sandbox)
+            for jobs, sandbox in ((j, m) for j in (1, 2) for m in MODES):
+                wall, rss = run_worktrial(repo, suite, jobs, config, *MODES[sandbox])
                 per = wall / attempts * 1000
                 label = f"j{jobs}-{sandbox}"
                 results[(files, label)] = per
@@ -114,13 +121,15 @@ def main() -> None:
         print()
         for files in LOOP_ITERATIONS:
             loop = results[(files, "loop")]
-            for label in ("j1-off", "j1-on", "j2-off", "j2-on"):
+            for label in (f"j{j}-{m}" for j in (1, 2) for m in MODES):
                 ratio = results[(files, label)] / loop
-                jobs_text, mode = label[1], label.split("-")[1]
-                print(f"{files:>6,} files, --jobs {jobs_text}, sandbox {mode:>3}: {results[(files, label)]:.1f} "
+                jobs_text, mode = label[1], label.split("-", 1)[1]
+                print(f"{files:>6,} files, --jobs {jobs_text}, sandbox {mode:>7}: {results[(files, label)]:.1f} "
                       f"ms/attempt = {ratio:.3f}x the plain loop")  # fmt: skip
             cost = results[(files, "j1-on")] - results[(files, "j1-off")]
-            print(f"{files:>6,} files: the sandbox adds {cost:.1f} ms per attempt at --jobs 1")
+            own_net = results[(files, "j1-on")] - results[(files, "j1-on-host")]
+            print(f"{files:>6,} files: the sandbox adds {cost:.1f} ms per attempt at --jobs 1, of which its own "
+                  f"network {own_net:.1f} ms")  # fmt: skip
         small, large = results[(1_000, "j1-on")], results[(10_000, "j1-on")]
         print(f"sandbox on, --jobs 1: 10,000 files costs {large / small:.2f}x what 1,000 files costs per attempt")
         print("targets: sandbox on <= 60 ms/attempt on 1,000 files and <= 0.03x the plain loop on 10,000 files")

@@ -106,6 +106,33 @@ def _kept_worktree(envelope: dict[str, Any], stdout: str) -> Path:
     return Path(kept[0])
 
 
+@pytest.mark.parametrize("under", ["/home", "/tmp"])
+def test_a_planted_ssh_key_is_absent_wherever_home_is(
+    cli: Callable[..., Result], repo: Path, write_suite, under: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HOME under /home (a developer) or elsewhere (CI images, sudo -E, HOME=/tmp/...): the key is not there."""
+    if not os.access(under, os.W_OK):
+        pytest.skip(f"cannot plant a home under {under}")
+    home = Path(tempfile.mkdtemp(prefix="wt-planted-home-", dir=under))
+    try:
+        (home / ".ssh").mkdir()
+        (home / ".ssh" / "id_rsa").write_text("SECRET-SSH-KEY\n")
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("H_KEY", str(home / ".ssh" / "id_rsa"))
+        agent = (
+            'cat "$H_KEY" "$HOME/.ssh/id_rsa" > leaked.txt 2>/dev/null; ls -A "$(dirname "$H_KEY")" >> leaked.txt 2>&1; true'
+        )
+        suite = write_suite([task("t", verify_commands=["test -f leaked.txt"])])
+        args = ["eval", "--suite", str(suite), "--agent-cmd", agent, "--trust", "--pass-env", "H_KEY"]
+        result = cli([*args, "--sandbox", "on", "--keep-worktrees", "--format", "json", "-q"], cwd=repo)
+        assert result.exit_code == 0, result.output
+        attempt = json.loads(result.stdout)["report"]["tasks"][0]["attempts"][0]
+        leaked = (Path(attempt["worktree"]) / "leaked.txt").read_text()
+        assert "SECRET" not in leaked and "id_rsa" not in leaked, leaked
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_hostile_agent_is_contained(cli: Callable[..., Result], repo: Path, write_suite, hostile_env, tmp_path) -> None:
     marker = f"wt-sandbox-{uuid.uuid4().hex}"
     os.environ["H_MARK"] = marker

@@ -204,3 +204,49 @@ def test_without_slirp4netns_network_on_falls_back_with_one_warning(
     assert "slirp4netns is not installed" in envelope["run"]["sandbox"]["network_detail"]
     warnings = [line for line in result.stderr.splitlines() if "share this host's network" in line]
     assert len(warnings) == 1 and "apt-get install slirp4netns" in warnings[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:11434/v1", "http://localhost:8000/v1", "http://[::1]:8080", "http://127.1.2.3/"]
+)
+def test_an_agent_in_the_sandbox_on_a_loopback_model_server_is_told_to_use_network_host(
+    cli, repo: Path, write_suite, url: str
+) -> None:
+    """Its model calls would all be refused inside the attempt's own network, and scored as the agent failing."""
+    suite = write_suite([task("t", verify_commands=["true"])])
+    args = ["eval", "--suite", str(suite), "--agent-cmd", "true", "--trust", "--base-url", url]
+    result = cli([*args, "--sandbox", "on"], cwd=repo)
+    assert result.exit_code == 2
+    [line] = result.stderr.strip().splitlines()[-1:]
+    assert "is on this host's loopback" in line and "pass --network host" in line, result.stderr
+    assert cli([*args, "--sandbox", "on", "--network", "host", "-q"], cwd=repo).exit_code == 0
+
+
+def test_a_public_model_server_needs_nothing(cli, repo: Path, write_suite) -> None:
+    suite = write_suite([task("t", verify_commands=["true"])])
+    args = ["eval", "--suite", str(suite), "--agent-cmd", "true", "--trust", "--base-url", "https://api.example.com/v1"]
+    assert cli([*args, "--sandbox", "on", "-q"], cwd=repo).exit_code == 0
+
+
+def test_a_shared_writable_directory_the_sandbox_uid_cannot_write_is_one_warning(
+    cli, repo: Path, write_suite, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only a root harness runs its sandboxed programs as another uid")
+    shared = tmp_path / "cache"
+    shared.mkdir(mode=0o755)
+    from worktrial.state.config import USER_FILE, config_dir
+
+    (config_dir() / USER_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (config_dir() / USER_FILE).write_text(f"[sandbox]\nwritable = [{json.dumps(str(shared))}]\n")
+    write = {"sh": f"echo hi > {shared}/written"}
+    suite = write_suite([task("t", verify_commands=["true"], solution=[write])])
+    args = ["eval", "--suite", str(suite), "--agent-cmd", f"sh -c 'echo hi > {shared}/x'", "--trust", "-q"]
+    result = cli([*args, "--sandbox", "on"], cwd=repo)
+    assert result.exit_code == 0
+    warnings = [line for line in result.stderr.splitlines() if "[sandbox] writable" in line]
+    assert len(warnings) == 1 and f"chmod 1777 {shared}" in warnings[0], result.stderr
+    assert not (shared / "x").exists()  # indeed: the agent could not write it
+    shared.chmod(0o1777)
+    result = cli([*args, "--sandbox", "on"], cwd=repo)
+    assert "[sandbox] writable" not in result.stderr and (shared / "x").read_text() == "hi\n"

@@ -86,7 +86,10 @@ def on_path(monkeypatch: pytest.MonkeyPatch, tool: Tool) -> None:
 
 
 def evaluate(cli: Callable[..., Result], repo: Path, suite: Path, *args: str) -> tuple[Result, dict[str, Any] | None]:
-    result = cli(["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", *args], cwd=repo)
+    # The scripted model servers listen on this host's loopback: the attempts share the host's network to reach
+    # them, as a user with a model server on localhost does (--network on would refuse the connections).
+    argv = ["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", "--network", "host", *args]
+    result = cli(argv, cwd=repo)
     envelope = json.loads(result.stdout) if result.exit_code == 0 else None
     return result, envelope
 

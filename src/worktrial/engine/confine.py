@@ -6,8 +6,10 @@ repository under evaluation must not be able to switch its own containment off.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shlex
+import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +82,44 @@ def _shown(values: Iterable[str]) -> tuple[str, ...]:
             raise BadInputError("--sandbox-show /: that is the whole host; name the directory the attempt needs")
         shown.append(str(path))
     return tuple(shown)
+
+
+def loopback_url(url: str | None) -> str | None:
+    """``url`` when it names this host's loopback (``localhost``, 127.0.0.0/8, ``::1``), else None."""
+    if not url:
+        return None
+    try:
+        host = urllib.parse.urlsplit(url if "//" in url else f"//{url}").hostname
+    except ValueError:
+        return None
+    if host is None:
+        return None
+    if host == "localhost" or host.endswith(".localhost"):
+        return url
+    try:
+        return url if ipaddress.ip_address(host).is_loopback else None
+    except ValueError:
+        return None
+
+
+def unwritable_shared(settings: SandboxSettings, decision: SandboxDecision) -> list[str]:
+    """One line per ``[sandbox] writable`` directory the sandbox's uid cannot write (a root harness's programs run
+    as another uid): the attempts would fail on it for no fault of the agent's."""
+    uid = decision.uid if decision.kind == "bubblewrap" else None
+    if uid is None:
+        return []
+    lines = []
+    for path in settings.writable:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not (st.st_uid == uid or st.st_mode & 0o002 or (st.st_gid == uid and st.st_mode & 0o020)):
+            lines.append(
+                f"[sandbox] writable {path}: sandboxed programs run as uid {uid} and cannot write it; "
+                f"chmod 1777 {shlex.quote(path)} (or chown {uid} it)"
+            )
+    return lines
 
 
 def resolve_sandbox(

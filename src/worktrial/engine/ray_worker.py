@@ -166,7 +166,11 @@ class SlotWorker:
         base = job.resolved_base()
         spec_source = self._source(spec.source, spec.base_commit, fetch)
         base_source = self._source(base.source, base.commit, fetch)
-        local_spec = dataclasses.replace(spec, source=spec_source, suite_dir=suite_dir, artifacts_dir=None)
+        # What the sandbox can be (the uid a root worker switches to, slirp4netns for the attempts' own network) is
+        # this node's to find out, not the driver's.
+        local_spec = dataclasses.replace(
+            spec, source=spec_source, suite_dir=suite_dir, artifacts_dir=None, sandbox_decision=None
+        )
         local_base = dataclasses.replace(base, source=base_source)
         return dataclasses.replace(job, spec=local_spec, base=local_base)
 

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from worktrial.agents import AgentOptions, create_agent
 from worktrial.agents.base import Agent
-from worktrial.engine.confine import SandboxChoice, resolve_sandbox
+from worktrial.engine.confine import SandboxChoice, loopback_url, resolve_sandbox, unwritable_shared
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
 from worktrial.errors import BadInputError, SuiteError, WorkspaceError
@@ -609,8 +609,15 @@ def _sandbox(
     configured = table.command if table is not None else None
     command = " ".join(c for c in (ref.options.agent_cmd, configured) if c)
     resolved = resolve_sandbox(options.sandbox, [*repos, ws.state_root, work_root], command)
-    if warning := resolved[1].warning:
-        observer.warning(warning)
+    if resolved[1].network == "on" and ref.name != "builtin" and (url := loopback_url(options.base_url)):
+        # The built-in agent calls its model from the harness; every other agent calls it from inside the sandbox.
+        raise BadInputError(
+            f"--base-url {public_url(url)} is on this host's loopback, which attempts cannot reach on a network of "
+            "their own (--network on, the default); pass --network host to share the host's network with them"
+        )
+    for warning in (resolved[1].warning, *unwritable_shared(resolved[0], resolved[1])):
+        if warning:
+            observer.warning(warning)
     return resolved
 
 
