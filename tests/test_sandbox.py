@@ -119,9 +119,8 @@ def test_a_planted_ssh_key_is_absent_wherever_home_is(
         (home / ".ssh" / "id_rsa").write_text("SECRET-SSH-KEY\n")
         monkeypatch.setenv("HOME", str(home))
         monkeypatch.setenv("H_KEY", str(home / ".ssh" / "id_rsa"))
-        agent = (
-            'cat "$H_KEY" "$HOME/.ssh/id_rsa" > leaked.txt 2>/dev/null; ls -A "$(dirname "$H_KEY")" >> leaked.txt 2>&1; true'
-        )
+        agent = 'cat "$H_KEY" "$HOME/.ssh/id_rsa" > leaked.txt 2>/dev/null; '
+        agent += 'ls -A "$(dirname "$H_KEY")" >> leaked.txt 2>&1; true'
         suite = write_suite([task("t", verify_commands=["test -f leaked.txt"])])
         args = ["eval", "--suite", str(suite), "--agent-cmd", agent, "--trust", "--pass-env", "H_KEY"]
         result = cli([*args, "--sandbox", "on", "--keep-worktrees", "--format", "json", "-q"], cwd=repo)
