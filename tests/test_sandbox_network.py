@@ -250,3 +250,34 @@ def test_a_shared_writable_directory_the_sandbox_uid_cannot_write_is_one_warning
     shared.chmod(0o1777)
     result = cli([*args, "--sandbox", "on"], cwd=repo)
     assert "[sandbox] writable" not in result.stderr and (shared / "x").read_text() == "hi\n"
+
+
+def test_a_network_that_cannot_come_up_means_the_program_never_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The network stack is attached while bubblewrap holds the program back: when that fails (here the stack
+    exits at once), the program must not run offline as if nothing happened, and the command says why."""
+    from worktrial.isolation import proc
+    from worktrial.isolation.limits import Enforcer, Limits
+    from worktrial.isolation.sandbox import AttemptView, Bubblewrap, SandboxDecision, SandboxSettings, _probe_network
+
+    if (why := _probe_network("bwrap")[1]) is not None:
+        pytest.skip(f"no network of its own for a sandbox here: {why}")
+    work, scratch = tmp_path / "work", tmp_path / "scratch"
+    work.mkdir()
+    scratch.mkdir()
+    work.chmod(0o777)
+    settings = SandboxSettings(mode="on", network="on")
+    decision = SandboxDecision("bubblewrap", "on", Limits(), version="test", netstack="slirp4netns")
+    view = AttemptView(writable=(work, scratch), readonly=(), home=scratch / "home", scratch=scratch)
+    sandbox = Bubblewrap(settings, view, Enforcer(Limits()), "bwrap", decision)
+    sandbox.prepare()
+    scope = proc.ProcessScope().confined(sandbox)
+    ran = proc.run(["/bin/sh", "-c", "echo ran > ran.txt"], cwd=work, scope=scope, timeout=30)
+    assert ran.ok and (work / "ran.txt").exists(), ran  # the real stack: the program runs
+    (work / "ran.txt").unlink()
+    monkeypatch.setenv("WORKTRIAL_SLIRP4NETNS", shutil.which("false") or "/bin/false")
+    failed = proc.run(["/bin/sh", "-c", "echo ran > ran.txt"], cwd=work, scope=scope, timeout=30)
+    assert not failed.ok and failed.start_error is not None
+    assert "could not set up the attempt's network" in failed.start_error
+    assert not (work / "ran.txt").exists()

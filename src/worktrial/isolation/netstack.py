@@ -100,7 +100,10 @@ class Link:
             self._close_now(self.exit_w)
             self.exit_w = -1
         if self.helper is not None:
-            proc.reap_helper(self.helper)
+            # The sandbox is gone: nothing is left to flush. slirp4netns holds the namespace's last reference, and
+            # the kernel's teardown of it makes its exit take 20-45 ms, which no sandboxed command should wait for:
+            # it is killed at once and reaped in the background.
+            proc.reap_helper(self.helper, grace=0.0, background=True)
             self.helper = None
 
     def _child_pid(self) -> int | None:

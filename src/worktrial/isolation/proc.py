@@ -438,14 +438,24 @@ def spawn_helper(argv: Sequence[str], *, pass_fds: tuple[int, ...] = ()) -> subp
     )
 
 
-def reap_helper(helper: subprocess.Popen[bytes], grace: float = 2.0) -> None:
-    """Wait for a helper that was told to stop; kill it if it does not within ``grace`` seconds."""
-    try:
-        helper.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        helper.kill()
+def reap_helper(helper: subprocess.Popen[bytes], grace: float = 2.0, *, background: bool = False) -> None:
+    """End a helper that was told to stop: wait ``grace`` seconds for it (0: not at all), then kill it; with
+    ``background`` its exit is collected by a thread of its own instead of the caller."""
+    if grace > 0:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            helper.wait(timeout=5)
+            helper.wait(timeout=grace)
+            return
+    with contextlib.suppress(OSError):
+        os.killpg(helper.pid, signal.SIGKILL)  # its own session: anything it started goes too
+    if background:
+        threading.Thread(target=_collect, args=(helper,), daemon=True, name="reap-helper").start()
+    else:
+        _collect(helper)
+
+
+def _collect(helper: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+        helper.wait(timeout=30)
 
 
 def _ended_its_namespace(proc: subprocess.Popen[bytes], sandbox: Sandbox | None) -> bool:
