@@ -180,15 +180,15 @@ def test_runs_and_report_commands(cli, repo: Path, write_suite) -> None:
 
 def test_credentials_in_a_base_url_are_never_stored(cli, repo: Path, write_suite) -> None:
     suite = mixed_suite(write_suite, attempts=1)
-    url = "http://user:s3cret@127.0.0.1:9/v1?key=abc123"
+    url = "http://user:s3cret@m.invalid:9/v1?key=abc123"
     envelope = eval_json(cli, repo, suite, "--agent-cmd", "touch done.txt", "--base-url", url)
     run_dir = repo / ".worktrial" / "runs" / envelope["run"]["id"]
     stored = "".join(p.read_text() for p in run_dir.rglob("*") if p.is_file())  # artifacts included
     assert "s3cret" not in stored and "abc123" not in stored
-    assert json.loads((run_dir / "run.json").read_text())["base_url"] == "http://127.0.0.1:9/v1"
+    assert json.loads((run_dir / "run.json").read_text())["base_url"] == "http://m.invalid:9/v1"
     refused = cli(["resume", envelope["run"]["id"]], cwd=repo)
-    assert refused.exit_code == 2 and "pass --base-url http://127.0.0.1:9/v1 with them again" in refused.stderr
-    other = cli(["resume", envelope["run"]["id"], "--base-url", "http://127.0.0.1:8/v1"], cwd=repo)
-    assert other.exit_code == 2 and "base URL: stored http://127.0.0.1:9/v1, now http://127.0.0.1:8/v1" in other.stderr
+    assert refused.exit_code == 2 and "pass --base-url http://m.invalid:9/v1 with them again" in refused.stderr
+    other = cli(["resume", envelope["run"]["id"], "--base-url", "http://m.invalid:8/v1"], cwd=repo)
+    assert other.exit_code == 2 and "base URL: stored http://m.invalid:9/v1, now http://m.invalid:8/v1" in other.stderr
     again = cli(["resume", envelope["run"]["id"], "--base-url", url], cwd=repo)
     assert again.exit_code == 0, again.output

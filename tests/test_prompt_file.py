@@ -90,6 +90,7 @@ def _fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     monkeypatch.setenv("FAKE_LOG_DIR", str(log_dir))
     (bin_dir / ".fake-log-dir").write_text(str(log_dir))  # presets keep FAKE_LOG_DIR out of the CLI's environment
+    log_dir.chmod(0o1777)  # as root, sandboxed programs run as another uid
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("IS_SANDBOX", "1")
     return log_dir

@@ -70,6 +70,9 @@ class Link:
         pid = self._child_pid()
         if pid is None:
             return None  # bubblewrap failed before making the namespace: its own error says why
+        # bubblewrap's child brings up the namespace's loopback itself; configuring tap0 at the same moment makes
+        # that fail now and then ("loopback: Failed RTM_NEWADDR", 4% of commands with 4 running at once).
+        _await_loopback(pid, time.monotonic() + _ATTACH_TIMEOUT_SECS)
         ready_r, ready_w = os.pipe()
         exit_r, self.exit_w = os.pipe()
         argv = [self.program, "--configure", f"--mtu={_MTU}", "--disable-host-loopback"]
@@ -89,7 +92,8 @@ class Link:
         if ready != b"1":
             code = self.helper.poll()
             return f"{self.program} could not set up the attempt's network" + (f" (exit {code})" if code else "")
-        os.write(self.block_w, b"1")
+        with contextlib.suppress(OSError):  # bubblewrap already ended (a mount it could not make): its exit says why
+            os.write(self.block_w, b"1")
         self._close(self.block_w)
         return None
 
@@ -130,6 +134,21 @@ class Link:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _await_loopback(pid: int, deadline: float) -> None:
+    """Wait until the namespace of ``pid`` has its loopback address routed (bubblewrap's last step in setting it
+    up: the local route exists once ``lo`` is up), or the process is gone, or the deadline passed."""
+    pause = 0.0002
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/net/fib_trie", "rb") as f:
+                if b"127.0.0.1" in f.read():
+                    return
+        except OSError:
+            return  # gone: bubblewrap reports why
+        time.sleep(pause)
+        pause = min(pause * 2, 0.005)
 
 
 def _read_within(fd: int, size: int, seconds: float) -> bytes:
