@@ -310,3 +310,19 @@ def test_many_sandboxes_coming_up_at_once_all_get_their_network() -> None:
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def test_a_repository_the_sandbox_uid_cannot_read_is_one_warning_with_the_fix(cli, repo: Path, write_suite) -> None:
+    """A repository cloned with umask 077: its object store is root's alone, and every attempt's git would fail."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root harness runs its sandboxed programs as another uid")
+    objects = repo / ".git" / "objects"
+    objects.chmod(0o700)
+    suite = write_suite([task("t", verify_commands=["true"])])
+    args = ["eval", "--suite", str(suite), "--agent-cmd", "git log -1", "--trust", "-q", "--sandbox", "on"]
+    result = cli(args, cwd=repo)
+    warnings = [line for line in result.stderr.splitlines() if "cannot be read by uid" in line]
+    assert len(warnings) == 1 and f"chmod -R o+rX {objects}" in warnings[0], result.stderr
+    objects.chmod(0o755)
+    result = cli(args, cwd=repo)
+    assert "cannot be read by uid" not in result.stderr

@@ -122,6 +122,27 @@ def unwritable_shared(settings: SandboxSettings, decision: SandboxDecision) -> l
     return lines
 
 
+def unreadable_objects(objects_dir: Path, decision: SandboxDecision) -> str | None:
+    """One line when the sandbox's uid (a root harness's programs run as another uid) cannot read the repository's
+    object store that every attempt borrows: git would fail in every attempt, for no fault of the agent's."""
+    uid = decision.uid if decision.kind == "bubblewrap" else None
+    if uid is None:
+        return None
+    subdirs = sorted(d for d in objects_dir.iterdir() if d.is_dir())[:3]  # a sample: "pack", "info", a fan-out
+    for path in (objects_dir, *subdirs):
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue
+        if mode & 0o005 != 0o005:
+            return (
+                f"the repository's objects ({path}) cannot be read by uid {uid}, which sandboxed programs run as "
+                f"(mode {mode & 0o777:o}); every attempt's git would fail: "
+                f"chmod -R o+rX {shlex.quote(str(objects_dir))}"
+            )
+    return None
+
+
 def resolve_sandbox(
     choice: SandboxChoice, hidden: Iterable[Path], agent_command: str | None = None
 ) -> tuple[SandboxSettings, SandboxDecision, SandboxInfo]:

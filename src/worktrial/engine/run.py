@@ -26,7 +26,13 @@ from typing import Any, Literal
 
 from worktrial.agents import AgentOptions, create_agent
 from worktrial.agents.base import Agent
-from worktrial.engine.confine import SandboxChoice, loopback_url, resolve_sandbox, unwritable_shared
+from worktrial.engine.confine import (
+    SandboxChoice,
+    loopback_url,
+    resolve_sandbox,
+    unreadable_objects,
+    unwritable_shared,
+)
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
 from worktrial.errors import BadInputError, SuiteError, WorkspaceError
@@ -615,7 +621,8 @@ def _sandbox(
             f"--base-url {public_url(url)} is on this host's loopback, which attempts cannot reach on a network of "
             "their own (--network on, the default); pass --network host to share the host's network with them"
         )
-    for warning in (resolved[1].warning, *unwritable_shared(resolved[0], resolved[1])):
+    objects = unreadable_objects(ws.source.objects_dir, resolved[1]) if ws.source.objects_dir.is_dir() else None
+    for warning in (resolved[1].warning, *unwritable_shared(resolved[0], resolved[1]), objects):
         if warning:
             observer.warning(warning)
     return resolved

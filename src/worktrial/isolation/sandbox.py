@@ -576,7 +576,8 @@ class Bubblewrap(Sandbox):
         private = self.view.private
         if private is None or (self.uid is None and self.decision.network != "on"):
             return []
-        private.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(private, ignore_errors=True)  # made anew: the harness's, whatever a slot build handed over
+        private.mkdir(parents=True)
         files: dict[str, str] = {}
         if self.uid is not None:
             files["passwd"] = _readable(ETC / "passwd") + f"worktrial:x:{self.uid}:{self.uid}:worktrial agent:"
@@ -662,13 +663,14 @@ class Bubblewrap(Sandbox):
         return Wrapped([*self.enforcer.prefix(), *args, *drop, *argv], child, link)
 
     def _hand_over(self, home: Path) -> None:
-        """What the harness wrote for this program (scratch's new entries, the home it runs with) becomes the
-        sandbox uid's, before the program starts; the agent's own files already are."""
+        """What the harness wrote for this program (scratch's new entries, what a preset put in the home it runs
+        with) becomes the sandbox uid's, before the program starts. Only what is not the uid's yet is visited, so
+        the cost follows the harness's writes, not what the agent's programs left there."""
         scratch = self.view.scratch
         if scratch is not None:
             ownership.hand_over(scratch, self.uid, only_foreign=True)
             if _under(home, scratch):
-                ownership.hand_over(home, self.uid)
+                ownership.hand_over(home, self.uid, only_foreign=True)
 
 
 def _readable(path: Path) -> str:
