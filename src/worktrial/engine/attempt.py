@@ -89,9 +89,10 @@ def attempt_sandbox(spec: AttemptSpec, ws: AttemptWorkspace, source: SourceRepo 
     scratch.mkdir(exist_ok=True)
     # The objects of a prepared environment's base commit (a suite inside the repository is hidden by one) live
     # next to the private git dir: without them git cannot read HEAD, so nothing that commits works.
+    # Made before environment setup commits into it, so that its git (in this sandbox) reads what it moved there.
+    (ws.root / ENV_OBJECTS).mkdir(exist_ok=True)
     borrowed = [source.objects_dir] if source is not None else []
-    if os.path.isdir(ws.root / ENV_OBJECTS):
-        borrowed.append(ws.root / ENV_OBJECTS)
+    borrowed.append(ws.root / ENV_OBJECTS)
     view = AttemptView(
         writable=(ws.worktree, ws.git_dir, scratch),
         readonly=tuple(borrowed),
@@ -101,6 +102,15 @@ def attempt_sandbox(spec: AttemptSpec, ws: AttemptWorkspace, source: SourceRepo 
     )
     decision = spec.sandbox_decision or decide(spec.sandbox)
     return open_sandbox(spec.sandbox, decision, view)
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where an attempt's worktree started: the commit (after environment setup) and the store its objects are in
+    (with the workspace's own ``env-objects``), as the harness knows them, never as the agent's repository says."""
+
+    commit: str
+    objects: Path | None
 
 
 SANDBOX_ETC = "sandbox-etc"
@@ -231,14 +241,16 @@ def run_attempt(
         try:
             if slot is not None:
                 workspace = slot.acquire()
+                origin = Start(slot.base_commit, slot.source.objects_dir)
             else:
                 base = job.resolved_base()
                 workspace = create_attempt_workspace(source, base.commit, root)
                 ownership.hand_over(workspace.root, sandbox_owner(spec))
+                origin = Start(base.commit, source.objects_dir)
             sandbox = attempt_sandbox(spec, workspace, source)
             sandbox.prepare()
             if slot is None and base.prepared:
-                _environment_setup(spec, base, workspace, sandbox, scope)
+                origin = Start(_environment_setup(spec, base, workspace, sandbox, scope), source.objects_dir)
                 ownership.hand_over(workspace.root, sandbox_owner(spec))
         except EnvironmentSetupError as exc:
             progress.reason, progress.category = str(exc).splitlines()[0], "environment"
@@ -246,7 +258,9 @@ def run_attempt(
         except (WorktrialError, OSError) as exc:
             progress.reason, progress.category = f"worktree creation failed: {exc}", "worktree"
         else:
-            _run_in(agent, job, workspace, env, progress, scope, sandbox, on_phase or (lambda _phase: None), slot)
+            _run_in(
+                agent, job, workspace, env, progress, scope, sandbox, on_phase or (lambda _phase: None), slot, origin
+            )
     finally:
         if sandbox is not None:
             sandbox.cleanup()
@@ -377,7 +391,8 @@ def _run_in(
     run_scope: proc.ProcessScope,
     sandbox: Sandbox,
     on_phase: Callable[[str], None],
-    slot: Slot | None = None,
+    slot: Slot | None,
+    start: Start,
 ) -> None:
     """Setup, agent and verification inside a created workspace, every process inside the attempt's sandbox;
     ``on_phase`` hears each step begin."""
@@ -440,7 +455,8 @@ def _run_in(
         if slot is not None and slot.untouched():  # nothing in the worktree is newer than its reset
             progress.patch = PatchData(diff=b"", total_bytes=0, truncated=False, files=[])
         else:
-            progress.patch = agent_patch(workspace, job.spec.base_commit, PATCH_MAX_BYTES, sandbox_owner(job.spec))
+            borrowed = [p for p in (start.objects, workspace.root / ENV_OBJECTS) if p is not None and p.is_dir()]
+            progress.patch = agent_patch(workspace, start.commit, PATCH_MAX_BYTES, borrowed)
     overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS
     progress.outcome, progress.reason, verify_decides = _decide(task, result, overran)
     if hit := sandbox.limit_hit():

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from worktrial.errors import WorktrialError
+from worktrial.isolation import safefs
 from worktrial.isolation.alternates import read_alternates, write_alternates
 from worktrial.isolation.env_cache import EnvironmentCache, entry_key
 from worktrial.isolation.proc import ProcessScope, ProcResult, run_command
@@ -30,6 +31,7 @@ ENV_OBJECTS = "env-objects"
 OUTPUT_TAIL_CHARS = 2000
 COMMIT_MESSAGE = "worktrial: environment setup"
 _IDENTITY = ["-c", "user.name=worktrial", "-c", "user.email=environment@worktrial.invalid"]
+_CONFIG_LIMIT = 1024 * 1024
 
 
 class EnvironmentSetupError(WorktrialError):
@@ -71,6 +73,7 @@ def run_setup(
     """
     for rel in hide:
         remove_tree(ws.worktree / rel)
+    harness_config = _read_config(ws)
     key = None
     pinned = ""
     if cache is not None and environment is not None:
@@ -78,7 +81,7 @@ def run_setup(
         key = entry_key(pinned, environment, hide)
         if key is not None and cache.restore(key, ws):
             _log(log, f"restored from the environment cache ({key[:12]}), setup commands not run\n")
-            return commit_result(ws)
+            return commit_result(ws, scope)
     commands = environment.setup if environment is not None else []
     timeout = environment.timeout_secs if environment is not None else 0
     for i, command in enumerate(commands, start=1):
@@ -92,7 +95,10 @@ def run_setup(
                 f"environment setup failed at step {i} ({display(command)}): {why}; output tail:\n{output.rstrip()}",
                 output,
             )
-    commit = commit_result(ws)
+    # The setup commands are the repository's code and could write the private repository's config (a clean
+    # filter, an fsmonitor command) for the harness's git to run: it goes back to what the harness wrote.
+    _restore_config(ws, harness_config)
+    commit = commit_result(ws, scope)
     if cache is not None and key is not None:
         cache.store(key, ws, pinned, commit)
     return commit
@@ -103,8 +109,26 @@ def _head(ws: AttemptWorkspace) -> str:
     return result.stdout_tail.decode().strip() if result.ok else ""
 
 
-def commit_result(ws: AttemptWorkspace) -> str:
-    """Commit everything in the worktree (ignored files too) as the new base, with objects kept out of reach."""
+def _read_config(ws: AttemptWorkspace) -> bytes | None:
+    try:
+        return safefs.read_regular(ws.git_dir / "config", _CONFIG_LIMIT)
+    except (OSError, ValueError):
+        return None
+
+
+def _restore_config(ws: AttemptWorkspace, config: bytes | None) -> None:
+    if config is None:
+        return
+    with safefs.opened_dir(ws.git_dir, ws.git_dir_id) as git_fd:
+        safefs.write_at(git_fd, "config", config)
+        safefs.remove_at(git_fd, "info")  # attributes and excludes the setup may have written for the commit
+
+
+def commit_result(ws: AttemptWorkspace, scope: ProcessScope | None = None) -> str:
+    """Commit everything in the worktree (ignored files too) as the new base, with objects kept out of reach.
+
+    With a sandboxed ``scope`` git runs inside the sandbox: the tree is what the repository's setup left (its
+    ``.gitattributes`` included), so whatever it makes git run stays contained."""
     quiet = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false", "-C", str(ws.worktree)]
     steps = (
         ["add", "--all", "--force", "."],
@@ -113,7 +137,7 @@ def commit_result(ws: AttemptWorkspace) -> str:
     )
     result: ProcResult | None = None
     for args in steps:
-        result = git([*quiet, *args], ws.worktree, foreign_owner=True)
+        result = git([*quiet, *args], ws.worktree, foreign_owner=True, scope=scope)
         if not result.ok:
             detail = result.stderr_tail.decode("utf-8", "replace").strip().splitlines()
             message = f"cannot commit the environment setup's result: {detail[-1] if detail else 'git failed'}"
@@ -121,7 +145,9 @@ def commit_result(ws: AttemptWorkspace) -> str:
     assert result is not None
     commit = result.stdout_tail.decode().strip()
     _move_objects(ws)
-    status = git([*quiet, "status", "--porcelain", "--untracked-files=all"], ws.worktree, foreign_owner=True)
+    status = git(
+        [*quiet, "status", "--porcelain", "--untracked-files=all"], ws.worktree, foreign_owner=True, scope=scope
+    )
     if status.ok and status.stdout_tail.strip():
         first = status.stdout_tail.decode("utf-8", "replace").splitlines()[0]
         raise EnvironmentSetupError(f"environment setup left files git cannot commit (e.g. {first.strip()})", "")

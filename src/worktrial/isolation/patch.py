@@ -1,31 +1,59 @@
-"""The agent's change as a patch: ``git diff`` of an attempt's worktree against the base commit.
+"""The agent's change as a patch: the attempt's files against the commit it started from.
 
-Untracked files are included (staged with ``git add -A`` into an index in the private repository, which the
-slot reset removes). Binary files are named, not inlined. The diff is written to a file and only its first
-``max_bytes`` are read, so a huge change costs bounded memory. The worktree and its git config are the
-agent's: hooks, fsmonitor and any filter or diff drivers it configured are overridden so that nothing the
-agent left runs in the harness.
+Untracked files are included, binary files are named, not inlined. The diff is written to a file and only its first
+``max_bytes`` are read, so a huge change costs bounded memory.
 
-The worktree's ``.git`` link and the private repository's per-worktree files are the agent's too: a ``.git``
-file pointing at the user's repository would make ``git add`` write there. So git is never left to discover the
-repository: it gets the private repository and the worktree as descriptors the harness checked (``safefs``),
-and a copy of the worktree's index as the bare repository's own.
+Everything in and next to the worktree is the agent's (DESIGN.md, "Trust boundary"): the private repository's
+index (where ``git update-index --assume-unchanged`` hides an edit from ``git add``), its config (filter and diff
+drivers, ``diff.submodule=diff`` with a nested repository's diff command, ``core.fsmonitor``), its hooks, its
+``info/`` and its refs (``git replace``). So the patch never reads any of it: git runs on a git directory only the
+harness writes (``PATCH_GIT`` next to the worktree, out of the agent's sight), whose config defines no driver, whose
+objects borrow only the stores the base commit lives in, and whose index the harness made from that commit and
+keeps as a stat cache between the slot's attempts (an edit changes a file's ctime, which no process can set back).
+The worktree is named by a descriptor the harness checked, so a worktree replaced by a symlink is never followed.
+Attributes in the tree can still select a driver by name, but none is defined, so nothing of the agent's runs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
+import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from worktrial.errors import WorktrialError
-from worktrial.isolation import ownership, proc, safefs
+from worktrial.isolation import proc, safefs
+from worktrial.isolation.alternates import write_alternates
 from worktrial.isolation.workspace import AttemptWorkspace
 
 _GIT_TIMEOUT = 120.0
-_DRIVER_KEY = re.compile(r"^(filter|diff|merge)\.(.+)\.(clean|smudge|process|textconv|command|driver)$")
+PATCH_GIT = "patch.git"
+"""The harness's own git directory for patches, next to the slot's worktree and private repository."""
+_CONFIG = b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
+_HARNESS_ONLY = [
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.untrackedCache=false",
+    "-c",
+    "core.trustctime=true",
+    "-c",
+    "core.checkStat=default",
+    "-c",
+    "core.excludesFile=/dev/null",
+    "-c",
+    "core.attributesFile=/dev/null",
+    "-c",
+    "diff.external=",
+    "-c",
+    "diff.submodule=short",
+    "-c",
+    "safe.directory=*",  # the worktree is the sandbox uid's when the harness is root
+]
 
 
 @dataclass(frozen=True)
@@ -36,81 +64,72 @@ class PatchData:
     files: list[str]
 
 
-def _git(worktree: Path, overrides: list[str], *args: str) -> proc.ProcResult:
+def _git(git_dir: Path, worktree: Path, *args: str) -> proc.ProcResult:
     env = proc.clean_env(
         extra={"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
     )
-    argv = [
-        "git",
-        "-c",
-        "core.hooksPath=/dev/null",
-        "-c",
-        "core.fsmonitor=false",
-        "-c",
-        "core.untrackedCache=false",
-        "-c",
-        "diff.external=",
-        "-c",
-        "safe.directory=*",  # the worktree is the sandbox uid's when the harness is root
-        *overrides,
-        *args,
-    ]
+    argv = ["git", *_HARNESS_ONLY, f"--git-dir={git_dir}", f"--work-tree={worktree}", *args]
     return proc.run(argv, cwd=worktree, env=env, timeout=_GIT_TIMEOUT, sweep=False)
 
 
-def _driver_overrides(worktree: Path, location: list[str]) -> list[str]:
-    """``-c`` options neutralising every filter/diff/merge driver the repository's config defines."""
-    listing = _git(worktree, location, "config", "--name-only", "--list")
-    overrides: list[str] = []
-    for key in listing.stdout_tail.decode("utf-8", "replace").splitlines():
-        match = _DRIVER_KEY.match(key.strip())
-        if match:
-            neutral = "cat" if match.group(3) in ("clean", "smudge") else ""
-            overrides += ["-c", f"{key.strip()}={neutral}"]
-    return overrides
+def _harness_git_dir(git_dir: Path, start_commit: str, borrowed: Sequence[Path], worktree: Path) -> bool:
+    """The harness's git directory for this worktree's patches, made on first use with an index of
+    ``start_commit``; later patches keep its index as their stat cache. False when it cannot be made."""
+    if (git_dir / "HEAD").is_file() and (git_dir / "index").is_file():
+        return True
+    git_dir.mkdir(mode=0o700, exist_ok=True)
+    for sub in ("refs/heads", "refs/tags", "objects/info"):
+        (git_dir / sub).mkdir(parents=True, exist_ok=True)
+    (git_dir / "config").write_bytes(_CONFIG)
+    (git_dir / "HEAD").write_text(f"{start_commit}\n")
+    write_alternates(git_dir, [Path(b) for b in borrowed])
+    return _git(git_dir, worktree, "read-tree", start_commit).ok
 
 
-_INDEX_LIMIT = 512 * 1024 * 1024
-
-
-def agent_patch(ws: AttemptWorkspace, base_commit: str, max_bytes: int, owner: int | None = None) -> PatchData | None:
-    """The worktree's change against ``base_commit``, or None when git could not produce it (or the agent
-    replaced the private repository or the worktree). What git wrote in the private repository (an index, objects)
-    goes to ``owner``, the sandbox's uid, so that verification's git can still write there."""
+def agent_patch(
+    ws: AttemptWorkspace, start_commit: str, max_bytes: int, borrowed: Sequence[Path], home: Path | None = None
+) -> PatchData | None:
+    """The worktree's change against ``start_commit`` (the commit the attempt started from), computed in the
+    harness's own git directory ``home`` (default: ``PATCH_GIT`` next to the worktree) that borrows ``borrowed``
+    object stores; None when git could not produce it or the agent replaced the worktree."""
+    git_dir = home or ws.root / PATCH_GIT
     try:
-        with contextlib.ExitStack() as fds:
-            git_fd = fds.enter_context(safefs.opened_dir(ws.git_dir, ws.git_dir_id))
-            work_fd = fds.enter_context(safefs.opened_dir(ws.worktree, ws.worktree_id))
-            if safefs.has_fd_paths():
-                git_dir, worktree = safefs.fd_path(git_fd), safefs.fd_path(work_fd)
-            else:
-                git_dir, worktree = ws.git_dir, ws.worktree
-            try:  # the worktree's own index, as a stat cache: only read, never through a final symlink
-                admin = git_dir / "worktrees" / (ws.admin or ws.worktree.name)
-                index = safefs.read_regular(admin / "index", _INDEX_LIMIT)
-            except (OSError, ValueError):
-                index = b""
-            safefs.write_at(git_fd, "index", index)
-            location = ["-c", "core.bare=false", f"--git-dir={git_dir}", f"--work-tree={worktree}"]
+        with safefs.opened_dir(ws.worktree, ws.worktree_id) as work_fd:
+            worktree = safefs.fd_path(work_fd) if safefs.has_fd_paths() else ws.worktree
+            if not _harness_git_dir(git_dir, start_commit, borrowed, worktree):
+                return None
             try:
-                return _patch(worktree, location, base_commit, max_bytes)
+                return _patch(git_dir, worktree, start_commit, max_bytes)
             finally:
-                ownership.hand_over_fd(git_fd, owner, recursive=True, only_foreign=True)
+                _drop_loose_objects(git_dir)
     except (OSError, WorktrialError):
         return None
 
 
-def _patch(worktree: Path, location: list[str], base_commit: str, max_bytes: int) -> PatchData | None:
-    overrides = location + _driver_overrides(worktree, location)
-    if not _git(worktree, overrides, "add", "-A", "--", ".").ok:
+def _drop_loose_objects(git_dir: Path) -> None:
+    """The blobs ``git add`` wrote are only needed by this patch's diff. The index keeps naming them, but an entry
+    whose file changed is restored by the next reset (a new ctime), so it is hashed again before any diff."""
+    objects = git_dir / "objects"
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(objects):
+            if entry.name not in ("info", "pack") and entry.is_dir(follow_symlinks=False):
+                for item in os.scandir(entry.path):
+                    with contextlib.suppress(OSError):
+                        os.unlink(item.path)
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry.path)
+
+
+def _patch(git_dir: Path, worktree: Path, start_commit: str, max_bytes: int) -> PatchData | None:
+    if not _git(git_dir, worktree, "add", "-A", "--", ".").ok:
         return None
-    names = _git(worktree, overrides, "diff", "--cached", "--name-only", "-z", "--no-renames", base_commit, "--")
+    names = _git(git_dir, worktree, "diff", "--cached", "--name-only", "-z", "--no-renames", start_commit, "--")
     files = [n for n in names.stdout_tail.decode("utf-8", "replace").split("\0") if n]
     with tempfile.TemporaryDirectory(prefix="worktrial-patch-") as tmp:
         out = Path(tmp) / "patch.diff"
         result = _git(
+            git_dir,
             worktree,
-            overrides,
             "diff",
             "--cached",
             "--no-color",
@@ -118,7 +137,7 @@ def _patch(worktree: Path, location: list[str], base_commit: str, max_bytes: int
             "--no-textconv",
             "--no-renames",
             f"--output={out}",
-            base_commit,
+            start_commit,
             "--",
         )
         if not result.ok or not out.is_file():

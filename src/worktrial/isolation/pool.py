@@ -30,6 +30,7 @@ from pathlib import Path
 from worktrial.errors import WorkspaceError, WorktrialError
 from worktrial.isolation import ownership, proc, safefs
 from worktrial.isolation.environment import ENV_OBJECTS
+from worktrial.isolation.patch import PATCH_GIT
 from worktrial.isolation.safefs import Identity
 from worktrial.isolation.workspace import (
     GIT_DIR_NAME,
@@ -231,7 +232,7 @@ class Slot:
             old_fd = fds.enter_context(safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd))
             # 0. Whatever the agent put next to its worktree is not the harness's: gone.
             safefs.clear_dir(root_fd, keep=frozenset({ws.root.name}))
-            safefs.clear_dir(build_fd, keep=frozenset({GIT_DIR_NAME, ws.worktree.name, ENV_OBJECTS}))
+            safefs.clear_dir(build_fd, keep=frozenset({GIT_DIR_NAME, ws.worktree.name, ENV_OBJECTS, PATCH_GIT}))
             # 1. The private git dir: drop everything, objects the agent wrote included, then restore.
             safefs.clear_dir(git_fd)
             for rel, (data, mode) in snap.files.items():

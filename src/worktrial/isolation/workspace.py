@@ -29,16 +29,24 @@ AGENT_EMAIL = "agent@worktrial.invalid"
 _GIT_TIMEOUT = 600.0
 
 
-def git(args: list[str], cwd: Path, *, timeout: float = _GIT_TIMEOUT, foreign_owner: bool = False) -> proc.ProcResult:
+def git(
+    args: list[str],
+    cwd: Path,
+    *,
+    timeout: float = _GIT_TIMEOUT,
+    foreign_owner: bool = False,
+    scope: proc.ProcessScope | None = None,
+) -> proc.ProcResult:
     """Run git for the harness: never with hooks, never prompting for credentials.
 
     ``foreign_owner``: the repository is an attempt's, which belongs to the sandbox's uid when the harness is root;
     git would refuse it as of "dubious ownership" (a protection for repositories the harness did not make).
+    ``scope``: run it there (inside that scope's sandbox), for git on a tree the repository's own code has written.
     """
     env = proc.clean_env(extra={"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"})
     owned = ["-c", "safe.directory=*"] if foreign_owner else []
     argv = ["git", "-c", "core.hooksPath=/dev/null", *owned, *args]
-    return proc.run(argv, cwd=cwd, env=env, timeout=timeout, sweep=False)
+    return proc.run(argv, cwd=cwd, env=env, timeout=timeout, sweep=scope is not None, scope=scope)
 
 
 def _git_out(args: list[str], cwd: Path, what: str) -> str:

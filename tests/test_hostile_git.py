@@ -1,0 +1,93 @@
+"""The harness's own git never acts on what the agent or the repository left (issue: the verifier's room).
+
+Each attack plants something that would run a program as the harness's user, outside every sandbox, the moment the
+harness ran git on the attempt's state with the state's own config; or hides an edit from the stored patch. The
+markers live where no sandboxed process can write (a directory the sandbox does not show), so a marker that appears
+was written from outside.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import git, task
+
+
+def _eval(cli: Any, repo: Path, suite: Path, *args: str) -> dict[str, Any]:
+    result = cli(["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", *args], cwd=repo)
+    assert result.exit_code == 0, result.output
+    envelope: dict[str, Any] = json.loads(result.stdout)
+    return envelope
+
+
+def _patch(repo: Path, envelope: dict[str, Any], task_id: str) -> dict[str, Any]:
+    run_dir = repo / ".worktrial" / "runs" / envelope["run"]["id"]
+    stored: dict[str, Any] = json.loads((run_dir / "attempts" / task_id / "1" / "artifacts.json").read_text())
+    return stored["patch"]  # type: ignore[no-any-return]
+
+
+def test_an_edit_hidden_from_the_agents_index_still_shows_in_the_patch(cli: Any, repo: Path, write_suite) -> None:
+    """``git update-index --assume-unchanged`` hides an edit from ``git add`` on the agent's own index; the patch
+    is made from the files, with an index only the harness wrote."""
+    (repo / "tests").mkdir()
+    (repo / "tests" / "check.sh").write_text("exit 1\n")
+    git(repo, "add", "tests/check.sh")
+    git(repo, "commit", "-qm", "a failing check")
+    agent = (
+        "printf 'exit 0\\n' > tests/check.sh && git update-index --assume-unchanged tests/check.sh "
+        "&& git diff --quiet HEAD -- tests/ && touch done.txt"
+    )
+    envelope = _eval(cli, repo, write_suite([task("hide")]), "--agent-cmd", agent, "--sandbox", "on")
+    assert envelope["report"]["tasks"][0]["attempts"][0]["outcome"] == "pass"  # the agent's own git saw nothing
+    patch = _patch(repo, envelope, "hide")
+    assert "tests/check.sh" in patch["files"] and "+exit 0" in patch["diff"], patch
+
+
+def test_a_nested_repositorys_diff_command_never_runs_in_the_harness(
+    cli: Any, repo: Path, write_suite, tmp_path: Path
+) -> None:
+    """``diff.submodule=diff`` in the slot's config and a nested repository whose own config and attributes name a
+    diff driver command: the harness's patch capture would run that command as the user, unsandboxed."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    marker = outside / "ran-in-the-harness"
+    agent = tmp_path / "agent.sh"
+    agent.write_text(
+        "set -e\n"
+        "git config diff.submodule diff\n"
+        "mkdir sub && cd sub && git init -q && git config user.email a@b && git config user.name a\n"
+        f"printf '#!/bin/sh\\ntouch {marker}\\n' > ext.sh && chmod +x ext.sh\n"
+        'git config diff.evil.command "$PWD/ext.sh" && echo "* diff=evil" > .gitattributes\n'
+        "echo one > f && git add -A && git commit -qm one && echo two > f && git commit -qam two\n"
+        "cd .. && touch done.txt\n"
+    )
+    envelope = _eval(cli, repo, write_suite([task("nested")]), "--agent-cmd", f"sh {agent}", "--sandbox", "on")
+    assert envelope["report"]["tasks"][0]["attempts"][0]["outcome"] == "pass"
+    assert not marker.exists(), "the nested repository's diff command ran outside the sandbox"
+    assert "sub" in _patch(repo, envelope, "nested")["files"]
+
+
+def test_environment_setup_cannot_plant_a_filter_for_the_harnesss_git(
+    cli: Any, repo: Path, write_suite, tmp_path: Path
+) -> None:
+    """The repository's own setup code (an npm preinstall, a setup.py) writes a clean filter into the slot's config
+    and a .gitattributes that applies it: the commit of the setup's result, and every reset after it, would run it
+    as the user before any agent starts."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    marker = outside / "filter-ran-in-the-harness"
+    plant = (
+        f"git config filter.evil.clean 'touch {marker}; cat' && git config filter.evil.smudge 'touch {marker}; cat' "
+        "&& printf '* filter=evil\\n' > .gitattributes && echo built > built.txt"
+    )
+    suite = write_suite(
+        [task("t1", verify_commands=["test -f built.txt", "test -f done.txt"]), task("t2")],
+        attempts=2,
+        environment={"setup": [{"sh": plant}]},
+    )
+    envelope = _eval(cli, repo, suite, "--agent-cmd", "touch done.txt", "--sandbox", "on", "--jobs", "1")
+    outcomes = [a["outcome"] for t in envelope["report"]["tasks"] for a in t["attempts"]]
+    assert outcomes == ["pass"] * 4, envelope["report"]["tasks"]
+    assert not marker.exists(), "the repository's filter ran outside the sandbox"
