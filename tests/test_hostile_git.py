@@ -91,3 +91,55 @@ def test_environment_setup_cannot_plant_a_filter_for_the_harnesss_git(
     outcomes = [a["outcome"] for t in envelope["report"]["tasks"] for a in t["attempts"]]
     assert outcomes == ["pass"] * 4, envelope["report"]["tasks"]
     assert not marker.exists(), "the repository's filter ran outside the sandbox"
+
+
+def _failing_check(repo: Path) -> None:
+    (repo / "tests").mkdir(exist_ok=True)
+    (repo / "tests" / "check.sh").write_text("exit 1\n")
+    git(repo, "add", "tests/check.sh")
+    git(repo, "commit", "-qm", "a failing check")
+
+
+GIT_VERIFY = {"sh": "git diff --quiet refs/worktrial/base -- tests/ && sh tests/check.sh"}
+ASSUME_UNCHANGED = (
+    "printf 'exit 0\\n' > tests/check.sh && git update-index --assume-unchanged tests/check.sh && touch done.txt"
+)
+REPLACE = (
+    "printf 'exit 0\\n' > tests/check.sh && git commit -qam 'the check passes' "
+    "&& git replace $(git rev-parse refs/worktrial/base) HEAD && touch done.txt"
+)
+
+
+def test_git_metadata_the_agent_forged_never_reaches_the_verdict(cli: Any, repo: Path, write_suite) -> None:
+    """A verify that asks git whether the tests were changed: the agent hides its edit of the check from its own
+    index (assume-unchanged) or rewrites what the base commit means (git replace). Verification runs with the
+    harness's git metadata, so both edits are seen and both attempts fail; with ``verify_in: worktree`` (the
+    agent's tree as it left it, documented as weaker) the same forgeries pass."""
+    _failing_check(repo)
+    tasks = [task("hide", verify_commands=[GIT_VERIFY]), task("replace", verify_commands=[GIT_VERIFY])]
+    agent = f'case "$WORKTRIAL_TASK_ID" in hide) {ASSUME_UNCHANGED};; replace) {REPLACE};; esac'
+    for verify_in, expected in (("fresh", "fail"), ("worktree", "pass")):
+        suite = write_suite(tasks, verify_in=verify_in)
+        envelope = _eval(cli, repo, suite, "--agent-cmd", agent, "--sandbox", "on")
+        outcomes = {t["task_id"]: t["attempts"][0]["outcome"] for t in envelope["report"]["tasks"]}
+        assert outcomes == {"hide": expected, "replace": expected}, (verify_in, envelope["report"]["tasks"])
+
+
+def test_the_agents_commits_and_new_files_still_reach_the_verifier(cli: Any, repo: Path, write_suite) -> None:
+    """What the agent did is kept as data: its commits (git log), its new and changed files; what a fresh checkout
+    would not have (an ignored, untracked file, a forged __pycache__) is gone."""
+    (repo / ".gitignore").write_text("*.log\n__pycache__/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-qm", "ignore")
+    agent = (
+        "echo new > new.txt && git add new.txt && git commit -qm 'Add new' && echo more >> README.md "
+        "&& mkdir __pycache__ && echo forged > __pycache__/mod.pyc && echo noise > build.log && echo untracked > u.txt"
+    )
+    verify = (
+        "test \"$(git log -1 --format=%s)\" = 'Add new' && test -f new.txt && grep -q more README.md "
+        "&& test -f u.txt && test ! -e __pycache__ && test ! -e build.log && git diff --quiet HEAD -- new.txt"
+    )
+    suite = write_suite([task("work", verify_commands=[{"sh": verify}])])
+    envelope = _eval(cli, repo, suite, "--agent-cmd", agent, "--sandbox", "on")
+    attempt = envelope["report"]["tasks"][0]["attempts"][0]
+    assert attempt["outcome"] == "pass", attempt["reason"]

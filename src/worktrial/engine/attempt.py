@@ -6,7 +6,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -16,12 +16,12 @@ from worktrial.agents.prompt import prompt_file_env, write_prompt_file
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
-from worktrial.isolation import childenv, ownership, proc
+from worktrial.isolation import childenv, ownership, proc, verifier
 from worktrial.isolation.alternates import read_alternates
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import ENV_OBJECTS, EnvironmentSetupError, run_setup
 from worktrial.isolation.patch import PatchData, agent_patch
-from worktrial.isolation.pool import Slot
+from worktrial.isolation.pool import AdminSnapshot, Slot, admin_snapshot
 from worktrial.isolation.proc import ProcResult, run_command
 from worktrial.isolation.sandbox import AttemptView, Sandbox, decide, open_sandbox
 from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo, create_attempt_workspace, remove_tree
@@ -111,6 +111,8 @@ class Start:
 
     commit: str
     objects: Path | None
+    snapshot: AdminSnapshot | None = None
+    """The private repository's administrative state as the harness left it, for the verifier's room."""
 
 
 SANDBOX_ETC = "sandbox-etc"
@@ -241,7 +243,7 @@ def run_attempt(
         try:
             if slot is not None:
                 workspace = slot.acquire()
-                origin = Start(slot.base_commit, slot.source.objects_dir)
+                origin = Start(slot.base_commit, slot.source.objects_dir, slot.snapshot)
             else:
                 base = job.resolved_base()
                 workspace = create_attempt_workspace(source, base.commit, root)
@@ -252,6 +254,8 @@ def run_attempt(
             if slot is None and base.prepared:
                 origin = Start(_environment_setup(spec, base, workspace, sandbox, scope), source.objects_dir)
                 ownership.hand_over(workspace.root, sandbox_owner(spec))
+            if slot is None:
+                origin = replace(origin, snapshot=admin_snapshot(workspace))
         except EnvironmentSetupError as exc:
             progress.reason, progress.category = str(exc).splitlines()[0], "environment"
             progress.fatal = AgentError("environment", str(exc), fatal=True)
@@ -469,6 +473,21 @@ def _run_in(
             progress.fatal = result.error
     if verify_decides or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
         on_phase("verify")
+        if task.verify_in != "worktree" and start.snapshot is not None:
+            try:
+                untouched = slot is not None and slot.untouched()
+                head = verifier.agent_head(workspace, start.snapshot.admin)
+                verifier.enter(workspace, start.snapshot, head, start.commit, untouched, sandbox_owner(job.spec))
+            except WorktrialError as exc:  # what the agent left cannot be verified (a replaced worktree or git dir)
+                progress.outcome, progress.verified = "fail", False
+                progress.reason = f"nothing to verify: the agent's worktree or repository is not the harness's ({exc})"
+                return
+            except OSError as exc:  # the harness's own trouble (a full disk)
+                progress.outcome, progress.category, progress.claimed = "error", "worktree", None
+                progress.reason = f"the verifier's room could not be built: {exc.strerror or exc}"
+                return
+            shown = [p for p in (job.spec.suite_dir, workspace.root / verifier.AGENT_OBJECTS) if p]
+            scope = run_scope.confined(sandbox.widened([Path(p) for p in shown]))
         harness_env = suite_env(job.spec, workspace.root)  # a home made after the agent ended
         check: VerifyResult = run_verify(task, workspace.worktree, harness_env, scope, tail_bytes=COMMAND_TAIL_BYTES)
         progress.commands += [

@@ -48,7 +48,7 @@ _GITFILE = ".git"
 
 
 @dataclass(frozen=True)
-class _Snapshot:
+class AdminSnapshot:
     files: dict[str, tuple[bytes, int]]
     """Administrative files of the private git dir: relative path -> (content, mode)."""
     index_rel: str
@@ -64,7 +64,7 @@ class _Ids:
     worktree: Identity
 
 
-def _snapshot(ws: AttemptWorkspace) -> _Snapshot:
+def admin_snapshot(ws: AttemptWorkspace) -> AdminSnapshot:
     """The git dir as ``git worktree add`` left it, read before any agent ran."""
     files: dict[str, tuple[bytes, int]] = {}
     index_rel, index = "", b""
@@ -79,7 +79,7 @@ def _snapshot(ws: AttemptWorkspace) -> _Snapshot:
         files[rel] = (path.read_bytes(), stat.S_IMODE(st.st_mode))
     if not index_rel:
         raise WorkspaceError("new worktree has no index")
-    return _Snapshot(files=files, index_rel=index_rel, index=index, admin=index_rel.split("/")[1])
+    return AdminSnapshot(files=files, index_rel=index_rel, index=index, admin=index_rel.split("/")[1])
 
 
 def _token(prefix: str) -> str:
@@ -115,7 +115,7 @@ class Slot:
         self._root_id: Identity | None = None
         self._ws: AttemptWorkspace | None = None
         self._ids: _Ids | None = None
-        self._snap: _Snapshot | None = None
+        self._snap: AdminSnapshot | None = None
         self._dirty = False
         self._mark = _Mark(0, 0, 0, exact=False)
         self._dir_mode = 0o755
@@ -140,6 +140,11 @@ class Slot:
             os.mkdir(SCRATCH, 0o700, dir_fd=build_fd)
             ownership.hand_over_entry(build_fd, SCRATCH, self.owner)
         return ws
+
+    @property
+    def snapshot(self) -> AdminSnapshot | None:
+        """The private repository's administrative state as the harness left it before any agent ran."""
+        return self._snap
 
     def untouched(self) -> bool:
         """Whether nothing in the worktree changed since its last reset (one walk, no git), so an attempt whose
@@ -190,7 +195,7 @@ class Slot:
             if self._prepare is not None:
                 self.base_commit = self._prepare(ws)
                 ownership.hand_over(ws.root, self.owner)  # and what the harness committed for it
-            self._snap = _snapshot(ws)
+            self._snap = admin_snapshot(ws)
         except BaseException:
             remove_tree(ws.root)
             raise

@@ -17,6 +17,7 @@ from pydantic import (
     StrictInt,
     StringConstraints,
     ValidationError,
+    model_validator,
 )
 
 from worktrial.errors import SuiteError
@@ -88,6 +89,9 @@ class WorkspacePin(BaseModel):
     ref: str | None = Field(default=None, description="Commit, tag or branch to use as the base.")
 
 
+VerifyIn = Literal["fresh", "worktree"]
+
+
 class Task(BaseModel):
     """One task of a suite: a prompt for the agent and the commands that decide whether it passed."""
 
@@ -121,6 +125,12 @@ class Task(BaseModel):
         description="Tasks that share a cluster (a source repository, a task family) are not independent: errors "
         "are then computed over clusters (extension).",
     )
+    verify_in: VerifyIn | None = Field(
+        default=None,
+        description="fresh (default): verify on the agent's files with the harness's git metadata and without "
+        "ignored untracked files; worktree: on the agent's tree as it left it, git metadata included (weaker; for "
+        "checks that need build outputs the patch does not carry) (extension).",
+    )
 
     @property
     def display_name(self) -> str:
@@ -141,6 +151,14 @@ class Suite(BaseModel):
         default_factory=list, description="Globs (relative to the suite file) of files that belong to the suite."
     )
     environment: Environment | None = Field(default=None, description="Setup run once per slot (extension).")
+    verify_in: VerifyIn = Field(default="fresh", description="Where every task verifies, unless it says (extension).")
+
+    @model_validator(mode="after")
+    def _tasks_verify_in(self) -> Suite:
+        for task in self.tasks:
+            if task.verify_in is None:
+                task.verify_in = self.verify_in
+        return self
 
     @property
     def display_name(self) -> str:

@@ -1,0 +1,149 @@
+"""The verifier's room: after the agent's last process is gone, verify on its files, never on its git metadata.
+
+The agent can shape everything git keeps next to its worktree: the index (``git update-index --assume-unchanged``
+hides an edit from ``git diff``), refs (``git replace`` rewrites what history says), config, hooks, ``info/``
+(grafts, attributes, excludes), the alternates list, and loose objects that shadow the base commit's (git reads its
+own object directory before any alternate and does not check a loose object against its name). So before the
+verify commands run, the private repository is put back to what the harness wrote, with three things of the
+agent's kept as data:
+
+- its files: the worktree's tracked and untracked files, what the stored patch shows; untracked files the tree
+  ignores (a forged ``__pycache__``, build outputs) are removed, as a fresh checkout would not have them;
+- its commits: the branch points at the commit the agent's HEAD named (read from its ref files as data, and
+  kept only if it is a commit), so a task that checks ``git log`` still sees them;
+- its objects, moved out of the private object directory into ``AGENT_OBJECTS``, listed after every store the
+  base commit lives in: they can add objects (its commits) but never shadow one.
+
+The index is made anew from that commit by the harness. Suites whose verification needs what this removes (build
+outputs the patch does not carry) say ``"verify_in": "worktree"``, which verifies the agent's tree as it left it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+
+from worktrial.errors import WorkspaceError, WorktrialError
+from worktrial.isolation import ownership, safefs
+from worktrial.isolation.alternates import quote_line
+from worktrial.isolation.pool import AdminSnapshot
+from worktrial.isolation.workspace import ATTEMPT_BRANCH, AttemptWorkspace, git
+
+AGENT_OBJECTS = "agent-objects"
+"""Next to the worktree: the objects the agent wrote, moved out of its private repository for verification."""
+_SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+def agent_head(ws: AttemptWorkspace, admin: str) -> str | None:
+    """The commit id the agent's HEAD names, read as data from its files (no program runs on them): the worktree's
+    HEAD, the symbolic refs it leads through (at most a few) and loose or packed refs. None when there is none."""
+    try:
+        with safefs.opened_dir(ws.git_dir, ws.git_dir_id) as git_fd:
+            base = safefs.fd_path(git_fd) if safefs.has_fd_paths() else ws.git_dir
+            text = _small(base / "worktrees" / admin / "HEAD")
+            for _ in range(5):
+                if _SHA.match(text):
+                    return text
+                if not text.startswith("ref: refs/"):
+                    return None
+                ref = text[5:]
+                if ".." in ref.split("/") or "\0" in ref:
+                    return None
+                try:
+                    text = _small(base / ref)
+                except OSError:
+                    packed = {line.split(" ", 1)[1]: line.split(" ", 1)[0] for line in _packed(base)}
+                    text = packed.get(ref, "")
+    except (OSError, ValueError, WorktrialError):
+        return None
+    return None
+
+
+def _small(path: Path) -> str:
+    return safefs.read_regular(path, 4096).decode("ascii", "replace").strip()
+
+
+def _packed(base: Path) -> list[str]:
+    try:
+        text = safefs.read_regular(base / "packed-refs", 16 * 1024 * 1024).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return []
+    return [line for line in text.splitlines() if line and line[0] not in "#^" and " " in line]
+
+
+def enter(
+    ws: AttemptWorkspace,
+    snapshot: AdminSnapshot,
+    head: str | None,
+    start_commit: str,
+    untouched: bool,
+    owner: int | None,
+) -> None:
+    """Put the private repository back to the harness's ``snapshot`` (made before any agent ran) with the branch at
+    ``head`` (the start commit when ``head`` is None or not a commit), an index the harness made for it, and the
+    worktree without ignored untracked files. ``untouched``: the worktree is still the pristine checkout (nothing in
+    it is newer than the last reset), so with no new commit the snapshot's own index is that index and there is no
+    file to remove. Raises WorkspaceError (or OSError) when the room cannot be built."""
+    admin = snapshot.admin
+    with contextlib.ExitStack() as fds:
+        build_fd = fds.enter_context(safefs.opened_dir(ws.root, None))
+        git_fd = fds.enter_context(safefs.opened_dir(ws.git_dir, ws.git_dir_id))
+        work_fd = fds.enter_context(safefs.opened_dir(ws.worktree, ws.worktree_id))
+        _set_objects_aside(build_fd, git_fd)
+        safefs.clear_dir(git_fd)
+        for rel, (data, mode) in snapshot.files.items():
+            if rel != "objects/info/alternates":
+                safefs.write_at(git_fd, rel, data, mode)
+        alternates = snapshot.files.get("objects/info/alternates", (b"", 0o644))[0]
+        safefs.write_at(git_fd, "objects/info/alternates", alternates + quote_line(ws.root / AGENT_OBJECTS) + b"\n")
+        for rel in ("refs/tags", "objects/pack"):
+            safefs.makedirs_at(git_fd, rel)
+        safefs.write_at(git_fd, f"worktrees/{admin}/gitdir", f"{ws.worktree}/.git\n".encode())
+        link = f"gitdir: {ws.git_dir}/worktrees/{admin}\n".encode()
+        with contextlib.suppress(OSError, ValueError):
+            if safefs.read_regular(Path(safefs.fd_path(work_fd)) / ".git", 4096) == link:
+                link = b""  # already right: rewriting it would change the worktree's ctime for nothing
+        if link:
+            safefs.write_at(work_fd, ".git", link)
+        if safefs.has_fd_paths():
+            git_dir, work = f"{safefs.fd_path(git_fd)}/worktrees/{admin}", str(safefs.fd_path(work_fd))
+        else:
+            git_dir, work = f"{ws.git_dir}/worktrees/{admin}", str(ws.worktree)
+        base = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false", f"--git-dir={git_dir}"]
+        base += [f"--work-tree={work}"]
+        commit = start_commit
+        if head is not None and head != start_commit:
+            kind = git([*base, "cat-file", "-t", head], Path(work), foreign_owner=True)
+            if kind.ok and kind.stdout_tail.strip() == b"commit":
+                commit = head
+        safefs.write_at(git_fd, f"refs/heads/{ATTEMPT_BRANCH}", f"{commit}\n".encode())
+        if untouched and commit == start_commit:
+            safefs.write_at(git_fd, snapshot.index_rel, snapshot.index)
+        else:
+            for args in (["read-tree", commit], ["clean", "-fdXq"]):
+                result = git([*base, *args], Path(work), foreign_owner=True)
+                if not result.ok:
+                    raise WorkspaceError(f"verifier's room: {result.describe_failure('git ' + args[0])}")
+        ownership.hand_over_fd(git_fd, owner, recursive=True)
+        if link:
+            ownership.hand_over_entry(work_fd, ".git", owner)
+
+
+def _set_objects_aside(build_fd: int, git_fd: int) -> None:
+    """Move the private object directory's contents (but ``info``, where a forged commit-graph would lie about
+    history, and which goes) into ``AGENT_OBJECTS`` next to the worktree."""
+    safefs.remove_at(build_fd, AGENT_OBJECTS)
+    os.mkdir(AGENT_OBJECTS, 0o755, dir_fd=build_fd)
+    try:
+        objects_fd = safefs.open_dir("objects", None, dir_fd=git_fd)
+    except (OSError, WorktrialError):
+        return  # not a directory (a link the agent put there): nothing of its objects to keep
+    try:
+        with safefs.opened_dir(AGENT_OBJECTS, None, dir_fd=build_fd) as aside_fd:
+            for name in os.listdir(objects_fd):
+                if name != "info":
+                    os.rename(name, name, src_dir_fd=objects_fd, dst_dir_fd=aside_fd)
+    finally:
+        os.close(objects_fd)
