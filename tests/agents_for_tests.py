@@ -10,11 +10,13 @@ from collections import Counter
 from typing import Any, ClassVar
 
 from worktrial.agents import AgentContext, AgentOptions, AgentResult
+from worktrial.agents.base import AgentError
 from worktrial.isolation import proc
 
 
 class FlakyInfraAgent:
-    """Breaks like infrastructure would (raises) on chosen tasks; counts every call per (task, attempt)."""
+    """Breaks like infrastructure would (a provider's 5xx) or crashes on chosen tasks; counts every call per (task,
+    attempt)."""
 
     name = "flaky-infra"
     calls: ClassVar[Counter[tuple[str, int]]] = Counter()
@@ -34,10 +36,11 @@ class FlakyInfraAgent:
         with self._lock:
             self.calls[key] += 1
             n = self.calls[key]
-        if ctx.task.id == "infra" and n <= 2:
-            raise ConnectionError("provider went away")
-        if ctx.task.id == "always-infra":
-            raise ConnectionError("provider went away")
+        if (ctx.task.id == "infra" and n <= 2) or ctx.task.id == "always-infra":
+            # What a preset reports when its provider answered 5xx: an error the harness observed.
+            return AgentResult(claimed=None, error=AgentError("provider_server", "provider answered 503"))
+        if ctx.task.id == "crashes":  # an adapter failing on what the agent wrote: never re-rolled
+            raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
         if ctx.task.id == "fails":
             return AgentResult(claimed=False, reason="gave up")
         if ctx.task.id == "slow":

@@ -138,17 +138,38 @@ def test_resume_of_a_complete_run_runs_nothing(cli, repo: Path, write_suite) -> 
 
 def test_retry_errors_only_retries_infrastructure(cli, repo: Path, write_suite) -> None:
     FlakyInfraAgent.calls.clear()
-    suite = write_suite([task("infra"), task("always-infra"), task("fails"), task("slow", timeout_secs=1)], attempts=1)
+    tasks = [task("infra"), task("always-infra"), task("fails"), task("slow", timeout_secs=1), task("crashes")]
     envelope = eval_json(
-        cli, repo, suite, "--agent", "tests.agents_for_tests:FlakyInfraAgent", "--retry-errors", "2", "--jobs", "2"
+        cli,
+        repo,
+        write_suite(tasks, attempts=1),
+        "--agent",
+        "tests.agents_for_tests:FlakyInfraAgent",
+        "--retry-errors",
+        "2",
+        "--jobs",
+        "2",
     )
     by_task = {t["task_id"]: t["attempts"][0] for t in envelope["report"]["tasks"]}
     assert by_task["infra"]["outcome"] == "pass" and by_task["infra"]["retries"] == 2
-    assert by_task["infra"]["retry_reasons"] == ["agent crashed: ConnectionError: provider went away"] * 2
+    assert by_task["infra"]["retry_reasons"] == ["provider answered 503"] * 2
     assert by_task["always-infra"]["outcome"] == "error" and by_task["always-infra"]["retries"] == 2
     assert by_task["fails"]["outcome"] == "fail" and by_task["fails"]["retries"] == 0
     assert by_task["slow"]["outcome"] == "timeout" and by_task["slow"]["retries"] == 0
-    assert FlakyInfraAgent.calls == {("infra", 1): 3, ("always-infra", 1): 3, ("fails", 1): 1, ("slow", 1): 1}
+    # A crash of the adapter on what the agent wrote is the agent's: recorded, never re-rolled.
+    assert by_task["crashes"]["outcome"] == "error" and by_task["crashes"]["error_category"] == "crashed"
+    assert by_task["crashes"]["retries"] == 0
+    assert FlakyInfraAgent.calls == {
+        ("infra", 1): 3,
+        ("always-infra", 1): 3,
+        ("fails", 1): 1,
+        ("slow", 1): 1,
+        ("crashes", 1): 1,
+    }
+    # The retried share is in the envelope, with the headline as first tries alone would have made it.
+    report = envelope["report"]
+    assert report["retried_attempts"] == 2
+    assert report["overall"]["pass_at_k"] == 1 / 5 and report["first_try"]["pass_at_k"] == 0.0
 
 
 def test_without_retry_errors_infrastructure_errors_stand(cli, repo: Path, write_suite) -> None:
@@ -157,7 +178,7 @@ def test_without_retry_errors_infrastructure_errors_stand(cli, repo: Path, write
     # Its only attempt errs, so the run measured nothing: exit 1, with the report still printed.
     envelope = eval_json(cli, repo, suite, "--agent", "tests.agents_for_tests:FlakyInfraAgent", exit_code=1)
     attempt = envelope["report"]["tasks"][0]["attempts"][0]
-    assert attempt["outcome"] == "error" and attempt["error_category"] == "crashed" and attempt["retries"] == 0
+    assert attempt["outcome"] == "error" and attempt["error_category"] == "provider_server" and attempt["retries"] == 0
 
 
 def test_runs_and_report_commands(cli, repo: Path, write_suite) -> None:

@@ -82,3 +82,22 @@ def test_command_and_custom_agents_see_the_same_worktrial_variables(
     assert names == (out / "custom").read_text().split()
     expected = ["PROMPT", "TASK_ID", "ATTEMPT", "WORKTREE", "SCRATCH", "USAGE_FILE"]
     assert {f"WORKTRIAL_{name}" for name in expected} <= set(names)
+
+
+def test_a_number_too_long_to_read_is_a_note_and_never_a_retried_crash(
+    tmp_path: Path, cli: Callable[..., Result], repo: Path, write_suite: Any
+) -> None:
+    """A 5,000-digit integer made the reader crash, which counted as infrastructure: --retry-errors then re-ran the
+    attempt, so an agent could re-roll every miss by writing one. Now it is a note on an attempt that stands."""
+    path = tmp_path / "usage.json"
+    path.write_text('{"input_tokens": ' + "9" * 5000 + "}")
+    usage = read_usage_file(path)
+    assert usage.tokens.input is None and usage.notes == ["usage file holds a number too long to read; ignored"]
+    agent = f'printf \'{{"input_tokens": {"9" * 5000}}}\' > "$WORKTRIAL_USAGE_FILE"; exit 1'
+    suite = write_suite([task("t")])
+    result = cli(
+        ["eval", "--suite", str(suite), "--agent-cmd", agent, "--trust", "--retry-errors", "2", "--format", "json"],
+        cwd=repo,
+    )
+    attempt = json.loads(result.stdout)["report"]["tasks"][0]["attempts"][0]
+    assert attempt["outcome"] == "fail" and attempt["retries"] == 0, attempt

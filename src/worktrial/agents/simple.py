@@ -180,6 +180,8 @@ def read_usage_file(path: Path) -> Usage:
         raw = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         return Usage(notes=[f"usage file is not valid JSON: {type(exc).__name__}"])
+    except ValueError:  # an integer of more digits than Python converts (4,300)
+        return Usage(notes=["usage file holds a number too long to read; ignored"])
     if not isinstance(raw, dict):
         return Usage(notes=["usage file must hold a JSON object; ignored"])
     notes: list[str] = []

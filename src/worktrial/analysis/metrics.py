@@ -158,6 +158,11 @@ def build_report(
     }
     attempts = [a for r in reports for a in r.attempts]
     efficiency = efficiency_figures(attempts)
+    retried = sum(1 for records in by_task.values() for r in records if r.retries)
+    first_try = None
+    if retried:  # what the headline would say had no attempt been given a second try
+        first_reports = [task_report(t, [_first_try(r) for r in by_task[t.id]], k) for t in tasks]
+        first_try = group_metrics(first_reports, k, legacy_intervals=legacy_intervals)
     return Report(
         suite_id=suite_id,
         suite_name=suite_name,
@@ -166,8 +171,16 @@ def build_report(
         categories=categories,
         tasks=reports,
         honesty=honesty_figures(attempts),
+        retried_attempts=retried,
+        first_try=first_try,
         **efficiency,
     )
+
+
+def _first_try(record: AttemptRecord) -> AttemptRecord:
+    if not record.retries:
+        return record
+    return record.model_copy(update={"outcome": "error", "verified": None})
 
 
 def efficiency_figures(attempts: Sequence[AttemptRecord]) -> dict[str, float | int | None]:

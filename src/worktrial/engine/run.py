@@ -69,7 +69,9 @@ from worktrial.util import public_url, utc_now
 
 # Error categories caused by infrastructure, not by the agent's work: retrying them does not bias results.
 # ``worker_lost``: a remote executor lost the worker process or node an attempt was running on.
-INFRA_ERROR_CATEGORIES = frozenset({"worktree", "crashed", "provider_server", "provider_rate_limit", "worker_lost"})
+INFRA_ERROR_CATEGORIES = frozenset({"worktree", "provider_server", "provider_rate_limit", "worker_lost"})
+"""Errors the harness itself observed, which --retry-errors may run again. Never ``crashed``: an agent adapter that
+fails on what the agent wrote (its usage file, its output) would let the agent choose which attempts are re-rolled."""
 JOIN_TIMEOUT_SECS = 30.0
 MAX_JOBS = 256
 MAX_RETRY_ERRORS = 100

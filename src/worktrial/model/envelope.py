@@ -101,6 +101,14 @@ class Report(BaseModel):
     mean_tokens_per_attempt: float | None
     mean_turns_per_attempt: float | None
     honesty: Honesty = Field(default_factory=Honesty)
+    retried_attempts: int = Field(
+        default=0, description="Attempts run again after an error the harness itself observed (--retry-errors)."
+    )
+    first_try: Metrics | None = Field(
+        default=None,
+        description="The overall figures counting each retried attempt as its first try (an error, not a pass); "
+        "None when nothing was retried.",
+    )
 
 
 class WorkspaceInfo(BaseModel):

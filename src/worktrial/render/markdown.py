@@ -96,6 +96,8 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
             f"| {num(t.pass_power_k)} | {outcome_summary(t)} | {mean_secs} |"
         )
     lines += ["", _efficiency_line(envelope), "", _honesty_line(envelope)]
+    if (retries := _retry_line(envelope)) is not None:
+        lines += ["", retries]
     problems = [(t, a) for t in report.tasks for a in t.attempts if a.outcome in ("error", "timeout")]
     if problems:
         lines += ["", "## Errors and timeouts", ""]
@@ -107,6 +109,19 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
     if kept:
         lines += ["", "## Kept worktrees", ""] + [f"- `{w}`" for w in kept]
     return "\n".join(lines) + "\n"
+
+
+def _retry_line(envelope: Envelope) -> str | None:
+    """How many attempts had a second try, and the headline had none had one."""
+    r = envelope.report
+    if not r.retried_attempts or r.first_try is None:
+        return None
+    k = r.k
+    return (
+        f"**Retries:** {plural(r.retried_attempts, 'attempt')} ran again after an error the harness observed; "
+        f"counting first tries only, pass@{k} {r.first_try.pass_at_k:.3f} and pass^{k} {r.first_try.pass_power_k:.3f} "
+        f"(final: {r.overall.pass_at_k:.3f} and {r.overall.pass_power_k:.3f})"
+    )
 
 
 def _efficiency_line(envelope: Envelope) -> str:
