@@ -39,20 +39,31 @@ RISKY: dict[str, tuple[Command, str]] = {
     "env and timeout wrappers": (ArgvCommand(argv=["env", "A=1", "timeout", "60", "python3", "-m", "x"]), "-m"),
     "nested sh": (ShCommand(sh="sh -c 'npx jest'"), "runs npx"),
     "piped": (ShCommand(sh="cat out.txt | ./filter"), "`./filter`"),
+    # The code under test is the agent's: every runner of it can be made to pass by that code (os._exit(0)).
+    "isolated -I -m pytest": ("python3 -I -m pytest -q", "runs a module, which imports the code under test"),
+    "combined -Im": ("python3 -Im pytest", "runs a module"),
+    "-P after other options": ("python3 -B -P -m pytest", "runs a module"),
+    "pytest console script": ("pytest -q", "`pytest -q` builds or tests the code under test"),
+    "npm test": ("npm test", "`npm test` builds or runs the code under test"),
+    "make": ("make check", "`make check` builds or tests"),
+    "cargo test": ("cargo test --quiet", "`cargo test`"),
+    "go test": ("go test ./...", "`go test`"),
+    "a script in the tree through sh": ("sh tests/check.sh", "`sh tests/check.sh` runs a script in the worktree"),
+    "a python script in the tree": ("python3 -W error tests/check.py", "runs a script in the worktree"),
+    "node script in the tree": ("node test/run.js", "runs a script in the worktree"),
+    "sh with isolated python": (ShCommand(sh="cd tests && python3 -I -m pytest -q && test -f ok"), "runs a module"),
 }
 
 SAFE: dict[str, Command] = {
-    "isolated -I": "python3 -I -m pytest -q",
     "safe path -P": ArgvCommand(argv=["python3", "-P", "-c", "import json"]),
-    "combined -Im": "python3 -Im pytest",
     "combined -IBc": ArgvCommand(argv=["python3", "-IBc", "print(1)"]),
-    "-P after other options": "python3 -B -P -m pytest",
-    "python running a script": "python3 /opt/checks/verify.py",
+    "python running a script of the system": "python3 /opt/checks/verify.py",
+    "a suite script through sh": ShCommand(sh='sh "$WORKTRIAL_SUITE_DIR/check.sh"'),
+    "npm without running anything": "npm --version",
     "absolute program": "/usr/bin/test -f done.txt",
     "plain program on PATH": "grep -q done done.txt",
-    "pytest console script": "pytest -q",
     "suite dir": ShCommand(sh='"$WORKTRIAL_SUITE_DIR/check.sh" out.txt'),
-    "sh with safe python": ShCommand(sh="cd tests && python3 -I -m pytest -q && test -f ok"),
+    "sh with data checks only": ShCommand(sh="cd tests && test -f ok && grep -q done ../done.txt"),
     "quoted text mentioning npx": ShCommand(sh="echo 'npx ./x python3 -m y' > log.txt"),
     "a relative path as an argument": "diff expected/out.txt out.txt",
     "node by absolute path": "/usr/bin/node /opt/checks/run.js",
@@ -64,7 +75,7 @@ def test_risky_verify_commands_warn(case: str) -> None:
     command, phrase = RISKY[case]
     warning = agent_code_warning(command)
     assert warning is not None and phrase in warning, warning
-    assert "-I" in warning and "$WORKTRIAL_SUITE_DIR" in warning  # the fix is part of the message
+    assert "exit paths" in warning and "$WORKTRIAL_SUITE_DIR" in warning  # the rule and the fix are in the message
 
 
 @pytest.mark.parametrize("case", sorted(SAFE))

@@ -1,11 +1,14 @@
 """Verify commands that run code the agent controls: a pass the agent can forge measures nothing.
 
-Verification runs in the worktree after the agent, so whatever the agent left there is what a careless verify
-command executes: ``python3 -m pytest`` imports the agent's ``pytest.py`` (or ``json.py``) before the real one,
-because ``-m`` and ``-c`` put the current directory first on ``sys.path`` unless ``-I`` or ``-P`` is given;
-``npx jest`` and ``./node_modules/.bin/jest`` run whatever the agent put in ``node_modules``; ``./run-tests`` and
-``bin/check`` are files the agent can rewrite to ``exit 0``. Pure functions of the parsed suite: ``worktrial
-check`` shows them as warnings (they do not fail the check: the suite may hide its tests, or trust its agents).
+Verification runs on the agent's files (in the verifier's room, with the harness's git metadata), so whatever code
+the agent wrote is what a verify command executes when it runs the code under test. Every test runner does:
+``pytest`` (also ``python3 -I -m pytest``), ``npm test``, ``make``, ``cargo test``, ``go test`` import or build the
+agent's code, and that code can end the process with status 0 (``os._exit(0)`` at import) or write what the check
+reads. Worse forms come on top: ``python3 -m``/``-c`` without ``-I``/``-P`` import the agent's ``pytest.py`` (or
+``json.py``) before the real one; ``npx jest`` and ``./node_modules/.bin/jest`` run whatever the agent put in
+``node_modules``; ``./run-tests`` and ``sh tests/check.sh`` are files the agent can rewrite to ``exit 0``. The
+room limits what agent code reaches, never what it does. Pure functions of the parsed suite: ``worktrial check``
+shows them as warnings (they do not fail the check: the suite may hide its tests, or trust its agents).
 """
 
 from __future__ import annotations
@@ -26,9 +29,31 @@ _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PY_VALUE_OPTIONS = frozenset("WXQ")
 _MAX_SHELL_NESTING = 4
 _ADVICE = (
-    "A verifier should run Python as `python3 -I -m ...` (or -P) and call tools by absolute path or from "
-    "$WORKTRIAL_SUITE_DIR (the suite's own files), never from the worktree"
+    "A pass from code the agent wrote measures the work only when the agent does not cheat: keep the verdict out of "
+    "its exit paths (compare the files its tests write with expected data from $WORKTRIAL_SUITE_DIR, using a "
+    "program from the system or the suite), run Python with -I, and never run programs from the worktree"
 )
+_RUNNERS = frozenset(
+    {"pytest", "py.test", "tox", "nox", "make", "gmake", "ctest", "jest", "vitest", "mocha", "ava", "tap"}
+    | {"rspec", "rake", "phpunit", "mvn", "gradle", "gradlew", "sbt", "lein", "ant", "meson", "ninja", "bazel"}
+)
+"""Programs that build or test the code they are pointed at: the agent's."""
+_SUBCOMMANDS = {
+    "npm": frozenset({"test", "t", "tst", "run", "run-script", "exec", "start", "ci"}),
+    "yarn": frozenset({"test", "run", "exec", "start"}),
+    "pnpm": frozenset({"test", "t", "run", "exec", "start"}),
+    "bun": frozenset({"test", "run", "x"}),
+    "deno": frozenset({"test", "run", "task"}),
+    "cargo": frozenset({"test", "t", "run", "r", "bench", "build", "b"}),
+    "go": frozenset({"test", "run", "build", "generate"}),
+    "dotnet": frozenset({"test", "run", "build"}),
+    "swift": frozenset({"test", "run", "build"}),
+    "mix": frozenset({"test", "run"}),
+    "bundle": frozenset({"exec"}),
+}
+"""Tools that run the code under test only with some subcommands (``npm test``, ``cargo test``)."""
+_INTERPRETERS = frozenset({"node", "ruby", "perl", "php", "Rscript", "julia", "lua", "bash", "sh", "dash", "zsh"})
+"""Interpreters that, given a relative script, run a file of the worktree."""
 
 
 def _basename(program: str) -> str:
@@ -59,6 +84,41 @@ def _python_finding(argv: list[str]) -> str | None:
                 break
         i += 1
     return None
+
+
+def _option_letters(argv: list[str]) -> str:
+    """The single-letter options before the first operand (``-IBm`` gives ``IBm``), up to ``-c``/``-m``."""
+    letters = ""
+    for arg in argv[1:]:
+        if not arg.startswith("-") or arg in ("-", "--") or arg.startswith("--"):
+            break
+        letters += arg[1:]
+        if "c" in arg or "m" in arg:
+            break
+    return letters
+
+
+def _first_operand(argv: list[str]) -> str | None:
+    """The first argument that is not an option (a script); None when the options end in ``-c``/``-m`` (the code
+    or module follows) or there is none. A Python option that takes a value (``-W error``) takes the next one."""
+    args = iter(argv[1:])
+    for arg in args:
+        if arg.startswith("--") or arg == "-":
+            continue
+        if arg.startswith("-"):
+            letters = arg[1:]
+            if "c" in letters or "m" in letters:
+                return None
+            if letters[-1:] in _PY_VALUE_OPTIONS:
+                next(args, None)
+            continue
+        return arg
+    return None
+
+
+def _in_worktree(path: str) -> bool:
+    """A relative path (the verify command's directory is the worktree), not the suite's or the system's."""
+    return not path.startswith(("/", "$", "~", "-"))
 
 
 def _unwrap(argv: list[str]) -> list[str]:
@@ -112,15 +172,26 @@ def findings(argv: list[str], depth: int = 0) -> list[str]:
         for i, arg in enumerate(argv[1:-1], start=1):
             if arg.startswith("-") and not arg.startswith("--") and "c" in arg:
                 return [found for line in _shell_lines(argv[i + 1]) for found in findings(line, depth + 1)]
-        return []
     if _PYTHON.match(name):
+        found = []
         flag = _python_finding(argv)
         if flag:
-            return [
+            found.append(
                 f"`{shlex.join(argv[:4])}` runs Python with {flag} but without -I or -P, so modules the agent "
                 "leaves in the worktree (a json.py, a pytest.py) are imported before the real ones"
-            ]
-        return []
+            )
+        script = _first_operand(argv)
+        if "m" in _option_letters(argv):
+            found.append(f"`{shlex.join(argv[:4])}` runs a module, which imports the code under test: the agent's")
+        elif script is not None and _in_worktree(script):
+            found.append(f"`{shlex.join(argv[:2])}` runs a script in the worktree, which the agent can rewrite")
+        return found
+    if name in _RUNNERS:
+        return [f"`{shlex.join(argv[:3])}` builds or tests the code under test, which the agent wrote"]
+    if name in _SUBCOMMANDS and len(argv) > 1 and argv[1] in _SUBCOMMANDS[name]:
+        return [f"`{shlex.join(argv[:2])}` builds or runs the code under test, which the agent wrote"]
+    if name in _INTERPRETERS and (script := _first_operand(argv)) is not None and _in_worktree(script):
+        return [f"`{shlex.join(argv[:2])}` runs a script in the worktree, which the agent can rewrite"]
     if name == "npx":
         return [f"`{shlex.join(argv[:3])}` runs npx, which prefers the worktree's ./node_modules/.bin copy"]
     if "node_modules/.bin/" in program and not program.startswith("/"):
