@@ -9,8 +9,11 @@ was written from outside.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.conftest import git, task
 
@@ -143,3 +146,30 @@ def test_the_agents_commits_and_new_files_still_reach_the_verifier(cli: Any, rep
     envelope = _eval(cli, repo, suite, "--agent-cmd", agent, "--sandbox", "on")
     attempt = envelope["report"]["tasks"][0]["attempts"][0]
     assert attempt["outcome"] == "pass", attempt["reason"]
+
+
+@pytest.mark.slow
+def test_an_npm_preinstall_through_init_cannot_plant_a_filter_for_the_harness(
+    cli: Any, tmp_path: Path, write_suite
+) -> None:
+    """The realistic chain: a user runs ``worktrial init`` on a repository they cloned (init writes
+    ``environment.setup = npm install``), then an eval. The package's ``preinstall`` plants a clean filter."""
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    marker = outside / "preinstall-filter-ran"
+    plant = f"git config filter.evil.clean 'touch {marker}; cat' && printf '* filter=evil\\\\n' > .gitattributes"
+    package = {"name": "cloned", "version": "1.0.0", "private": True, "scripts": {"preinstall": plant}}
+    repo = tmp_path / "cloned"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "package.json").write_text(json.dumps(package))
+    (repo / "index.js").write_text("module.exports = 1;\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "initial")
+    assert cli(["init"], cwd=repo).exit_code == 0
+    envelope = _eval(cli, repo, repo / "evals" / "suite.json", "--agent", "oracle", "--sandbox", "on")
+    assert {a["outcome"] for t in envelope["report"]["tasks"] for a in t["attempts"]} == {"pass"}
+    assert not marker.exists(), "the package's filter ran outside the sandbox"
+    assert (repo / ".gitattributes").exists() is False  # and the user's repository never saw any of it
