@@ -30,6 +30,8 @@ REVIEWED = {
     "isolation/gitbundle.py:create_bundle": "a scratch bare repository of the harness's, from the user's objects",
     # Attempt state.
     "isolation/pool.py:Slot._reset": "after restoring the private git dir (config, index) from the harness's snapshot",
+    "isolation/verifier.py:enter": "after the private git dir is restored from the harness's snapshot: its config, "
+    "its alternates (the agent's objects listed last), an index it makes (read-tree), ignored files removed",
     "isolation/patch.py:_harness_git_dir": "the harness's own patch git dir (read-tree of the start commit)",
     "isolation/patch.py:_patch": "the harness's own patch git dir; drivers undefined, worktree by checked descriptor",
     "isolation/environment.py:_head": "before the setup commands ran: the private repository as the harness made it",
