@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import uuid
@@ -454,9 +455,12 @@ def _run_in(
     progress.agent_secs = time.monotonic() - agent_start
     progress.usage = result.usage
     progress.output = result.output
+    # Whether nothing in the worktree is newer than its reset (one walk, asked once): the patch is then empty and the
+    # verifier's room needs no git.
+    untouched = functools.cache(lambda: slot is not None and slot.untouched())
     if job.spec.artifacts:
         # Taken before verification, which may leave caches behind that are not the agent's work.
-        if slot is not None and slot.untouched():  # nothing in the worktree is newer than its reset
+        if untouched():
             progress.patch = PatchData(diff=b"", total_bytes=0, truncated=False, files=[])
         else:
             borrowed = [p for p in (start.objects, workspace.root / ENV_OBJECTS) if p is not None and p.is_dir()]
@@ -475,9 +479,8 @@ def _run_in(
         on_phase("verify")
         if task.verify_in != "worktree" and start.snapshot is not None:
             try:
-                untouched = slot is not None and slot.untouched()
                 head = verifier.agent_head(workspace, start.snapshot.admin)
-                verifier.enter(workspace, start.snapshot, head, start.commit, untouched, sandbox_owner(job.spec))
+                verifier.enter(workspace, start.snapshot, head, start.commit, untouched(), sandbox_owner(job.spec))
             except WorktrialError as exc:  # what the agent left cannot be verified (a replaced worktree or git dir)
                 progress.outcome, progress.verified = "fail", False
                 progress.reason = f"nothing to verify: the agent's worktree or repository is not the harness's ({exc})"
