@@ -114,7 +114,11 @@ def test_resume_refuses_changes(cli, repo: Path, write_suite) -> None:
     )
     assert different.exit_code == 2
     assert f"cannot resume run {run_id}; it differs from the stored run:" in different.stderr
-    for needle in ("agent: stored oracle, now nop", "model: stored None, now x/y", "attempts: stored 1, now 2"):
+    for needle in (
+        "--agent: stored oracle, given nop",
+        "--model: stored none, given x/y",
+        "--attempts: stored 1, given 2",
+    ):
         assert needle in different.stderr
     suite.write_text(suite.read_text().replace("Do good-a", "Do good-a now"))
     (repo / "new.txt").write_text("x")
@@ -210,6 +214,8 @@ def test_credentials_in_a_base_url_are_never_stored(cli, repo: Path, write_suite
     refused = cli(["resume", envelope["run"]["id"]], cwd=repo)
     assert refused.exit_code == 2 and "pass --base-url http://m.invalid:9/v1 with them again" in refused.stderr
     other = cli(["resume", envelope["run"]["id"], "--base-url", "http://m.invalid:8/v1"], cwd=repo)
-    assert other.exit_code == 2 and "base URL: stored http://m.invalid:9/v1, now http://m.invalid:8/v1" in other.stderr
+    assert (
+        other.exit_code == 2 and "--base-url: stored http://m.invalid:9/v1, given http://m.invalid:8/v1" in other.stderr
+    )
     again = cli(["resume", envelope["run"]["id"], "--base-url", url], cwd=repo)
     assert again.exit_code == 0, again.output

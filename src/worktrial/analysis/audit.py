@@ -121,16 +121,17 @@ def _forbidden(value: Any, path: str = "$") -> list[str]:
     return found
 
 
-def _trace_root(envelope_path: Path, recorded: Path) -> Path:
+def _trace_root(envelope_path: Path, envelope: Envelope) -> Path:
     """Trace paths are relative to the state root that stored the run: ``<root>/.worktrial/runs/<id>/envelope.json``.
 
-    For a run of a suite pinned to another repository that root is not the recorded workspace (the pinned clone),
-    so an envelope still inside its run store names its root by where it sits; elsewhere the recorded path is used.
+    For a run of a suite pinned to another repository that root is not the recorded workspace (the pinned clone):
+    an envelope still inside its run store names its root by where it sits, any other copy by ``run.trace_root``
+    (envelopes written before it existed fall back to the recorded workspace).
     """
     parents = envelope_path.resolve().parents
     if len(parents) > 3 and parents[1].name == "runs" and parents[2].name == ".worktrial":
         return parents[3]
-    return recorded
+    return Path(envelope.run.trace_root or envelope.run.workspace.path)
 
 
 def _trace_problems(record: AttemptRecord, workspace: Path) -> list[str]:
@@ -249,7 +250,7 @@ def audit_envelope(
         notes.append(f"not recomputable by this harness version (skipped): {', '.join(differ.unknown[:8])}")
     traces = 0
     if check_traces:
-        root = workspace or _trace_root(envelope_path, Path(envelope.run.workspace.path))
+        root = workspace or _trace_root(envelope_path, envelope)
         for record in records:
             if record.trace is not None:
                 traces += 1

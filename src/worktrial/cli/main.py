@@ -32,14 +32,13 @@ from worktrial.cli.outputs import write_ci_outputs
 from worktrial.cli.progress import ProgressReporter
 from worktrial.engine.confine import SandboxChoice
 from worktrial.engine.matrix import is_matrix
+from worktrial.engine.resume import resume_run, stored_suite
 from worktrial.engine.run import (
     RunObserver,
     RunOptions,
     RunResult,
     default_jobs,
-    resume_run,
     run_suite,
-    stored_suite,
 )
 from worktrial.errors import EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
 from worktrial.model.envelope import Envelope, envelope_json_schema

@@ -13,19 +13,18 @@ import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any
 
 from worktrial.errors import BadInputError
 from worktrial.isolation.limits import Limits, mechanism, parse_size
 from worktrial.isolation.sandbox import (
-    NetworkMode,
     SandboxDecision,
-    SandboxMode,
     SandboxSettings,
     allowlist,
     decide,
 )
 from worktrial.model.envelope import SandboxInfo
+from worktrial.model.run_config import SandboxRequest
 from worktrial.state.config import USER_FILE, cache_dir, config_dir, load_config
 
 _MODES = ("auto", "on", "off")
@@ -143,34 +142,76 @@ def unreadable_objects(objects_dir: Path, decision: SandboxDecision) -> str | No
     return None
 
 
+@dataclass(frozen=True)
+class ResolvedSandbox:
+    """A run's containment: what it asked for (frozen in its config), the settings every attempt uses, what this
+    machine can give (the decision) and how the envelope records it."""
+
+    request: SandboxRequest
+    settings: SandboxSettings
+    decision: SandboxDecision
+    info: SandboxInfo
+
+
+def requested_sandbox(choice: SandboxChoice, *, with_config: bool = True) -> SandboxRequest:
+    """The containment asked for, normalised; with ``with_config`` the user's config fills what the flags leave
+    unset, else only the flags given are set (``model_fields_set`` says which: resume compares just those)."""
+    config = load_config(None).sandbox if with_config else None
+    given: dict[str, Any] = {}
+    mode = choice.mode or (config.mode if config else None)
+    if mode is not None:
+        if mode not in _MODES:
+            raise BadInputError(f"--sandbox {mode!r} is not one of auto, on, off")
+        given["mode"] = mode
+    network = choice.network or (config.network if config else None)
+    if network is not None:
+        if network not in ("on", "off", "host"):
+            raise BadInputError(f"--network {network!r} is not on, off or host")
+        given["network"] = network
+    memory = choice.max_memory if choice.max_memory is not None else (config.max_memory if config else None)
+    if memory is not None:
+        given["max_memory"] = parse_size(str(memory))
+    procs = choice.max_procs if choice.max_procs is not None else (config.max_procs if config else None)
+    if procs is not None:
+        if procs < 1:
+            raise BadInputError(f"--max-procs must be a whole number of at least 1 (got {procs!r})")
+        given["max_procs"] = procs
+    if choice.show:
+        given["show"] = _shown(choice.show)
+    return SandboxRequest(**given)
+
+
 def resolve_sandbox(
-    choice: SandboxChoice, hidden: Iterable[Path], agent_command: str | None = None
-) -> tuple[SandboxSettings, SandboxDecision, SandboxInfo]:
-    """Settings for every attempt, the decision for this machine and ``run.sandbox``; bad values exit 2."""
+    choice: SandboxChoice | SandboxRequest, hidden: Iterable[Path], agent_command: str | None = None
+) -> ResolvedSandbox:
+    """Settings for every attempt, the decision for this machine and ``run.sandbox``; bad values exit 2.
+
+    A ``SandboxRequest`` (a resumed run's frozen one) is used as it is; a ``SandboxChoice`` (flags) is completed
+    from the user's config first.
+    """
     config = load_config(None).sandbox
-    mode = choice.mode or config.mode or "auto"
+    frozen = isinstance(choice, SandboxRequest)
+    request = choice if isinstance(choice, SandboxRequest) else requested_sandbox(choice)
+    mode = request.mode
     config_file = config_dir() / USER_FILE
-    mode_from = f"--sandbox {mode}" if choice.mode else f'[sandbox] mode = "{mode}" in {config_file}'
-    if mode not in _MODES:
-        raise BadInputError(f"--sandbox {mode!r} is not one of auto, on, off")
-    network = choice.network or config.network or "on"
-    if network not in ("on", "off", "host"):
-        raise BadInputError(f"--network {network!r} is not on, off or host")
-    memory = choice.max_memory if choice.max_memory is not None else config.max_memory
-    procs = choice.max_procs if choice.max_procs is not None else config.max_procs
-    if procs is not None and procs < 1:
-        raise BadInputError(f"--max-procs must be a whole number of at least 1 (got {procs!r})")
-    limits = Limits(max_memory=parse_size(str(memory)) if memory is not None else None, max_procs=procs)
+    if frozen:
+        mode_from = f"--sandbox {mode} (the run's stored config)"
+    elif choice.mode:
+        mode_from = f"--sandbox {mode}"
+    else:
+        mode_from = f'[sandbox] mode = "{mode}" in {config_file}'
+    network = request.network
+    limits = Limits(max_memory=request.max_memory, max_procs=request.max_procs)
     home = Path.home()
     always = [config_dir(), cache_dir(), home]
     settings = SandboxSettings(
-        mode=cast(SandboxMode, mode),
-        network=cast(NetworkMode, network),
+        mode=mode,
+        network=network,
         limits=limits,
         hidden=tuple(str(p) for p in (*always, *hidden)),
         readable=(
             *_paths([*config.readable, *config.show], "readable"),
-            *_shown(choice.show),
+            *request.show,
             *(str(p) for p in command_paths(agent_command)),
         ),
         writable=_paths(config.writable, "writable"),
@@ -189,4 +230,4 @@ def resolve_sandbox(
         uid=decision.uid_mode() if decision.kind == "bubblewrap" else None,
         network_detail=decision.network_mode(),
     )
-    return settings, decision, info
+    return ResolvedSandbox(request, settings, decision, info)

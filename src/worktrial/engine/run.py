@@ -14,7 +14,6 @@ import itertools
 import os
 import secrets
 import signal
-import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -27,6 +26,7 @@ from typing import Any, Literal
 from worktrial.agents import AgentOptions, create_agent
 from worktrial.agents.base import Agent
 from worktrial.engine.confine import (
+    ResolvedSandbox,
     SandboxChoice,
     loopback_url,
     resolve_sandbox,
@@ -35,10 +35,9 @@ from worktrial.engine.confine import (
 )
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
-from worktrial.errors import BadInputError, SuiteError, WorkspaceError
+from worktrial.errors import BadInputError, WorkspaceError
 from worktrial.isolation import cgroups
 from worktrial.isolation.proc import ProcessScope
-from worktrial.isolation.sandbox import SandboxDecision, SandboxSettings
 from worktrial.isolation.workspace import (
     SourceRepo,
     check_writable,
@@ -54,9 +53,10 @@ from worktrial.isolation.workspace import (
 )
 from worktrial.model.bundle import copy_bundle
 from worktrial.model.config import Config
-from worktrial.model.envelope import Envelope, SandboxInfo, SuiteFileInfo
+from worktrial.model.envelope import Envelope, SandboxInfo, SuiteFileInfo, same_containment
 from worktrial.model.records import AttemptRecord
-from worktrial.model.selection import reselect, select
+from worktrial.model.run_config import RunConfig, SandboxRequest
+from worktrial.model.selection import select
 from worktrial.model.suite import MAX_ATTEMPTS, LoadedSuite, Task, load_suite
 from worktrial.state import leftovers
 from worktrial.state.artifacts import write_artifacts
@@ -204,14 +204,16 @@ def build_agent(options: RunOptions, config: Config | None = None) -> Agent:
 
 
 @dataclass(frozen=True)
-class _Workspace:
+class ResolvedWorkspace:
+    """Where a run's attempts start from and where it is stored."""
+
     state_root: Path
     source: SourceRepo
     base_commit: str
     dirty: bool
 
 
-def _resolve_workspace(loaded: LoadedSuite, workspace: Path | None, base_commit: str | None = None) -> _Workspace:
+def resolve_workspace(loaded: LoadedSuite, workspace: Path | None, base_commit: str | None = None) -> ResolvedWorkspace:
     pin = loaded.suite.workspace
     if pin is not None and pin.repo:
         repo = fetch_pinned(pin.repo, pin.ref, loaded.path.resolve().parent, cache_dir())
@@ -223,10 +225,10 @@ def _resolve_workspace(loaded: LoadedSuite, workspace: Path | None, base_commit:
         user_repo = True
     base = resolve_commit(repo, base_commit or (pin.ref if pin is not None and pin.ref else "HEAD"))
     dirty = is_dirty(repo) if user_repo and not (pin and pin.ref) else False
-    return _Workspace(state_root=root, source=open_source(repo), base_commit=base, dirty=dirty)
+    return ResolvedWorkspace(state_root=root, source=open_source(repo), base_commit=base, dirty=dirty)
 
 
-def _task_bases(loaded: LoadedSuite, ws: _Workspace) -> dict[str, TaskBase]:
+def task_bases(loaded: LoadedSuite, ws: ResolvedWorkspace) -> dict[str, TaskBase]:
     """Each task's repository, commit and environment; tasks with their own ``workspace`` pin resolve it here."""
     suite = loaded.suite
     default_source = _source_of(ws)
@@ -268,7 +270,7 @@ def resolve_task_bases(
     loaded: LoadedSuite, workspace: Path | None, base_commit: str | None = None
 ) -> dict[str, TaskBase]:
     """Where each task's attempts start, resolved as a run would (``check`` rebuilds results on them)."""
-    return _task_bases(loaded, _resolve_workspace(loaded, workspace, base_commit))
+    return task_bases(loaded, resolve_workspace(loaded, workspace, base_commit))
 
 
 def state_root_for(workspace: Path | None) -> Path:
@@ -326,7 +328,8 @@ def check_counts(attempts: int, k: int, jobs: int, retry_errors: int, *, source:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """Everything one run needs once it has started, resolved and frozen (the stored ``meta`` included)."""
+    """Everything one session of a run needs once it has started, resolved and frozen (the stored ``meta``
+    included); a resumed run is a new session of the same run."""
 
     loaded: LoadedSuite
     meta: RunMeta
@@ -337,10 +340,51 @@ class RunSettings:
     keep_worktrees: bool
     bases: Mapping[str, TaskBase] = field(default_factory=dict)
     """Task id -> where its attempts start (repository, commit, environment)."""
+    sandbox_index: int = 0
+    """This session's containment in ``meta.sandboxes``, recorded in each of its attempts."""
 
 
-def _source_of(ws: _Workspace) -> RepoSource:
+def _source_of(ws: ResolvedWorkspace) -> RepoSource:
     return RepoSource("path", str(ws.source.path))
+
+
+def frozen_config(options: RunOptions, agent: str, attempts: int, k: int, sandbox: SandboxRequest) -> RunConfig:
+    """What a new run measures, from its flags (the suite's attempts already applied)."""
+    return RunConfig(
+        agent=agent,
+        agent_cmd=options.agent_cmd,
+        model=options.model,
+        base_url=public_url(options.base_url) if options.base_url else None,
+        agent_settings=dict(options.agent_settings),
+        pass_env=tuple(options.pass_env),
+        attempts=attempts,
+        k=k,
+        verify_always=options.verify_always,
+        artifacts=options.artifacts,
+        label=options.label,
+        tasks=tuple(options.tasks),
+        categories=tuple(options.categories),
+        limit=options.limit,
+        sandbox=sandbox,
+    )
+
+
+def config_fields(config: RunConfig) -> dict[str, Any]:
+    """The flat run.json fields the config decides (kept for readers of runs stored before the config existed)."""
+    return {
+        "agent": config.agent,
+        "agent_cmd": config.agent_cmd,
+        "model": config.model,
+        "base_url": config.base_url,
+        "agent_settings": dict(config.agent_settings),
+        "pass_env": list(config.pass_env),
+        "attempts": config.attempts,
+        "k": config.k,
+        "verify_always": config.verify_always,
+        "label": config.label,
+        "artifacts": config.artifacts,
+        "config": config,
+    }
 
 
 def run_suite(
@@ -354,23 +398,26 @@ def run_suite(
     observer = observer or RunObserver()
     loaded = suite if isinstance(suite, LoadedSuite) else load_suite(suite)
     if options.resume:
+        from worktrial.engine.resume import resume_run  # resume builds on this module
+
         return resume_run(options.resume, options, loaded, observer)
     loaded, selection = select(loaded, options.tasks, options.categories, options.limit)
     attempts, k, jobs = _validate_counts(loaded, options)
-    ws = _resolve_workspace(loaded, options.workspace, options.base_commit)
+    ws = resolve_workspace(loaded, options.workspace, options.base_commit)
     ref = agent_ref(options, load_config(ws.state_root))
     if ws.dirty:
         observer.warning(
             f"{ws.source.path} has uncommitted changes; they are not part of the base commit "
             f"{ws.base_commit[:12]} that every attempt starts from"
         )
-    bases = _task_bases(loaded, ws)
-    _end_previous(ws.state_root, observer)
+    bases = task_bases(loaded, ws)
+    end_previous(ws.state_root, observer)
     run_id = new_run_id()
-    with _started(run_id, jobs, options) as (executor, work_root):
-        sandbox = _sandbox(options, ref, ws, work_root, bases, observer)
+    with started(run_id, jobs, options) as (executor, work_root):
+        sandbox = resolve_run_sandbox(options.sandbox, options.base_url, ref, ws, work_root, bases, observer)
         description = executor.preflight(ref)
         ensure_state_dir(ws.state_root)
+        config = frozen_config(options, ref.name, attempts, k, sandbox.request)
         meta = RunMeta(
             id=run_id,
             started_at=utc_now(),
@@ -390,133 +437,27 @@ def run_suite(
             base_commit=ws.base_commit,
             dirty=ws.dirty,
             task_base_commits={task_id: base.commit for task_id, base in bases.items()},
-            agent=ref.name,
             agent_description=description,
-            agent_cmd=options.agent_cmd,
-            model=options.model,
-            base_url=public_url(options.base_url) if options.base_url else None,
             base_url_redacted=bool(options.base_url) and public_url(options.base_url or "") != options.base_url,
-            agent_settings=dict(options.agent_settings),
-            pass_env=list(options.pass_env),
-            attempts=attempts,
-            k=k,
             jobs=jobs,
-            verify_always=options.verify_always,
             retry_errors=options.retry_errors,
             work_root=str(work_root),
-            label=options.label,
             selection=selection,
-            artifacts=options.artifacts,
-            sandbox=sandbox[2],
+            sandbox=sandbox.info,
+            sandboxes=[sandbox.info],
+            **config_fields(config),
         )
         store = RunStore.create(ws.state_root, meta)
         try:
-            settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox)
-            return _execute(settings, executor, store, observer, done=[])
+            settings = session_settings(
+                loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox
+            )
+            return execute(settings, executor, store, observer, done=[])
         finally:
             store.close()
 
 
-def resume_run(
-    run_id: str,
-    options: RunOptions | None = None,
-    loaded: LoadedSuite | None = None,
-    observer: RunObserver | None = None,
-) -> RunResult:
-    """Run only the attempts a stored run is missing, then report on the whole run.
-
-    Refuses, listing every difference, when the suite digest, base commit, agent or model would differ.
-    """
-    options = options or RunOptions()
-    observer = observer or RunObserver()
-    store = RunStore.open(state_root_for(options.workspace), run_id, writer=True)
-    try:
-        return _resume(store, run_id, options, loaded, observer)
-    finally:
-        store.close()
-
-
-@dataclass(frozen=True)
-class StoredSuite:
-    """The suite file a stored run names, as it is now, and what the run recorded about it."""
-
-    loaded: LoadedSuite
-    workspace: Path
-    unchanged: bool
-    """The file still has the digest the run started with (else resume refuses, listing the differences)."""
-
-
-def stored_suite(run_id: str, workspace: Path | None = None) -> StoredSuite:
-    """The suite a stored run was started from, for the trust check before ``resume`` runs its commands."""
-    meta = RunStore.open(state_root_for(workspace), run_id).meta()
-    try:
-        loaded = load_suite(meta.suite_path)
-    except SuiteError as exc:
-        raise BadInputError(f"cannot resume {run_id}: {exc}") from None
-    unchanged = loaded.sha256 == meta.suite_sha256 and loaded.digest == (meta.suite_bundle_sha256 or meta.suite_sha256)
-    return StoredSuite(loaded, Path(meta.workspace), unchanged)
-
-
-def _resume(
-    store: RunStore, run_id: str, options: RunOptions, loaded: LoadedSuite | None, observer: RunObserver
-) -> RunResult:
-    meta = store.meta()
-    check_counts(meta.attempts, meta.k, meta.jobs, meta.retry_errors, source=str(store.dir / "run.json"))
-    if loaded is None:
-        loaded = stored_suite(run_id, options.workspace).loaded
-    loaded = reselect(loaded, meta.selection)
-    ws = _resolve_workspace(loaded, Path(meta.workspace))
-    bases = _task_bases(loaded, ws)
-    differences = _differences(loaded, ws, meta, options)
-    moved = [
-        f"{task_id} (stored {meta.task_base_commits[task_id][:12]}, now {base.commit[:12]})"
-        for task_id, base in bases.items()
-        if task_id in meta.task_base_commits and meta.task_base_commits[task_id] != base.commit
-    ]
-    if moved:
-        differences.append(f"task base commits: {', '.join(moved[:5])}")
-    if differences:
-        raise BadInputError(f"cannot resume run {run_id}; it differs from the stored run:\n" + "\n".join(differences))
-    if meta.base_url_redacted and options.base_url is None:
-        raise BadInputError(
-            f"run {run_id} used a base URL with credentials in it, which were not stored; "
-            f"pass --base-url {meta.base_url} with them again to resume"
-        )
-    _end_previous(ws.state_root, observer, own=store.dir)
-    if meta.work_root:
-        _remove_crashed_work_root(Path(meta.work_root), run_id, observer)
-    stored_records = store.load_records(meta)
-    if (warning := stored_records.warning()) is not None:
-        observer.warning(warning)
-    stored = RunOptions(
-        agent=meta.agent,
-        agent_cmd=meta.agent_cmd,
-        model=meta.model,
-        base_url=options.base_url or meta.base_url,
-        agent_settings=meta.agent_settings,
-        pass_env=tuple(meta.pass_env),
-    )
-    ref = agent_ref(stored, load_config(ws.state_root))
-    jobs = options.jobs or meta.jobs
-    check_writable(store.dir, "run data")
-    with _started(run_id, jobs, options) as (executor, work_root):
-        sandbox = _sandbox(options, ref, ws, work_root, bases, observer)
-        description = executor.preflight(ref)
-        meta = meta.model_copy(
-            update={
-                "jobs": jobs,
-                "retry_errors": options.retry_errors or meta.retry_errors,
-                "agent_description": description,
-                "work_root": str(work_root),
-                "sandbox": sandbox[2],
-            }
-        )
-        store.write_meta(meta)
-        settings = _settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox)
-        return _execute(settings, executor, store, observer, done=stored_records.records)
-
-
-def _end_previous(state_root: Path, observer: RunObserver, own: Path | None = None) -> None:
+def end_previous(state_root: Path, observer: RunObserver, own: Path | None = None) -> None:
     """Before anything runs: end what an earlier harness, killed with kill -9, left running here (one line)."""
     if (line := leftovers.describe(leftovers.end_previous(state_root, own=own))) is not None:
         observer.warning(line)
@@ -524,60 +465,8 @@ def _end_previous(state_root: Path, observer: RunObserver, own: Path | None = No
         observer.warning(f"ended {stale} process(es) left in the cgroup of a worktrial killed with kill -9")
 
 
-def _remove_crashed_work_root(path: Path, run_id: str, observer: RunObserver) -> None:
-    """Remove the worktrees a crashed run left behind, but only a directory this harness made for this run.
-
-    run.json is signed, but a run stored before signing (or a copied one) could name any directory: only a
-    real directory (not a symlink) owned by this user and named ``worktrial-<run id>-...`` is removed.
-    """
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        observer.warning(f"leaving {path} alone: {exc.strerror}")
-        return
-    ours = (
-        path.is_absolute()
-        and path.name.startswith(f"worktrial-{run_id}-")
-        and stat.S_ISDIR(st.st_mode)
-        and st.st_uid == os.getuid()
-    )
-    if not ours:
-        observer.warning(f"leaving {path} alone: it is not a work directory this harness created for run {run_id}")
-        return
-    remove_tree(path)
-
-
-def _differences(loaded: LoadedSuite, ws: _Workspace, meta: RunMeta, options: RunOptions) -> list[str]:
-    """Why the given suite, workspace and flags would not continue the stored run (empty when they would)."""
-    differences = []
-    if loaded.sha256 != meta.suite_sha256:
-        differences.append(f"suite digest: stored {meta.suite_sha256[:12]}, now {loaded.sha256[:12]} ({loaded.path})")
-    elif loaded.digest != (meta.suite_bundle_sha256 or meta.suite_sha256):
-        stored_digest = meta.suite_bundle_sha256 or meta.suite_sha256
-        differences.append(
-            f"suite bundle digest: stored {stored_digest[:12]}, now {loaded.digest[:12]} "
-            f"(a file the suite declares in `files` changed)"
-        )
-    if ws.base_commit != meta.base_commit:
-        differences.append(f"base commit: stored {meta.base_commit[:12]}, now {ws.base_commit[:12]}")
-    given_agent = choose_agent_name(options) if (options.agent or options.agent_cmd or options.model) else None
-    if given_agent is not None and given_agent != meta.agent:
-        differences.append(f"agent: stored {meta.agent}, now {given_agent}")
-    if options.agent_cmd is not None and options.agent_cmd != meta.agent_cmd:
-        differences.append(f"agent command: stored {meta.agent_cmd!r}, now {options.agent_cmd!r}")
-    if options.model is not None and options.model != meta.model:
-        differences.append(f"model: stored {meta.model}, now {options.model}")
-    if options.base_url is not None and public_url(options.base_url) != meta.base_url:
-        differences.append(f"base URL: stored {meta.base_url}, now {public_url(options.base_url)}")
-    if options.attempts is not None and options.attempts != meta.attempts:
-        differences.append(f"attempts: stored {meta.attempts}, now {options.attempts}")
-    return differences
-
-
 @contextlib.contextmanager
-def _started(run_id: str, jobs: int, options: RunOptions) -> Iterator[tuple[Executor, Path]]:
+def started(run_id: str, jobs: int, options: RunOptions) -> Iterator[tuple[Executor, Path]]:
     """The run's private work directory and executor; both are gone when the run ends, however it ends."""
     try:
         work_root = Path(tempfile.mkdtemp(prefix=f"worktrial-{run_id}-"))
@@ -603,43 +492,45 @@ def _started(run_id: str, jobs: int, options: RunOptions) -> Iterator[tuple[Exec
             remove_tree(work_root)
 
 
-def _sandbox(
-    options: RunOptions,
+def resolve_run_sandbox(
+    choice: SandboxChoice | SandboxRequest,
+    base_url: str | None,
     ref: AgentRef,
-    ws: _Workspace,
+    ws: ResolvedWorkspace,
     work_root: Path,
     bases: Mapping[str, TaskBase],
     observer: RunObserver,
-) -> tuple[SandboxSettings, SandboxDecision, SandboxInfo]:
-    """The run's sandbox, hiding the user's repositories, the state root and the run's other slots."""
+) -> ResolvedSandbox:
+    """The session's sandbox, hiding the user's repositories, the state root and the run's other slots."""
     repos = {ws.source.path, *(Path(b.source.location) for b in bases.values() if b.source.kind == "path")}
     table = ref.options.config.agents.get(ref.name)
     configured = table.command if table is not None else None
     command = " ".join(c for c in (ref.options.agent_cmd, configured) if c)
-    resolved = resolve_sandbox(options.sandbox, [*repos, ws.state_root, work_root], command)
-    if resolved[1].network == "on" and ref.name != "builtin" and (url := loopback_url(options.base_url)):
+    resolved = resolve_sandbox(choice, [*repos, ws.state_root, work_root], command)
+    if resolved.decision.network == "on" and ref.name != "builtin" and (url := loopback_url(base_url)):
         # The built-in agent calls its model from the harness; every other agent calls it from inside the sandbox.
         raise BadInputError(
             f"--base-url {public_url(url)} is on this host's loopback, which attempts cannot reach on a network of "
             "their own (--network on, the default); pass --network host to share the host's network with them"
         )
-    objects = unreadable_objects(ws.source.objects_dir, resolved[1]) if ws.source.objects_dir.is_dir() else None
-    for warning in (resolved[1].warning, *unwritable_shared(resolved[0], resolved[1]), objects):
+    decision = resolved.decision
+    objects = unreadable_objects(ws.source.objects_dir, decision) if ws.source.objects_dir.is_dir() else None
+    for warning in (decision.warning, *unwritable_shared(resolved.settings, decision), objects):
         if warning:
             observer.warning(warning)
     return resolved
 
 
-def _settings(
+def session_settings(
     loaded: LoadedSuite,
     meta: RunMeta,
-    ws: _Workspace,
+    ws: ResolvedWorkspace,
     ref: AgentRef,
     work_root: Path,
     keep_worktrees: bool,
     bases: Mapping[str, TaskBase],
     store_dir: Path,
-    sandbox: tuple[SandboxSettings, SandboxDecision, SandboxInfo],
+    sandbox: ResolvedSandbox,
 ) -> RunSettings:
     suite_dir = work_root / "suite"
     copy_bundle(loaded.path, loaded.files, suite_dir)
@@ -654,8 +545,8 @@ def _settings(
         artifacts=meta.artifacts,
         suite_dir=str(suite_dir),
         artifacts_dir=str(store_dir),
-        sandbox=sandbox[0],
-        sandbox_decision=sandbox[1],
+        sandbox=sandbox.settings,
+        sandbox_decision=sandbox.decision,
         suite_digest=meta.suite_bundle_sha256 or meta.suite_sha256,
         environment_cache=str(cache_dir() / "environments"),
     )
@@ -668,7 +559,21 @@ def _settings(
         spec=spec,
         keep_worktrees=keep_worktrees,
         bases=bases,
+        sandbox_index=session_index(meta.sandboxes, sandbox.info),
     )
+
+
+def session_index(sandboxes: list[SandboxInfo], info: SandboxInfo) -> int:
+    """Where this session's containment is in the run's list (the same containment again reuses its entry)."""
+    for index, known in enumerate(sandboxes):
+        if same_containment(known, info):
+            return index
+    raise ValueError("the session's containment is not in the run's list")
+
+
+def with_session(sandboxes: list[SandboxInfo], info: SandboxInfo) -> list[SandboxInfo]:
+    """The run's containments with this session's added when it is new."""
+    return sandboxes if any(same_containment(s, info) for s in sandboxes) else [*sandboxes, info]
 
 
 def _plan(settings: RunSettings, done: set[tuple[str, int]]) -> Iterator[AttemptJob]:
@@ -688,7 +593,7 @@ def _plan(settings: RunSettings, done: set[tuple[str, int]]) -> Iterator[Attempt
                     yield AttemptJob(spec=settings.spec, task=task, attempt=number, base=settings.bases.get(task.id))
 
 
-def _execute(
+def execute(
     settings: RunSettings, executor: Executor, store: RunStore, observer: RunObserver, done: list[AttemptRecord]
 ) -> RunResult:
     meta = settings.meta
@@ -770,7 +675,7 @@ def _drain(
             trace_ref = os.path.relpath(trace_path, settings.state_root)
         except ValueError:
             trace_ref = str(trace_path)
-        update: dict[str, Any] = {"trace": trace_ref}
+        update: dict[str, Any] = {"trace": trace_ref, "sandbox": settings.sandbox_index}
         if reasons:
             update |= {"retries": len(reasons), "retry_reasons": list(reasons)}
         record = record.model_copy(update=update)

@@ -162,6 +162,10 @@ class SandboxInfo(BaseModel):
         default=None, description="Who the attempts' processes ran as, e.g. 'uid 0 without capabilities'."
     )
 
+    def weakness(self) -> tuple[int, int]:
+        """Orders containments from the weakest (no sandbox, then the host's network) to the strongest."""
+        return (1 if self.kind == "bubblewrap" else 0, {"host": 0, "on": 1, "off": 2}[self.network])
+
     def summary(self) -> str:
         """One line for reports and compare, e.g. ``bubblewrap 0.8.0, network off, max-procs 64``."""
         head = f"bubblewrap {self.version or ''}".strip() if self.kind == "bubblewrap" else "none"
@@ -189,7 +193,20 @@ class RunInfo(BaseModel):
     jobs: int
     verify_always: bool = False
     host: dict[str, Any] = Field(default_factory=dict)
-    sandbox: SandboxInfo | None = Field(default=None, description="The sandbox attempts ran in; None: not recorded.")
+    sandbox: SandboxInfo | None = Field(
+        default=None,
+        description="The sandbox attempts ran in; when they ran under different containment (a resumed run), the "
+        "weakest of them (see sandboxes). None: not recorded.",
+    )
+    sandboxes: list[SandboxInfo] | None = Field(
+        default=None,
+        description="Every containment the run's sessions used, when there was more than one; each attempt's "
+        "`sandbox` is an index into this list.",
+    )
+    trace_root: str | None = Field(
+        default=None,
+        description="The directory relative trace paths are resolved against (where the run was stored).",
+    )
     label: str | None = Field(default=None, description="The user's name for the run (--label).")
     selection: Selection | None = Field(default=None, description="None when the run covered every task.")
     task_base_commits: dict[str, str] = Field(
@@ -220,6 +237,20 @@ class Envelope(BaseModel):
     run: RunInfo
     report: Report
 
+    def sandbox_summary(self) -> str | None:
+        """The containment line of reports: one summary, or how many attempts ran under each when they differed."""
+        run = self.run
+        if run.sandboxes:
+            counts: dict[int, int] = {}
+            for task in self.report.tasks:
+                for attempt in task.attempts:
+                    if attempt.sandbox is not None and 0 <= attempt.sandbox < len(run.sandboxes):
+                        counts[attempt.sandbox] = counts.get(attempt.sandbox, 0) + 1
+            if len(counts) > 1:
+                parts = [f"{n} attempt(s) under {run.sandboxes[i].summary()}" for i, n in sorted(counts.items())]
+                return "mixed (the run was resumed under other containment): " + "; ".join(parts)
+        return run.sandbox.summary() if run.sandbox is not None else None
+
     @property
     def bundle_digest(self) -> str:
         """What identifies the measured suite: the bundle digest, or the file digest for older envelopes."""
@@ -235,6 +266,11 @@ def envelope_json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "worktrial result envelope (schema_version 1)"
     return schema
+
+
+def same_containment(a: SandboxInfo, b: SandboxInfo) -> bool:
+    """Two sessions ran under the same containment (the reason text, which names what chose it, aside)."""
+    return a.model_dump(exclude={"reason"}) == b.model_dump(exclude={"reason"})
 
 
 def split_route(route: str | None) -> tuple[str | None, str | None]:

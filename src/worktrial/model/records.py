@@ -83,6 +83,11 @@ class AttemptRecord(BaseModel):
     )
     worktree: str | None = None
     trace: str | None = None
+    sandbox: int | None = Field(
+        default=None,
+        description="Which of the run's containments (run.sandboxes, when a resumed run used more than one) the "
+        "attempt ran under; null in runs recorded before containment was recorded per attempt.",
+    )
     retries: int = 0
     """How many times an infrastructure error made this attempt run again (see --retry-errors)."""
     retry_reasons: list[str] = Field(default_factory=list)

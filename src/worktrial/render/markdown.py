@@ -67,8 +67,8 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
         f"- attempts per task: {run.attempts} · headline k = {k} · run `{run.id}`",
         f"- suite sha256: `{envelope.suite_sha256[:16]}…`",
     ]
-    if run.sandbox is not None:
-        lines.append(f"- sandbox: {cell(run.sandbox.summary())}")
+    if (containment := envelope.sandbox_summary()) is not None:
+        lines.append(f"- sandbox: {cell(containment)}")
     if not run.complete:
         lines.append("- **incomplete run**: interrupted before every attempt finished; numbers cover what ran")
     lines += [

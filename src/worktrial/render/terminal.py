@@ -48,8 +48,8 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
         Text(f"{plural(run.attempts, 'attempt')} per task · k = {k}" + ("" if run.complete else " · incomplete")),
     )
     facts.add_row("cost", Text(f"{usd(report.cost_usd)} · per solve {usd(report.cost_per_solve)}"))
-    if run.sandbox is not None:
-        facts.add_row("sandbox", Text(run.sandbox.summary()))
+    if (containment := envelope.sandbox_summary()) is not None:
+        facts.add_row("sandbox", Text(containment))
     groups = Table(title=None, show_edge=False, header_style="bold")
     for column in ("group", "tasks", "passed/total", f"pass@{k}", "95% CI", f"pass^{k}", "95% CI "):
         groups.add_column(column, justify="right" if column not in ("group", "95% CI", "95% CI ") else "left")

@@ -14,7 +14,14 @@ from pydantic import ValidationError
 from worktrial.analysis.compare import LoadedEnvelope
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.errors import BadInputError
-from worktrial.model.envelope import Envelope, RunInfo, WorkspaceInfo, parse_envelope_json, split_route
+from worktrial.model.envelope import (
+    Envelope,
+    RunInfo,
+    SandboxInfo,
+    WorkspaceInfo,
+    parse_envelope_json,
+    split_route,
+)
 from worktrial.model.records import AttemptRecord
 from worktrial.state.store import ENVELOPE_FILE, RUN_FILE, RunMeta, RunStore, list_run_dirs, runs_dir
 from worktrial.util import utc_now
@@ -124,6 +131,7 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         provider, model = split_route(reported.pop())
         source = "agent"
     total = meta.attempts * len(meta.tasks)
+    sandboxes = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])
     info = RunInfo(
         id=meta.id,
         started_at=meta.started_at,
@@ -135,7 +143,9 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         jobs=meta.jobs,
         verify_always=meta.verify_always,
         host=host_info(),
-        sandbox=meta.sandbox,
+        sandbox=_weakest_used(sandboxes, records),
+        sandboxes=sandboxes if len(sandboxes) > 1 else None,
+        trace_root=meta.workspace,
         label=meta.label,
         selection=meta.selection,
         task_base_commits=dict(meta.task_base_commits),
@@ -154,6 +164,12 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         run=info,
         report=build_report(meta.suite_id, meta.suite_name, tasks, records, meta.k),
     )
+
+
+def _weakest_used(sandboxes: list[SandboxInfo], records: list[AttemptRecord]) -> SandboxInfo | None:
+    """``run.sandbox``: the containment of the run's attempts, the weakest one when a resumed run's differ."""
+    used = [sandboxes[r.sandbox] for r in records if r.sandbox is not None and 0 <= r.sandbox < len(sandboxes)]
+    return min(used or sandboxes[:1], key=SandboxInfo.weakness, default=None)
 
 
 def resolve_envelope(ref: str, workspace: Callable[[], Path]) -> LoadedEnvelope:

@@ -29,6 +29,7 @@ from worktrial.isolation.safefs import read_regular
 from worktrial.jsonlimits import loads_limited
 from worktrial.model.envelope import Envelope, SandboxInfo, Selection, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
+from worktrial.model.run_config import RunConfig
 from worktrial.model.suite import Category
 from worktrial.state import signing
 from worktrial.util import replace_file
@@ -96,7 +97,11 @@ class RunMeta(BaseModel):
     selection: Selection | None = None
     artifacts: bool = True
     sandbox: SandboxInfo | None = None
-    """The sandbox the run's attempts use (``run.sandbox`` in the envelope)."""
+    """The containment of the run's first session (runs stored before ``sandboxes`` have only this)."""
+    sandboxes: list[SandboxInfo] = Field(default_factory=list)
+    """Every containment the run's sessions used, in order; each record's ``sandbox`` is an index into it."""
+    config: RunConfig | None = None
+    """What the run measures, frozen at its start (None in runs stored before it was): resume reloads it whole."""
     signed: bool = False
     """Records and run.json carry signatures under the run's key (every run since records were signed)."""
 
