@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,13 +15,15 @@ pytestmark = pytest.mark.slow
 
 
 def _suite(write_suite, attempts: int = 2) -> Path:
-    return write_suite([task("a"), task("b"), task("c-other")], attempts=attempts)
+    path: Path = write_suite([task("a"), task("b"), task("c-other")], attempts=attempts)
+    return path
 
 
-def _eval(cli, repo: Path, suite: Path, *flags: str) -> dict:
+def _eval(cli, repo: Path, suite: Path, *flags: str) -> dict[str, Any]:
     result = cli(["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "--format", "json", *flags], cwd=repo)
     assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    envelope: dict[str, Any] = json.loads(result.stdout)
+    return envelope
 
 
 def _forget_last_attempt(repo: Path, run_id: str) -> None:
