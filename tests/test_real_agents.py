@@ -143,6 +143,52 @@ def test_claude_code_solves_a_task_with_exact_usage_and_cost(
     assert_nothing_left()
 
 
+def claude_spender(served: Served) -> Callable[[Request], Sse | Plain]:
+    """A model that never stops: every main-loop call answers with another Bash call, each billed 1,600 tokens."""
+
+    def respond(request: Request) -> Sse | Plain:
+        body = request.body
+        if request.method != "POST" or "/v1/messages" not in request.path:
+            return Plain(404, {"type": "error", "error": {"type": "not_found_error", "message": "no such route"}})
+        if "count_tokens" in request.path:
+            return Plain(200, {"input_tokens": 10})
+        model = str(body.get("model"))
+        if "Bash" not in {t.get("name") for t in body.get("tools", []) if isinstance(t, dict)}:
+            usage = {"input_tokens": 50, "output_tokens": 7}
+            served.add(model, Tokens(input=50, output=7))
+            if body.get("stream"):
+                return anthropic_stream(model, [{"type": "text", "text": "Notes"}], usage, "end_turn")
+            return anthropic_plain(model, "Notes", usage)
+        call = {"type": "tool_use", "id": f"toolu_{served.calls}", "name": "Bash", "input": {"command": "sleep 1"}}
+        served.add(model, Tokens(input=1600, output=40))
+        return anthropic_stream(model, [call], {"input_tokens": 1600, "output_tokens": 40}, "tool_use")
+
+    return respond
+
+
+def test_claude_code_is_ended_at_its_cost_cap_as_its_usage_streams(
+    claude: Tool, cli: Callable[..., Result], repo: Path, write_suite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each main-loop call costs $0.0054 at Sonnet's price: a $0.01 cap ends the agent after its second call, as
+    its stream shows the spend, long before the task's timeout would."""
+    served = Served()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    suite = write_suite([dict(TASK, timeout_secs=120)])
+    with CliServer(claude_spender(served)) as server:
+        result, envelope = evaluate(
+            cli, repo, suite, "--agent", "claude-code", "--model", "anthropic/claude-sonnet-4-5",
+            "--base-url", server.url, "--max-cost-per-attempt", "0.01", "--grace-secs", "5",
+        )  # fmt: skip
+    assert envelope is not None, result.output
+    attempt = only_attempt(envelope)
+    assert attempt["outcome"] == "fail" and "cost cap" in attempt["reason"], attempt
+    assert attempt["agent_ended"] in ("sigterm", "killed")
+    main_calls = served.models.count("claude-sonnet-4-5")
+    assert 2 <= main_calls <= 4  # ended at the call that passed the cap (and at most one already in flight)
+    assert attempt["agent_secs"] < 100  # it never ran to its timeout
+    assert_nothing_left()
+
+
 def test_claude_code_uses_the_users_own_settings(
     claude: Tool, home: Path, cli: Callable[..., Result], repo: Path, write_suite
 ) -> None:

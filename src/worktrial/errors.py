@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 EXIT_INTERRUPTED = 130
+EXIT_BUDGET = 3
+"""The run's budget (--max-cost) stopped it before every attempt ran; resume continues it with a higher one."""
 """Exit code of a run or matrix stopped by Ctrl-C or SIGTERM (128 + SIGINT, as shells report it)."""
 
 

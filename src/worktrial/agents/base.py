@@ -6,6 +6,7 @@ what it used, and whether it broke.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,9 @@ from worktrial.isolation import childenv, proc
 from worktrial.model.config import Config
 from worktrial.model.records import Usage
 from worktrial.model.suite import Task
+
+DEFAULT_GRACE_SECS = 5.0
+"""Between SIGTERM at the deadline and SIGKILL (``--grace-secs``): time for the agent to save its work."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,12 @@ class AgentContext:
 
     credentials: Mapping[str, str] = field(default_factory=dict)
     """The caller's variables held back from ``env`` (all but the allow-list): pick the ones the agent needs."""
+    grace_secs: float = DEFAULT_GRACE_SECS
+    """At the deadline the agent's processes get SIGTERM, then this long before SIGKILL (pass as ``term_grace``)."""
+    cancel: threading.Event = field(default_factory=threading.Event)
+    """Set when the attempt must end before its deadline (its cost cap was passed): pass as ``cancel``."""
+    cost_cap: float | None = None
+    """``--max-cost-per-attempt`` in USD: an agent that sees its spend as it streams sets ``cancel`` past it."""
 
     def env_with(self, patterns: Iterable[str]) -> dict[str, str]:
         """``env`` plus the credentials the patterns name (``OPENAI_API_KEY``, ``ANTHROPIC_*``)."""
@@ -65,6 +75,18 @@ class AgentContext:
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+    def limits(self) -> dict[str, Any]:
+        """The deadline contract for ``proc.run`` of the agent's program: its timeout, the grace between SIGTERM and
+        SIGKILL, the cancel event and the run's process scope."""
+        return {"timeout": self.remaining(), "term_grace": self.grace_secs, "cancel": self.cancel, "scope": self.scope}
+
+    def over_cap(self, cost_usd: float | None) -> bool:
+        """Whether spend seen so far passed the attempt's cost cap (then ``cancel`` is set: the agent is ended)."""
+        if self.cost_cap is not None and cost_usd is not None and cost_usd > self.cost_cap:
+            self.cancel.set()
+            return True
+        return False
 
     def cancelled(self) -> bool:
         """True once the run is being interrupted: an in-process agent loop should stop at once."""
@@ -114,6 +136,8 @@ class AgentResult:
     """Short, content-free explanation of a claimed failure or missing claim."""
     output: AgentOutput | None = None
     """The program's stdout/stderr tails, for the attempt's artifacts (agents without a program leave it None)."""
+    ended: proc.Ended | None = None
+    """How the agent's program ended: by itself, on SIGTERM within the grace, or killed (None: no program)."""
 
 
 @runtime_checkable

@@ -23,7 +23,7 @@ from typing import Any
 
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions, AgentOutput, AgentResult, launch_error
 from worktrial.agents.presets import PARSERS
-from worktrial.agents.presets.parsing import ExitInfo, OutputParser, Verdict, exit_reason
+from worktrial.agents.presets.parsing import ExitInfo, OutputParser, Verdict, exit_reason, watch_spend
 from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
 from worktrial.agents.prompt import MAX_ARG_BYTES, kib, oversized_argument, prompt_file_of
 from worktrial.agents.simple import USAGE_FILE, command_env, read_usage_file
@@ -166,11 +166,10 @@ class CustomAgent:
             [SHELL, "-c", command],
             cwd=ctx.worktree,
             env=env,
-            timeout=ctx.remaining(),
             stdin=ctx.task.prompt.encode("utf-8") if self.stdin_prompt else None,
-            on_stdout=parser.feed,
-            scope=ctx.scope,
+            on_stdout=watch_spend(parser, lambda: self.price.price if self.price else None, ctx),
             tail_bytes=STREAM_TAIL_BYTES,
+            **ctx.limits(),
         )
         output = AgentOutput.of(result)  # the tails, for the attempt's local artifacts
         verdict = parser.finish(ExitInfo(result.returncode, result.timed_out, Path(ctx.scratch), result.stderr_tail))
@@ -184,13 +183,15 @@ class CustomAgent:
         if usage.cost_usd is None and self.price is not None:
             usage.cost_usd = cost_usd(usage.tokens, self.price.price)
         if result.timed_out:
-            return AgentResult(output=output, claimed=None, usage=usage, timed_out=True)
+            return AgentResult(output=output, claimed=None, usage=usage, timed_out=True, ended=result.ended)
         if (error := launch_error(result, self.name)) is not None:
             return AgentResult(output=output, claimed=None, usage=usage, error=error)
         if verdict.error_category:
             error = AgentError(verdict.error_category, verdict.reason or f"{self.name} failed", fatal=verdict.fatal)
-            return AgentResult(output=output, claimed=None, usage=usage, error=error)
-        return AgentResult(output=output, claimed=verdict.claimed, usage=usage, reason=verdict.reason)
+            return AgentResult(output=output, claimed=None, usage=usage, error=error, ended=result.ended)
+        return AgentResult(
+            output=output, claimed=verdict.claimed, usage=usage, reason=verdict.reason, ended=result.ended
+        )
 
 
 def create_custom_agent(name: str, options: AgentOptions) -> Agent | None:

@@ -311,21 +311,21 @@ class CommandAgent:
             [SHELL, "-c", self.cmd],
             cwd=ctx.worktree,
             env=env,
-            timeout=ctx.remaining(),
             stdin=ctx.task.prompt.encode("utf-8"),
-            scope=ctx.scope,
             tail_bytes=STREAM_TAIL_BYTES,
+            **ctx.limits(),
         )
         usage = read_usage_file(usage_file)
         usage.output_bytes = result.output_bytes
         output = AgentOutput.of(result)
         if result.timed_out:
-            return AgentResult(claimed=None, usage=usage, timed_out=True, output=output)
+            return AgentResult(claimed=None, usage=usage, timed_out=True, output=output, ended=result.ended)
         if (error := launch_error(result, "agent")) is not None:
             return AgentResult(claimed=None, usage=usage, error=error, output=output)
         if result.ok:
-            return AgentResult(claimed=True, usage=usage, output=output)
-        return AgentResult(claimed=False, usage=usage, reason=result.describe_failure("agent"), output=output)
+            return AgentResult(claimed=True, usage=usage, output=output, ended=result.ended)
+        reason = result.describe_failure("agent")
+        return AgentResult(claimed=False, usage=usage, reason=reason, output=output, ended=result.ended)
 
 
 _BUNDLED: list[tuple[str, str, Callable[[AgentOptions], Agent]]] = [

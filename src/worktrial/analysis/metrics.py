@@ -173,6 +173,8 @@ def build_report(
         honesty=honesty_figures(attempts),
         retried_attempts=retried,
         first_try=first_try,
+        timeouts=sum(1 for a in attempts if a.outcome == "timeout"),
+        timeouts_verified=sum(1 for a in attempts if a.outcome == "timeout" and a.verified is True),
         **efficiency,
     )
 

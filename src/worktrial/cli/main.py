@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from worktrial.agents.base import DEFAULT_GRACE_SECS
 from worktrial.cli import logs
 from worktrial.cli.common import (
     FORMAT_HELP,
@@ -40,7 +41,7 @@ from worktrial.engine.run import (
     default_jobs,
     run_suite,
 )
-from worktrial.errors import EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
+from worktrial.errors import EXIT_BUDGET, EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
@@ -53,6 +54,21 @@ from worktrial.version import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_MEASURED_NOTHING = 1
+BUDGET_OPTIONS = [
+    click.option(
+        "--max-cost",
+        type=click.FloatRange(0, min_open=True),
+        metavar="USD",
+        help="Budget for the run: no attempt starts once it would likely be passed (resume with a higher one).",
+    ),
+    click.option("--allow-unpriced", is_flag=True, help="Let a budget count unknown costs as $0 instead of refusing."),
+]
+
+
+def budget_options(func: F) -> F:
+    for option in reversed(BUDGET_OPTIONS):
+        func = option(func)
+    return func
 
 
 class _Group(click.Group):
@@ -171,6 +187,18 @@ def eval_options(func: F) -> F:
         click.option(
             "--resume", "resume_id", metavar="RUN_ID", help="Continue a stored run: run only what is missing."
         ),
+        click.option(
+            "--grace-secs",
+            type=click.FloatRange(0, 600),
+            help=f"At an agent's deadline: SIGTERM, then this long before SIGKILL (default {DEFAULT_GRACE_SECS:g}).",
+        ),
+        *BUDGET_OPTIONS,
+        click.option(
+            "--max-cost-per-attempt",
+            type=click.FloatRange(0, min_open=True),
+            metavar="USD",
+            help="End an attempt whose spend passes this (as it streams where the agent shows it); it fails.",
+        ),
         *SANDBOX_OPTIONS,
         click.option("-q", "--quiet", is_flag=True, help="Print only the report."),
         click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason."),
@@ -212,6 +240,10 @@ def eval_cmd(
     jobs: int | None,
     retry_errors: int,
     resume_id: str | None,
+    grace_secs: float | None,
+    max_cost: float | None,
+    allow_unpriced: bool,
+    max_cost_per_attempt: float | None,
     sandbox: str | None,
     network: str | None,
     max_memory: str | None,
@@ -250,6 +282,10 @@ def eval_cmd(
         categories=categories,
         limit=limit,
         sandbox=SandboxChoice(sandbox, network, max_memory, max_procs, sandbox_show),
+        grace_secs=grace_secs,
+        max_cost=max_cost,
+        max_cost_per_attempt=max_cost_per_attempt,
+        allow_unpriced=allow_unpriced,
         agent_settings={
             key: value
             for key, value in {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}.items()
@@ -291,6 +327,12 @@ def _run_and_report(
             f"(first: {attempts[0].reason or attempts[0].error_category}); fix the setup and run again"
         )
         sys.exit(EXIT_MEASURED_NOTHING)
+    if result.stop_reason is not None:
+        err(
+            f"worktrial: stopped: {result.stop_reason}; the report covers the attempts that finished. "
+            f"Continue with a higher budget: worktrial resume {result.envelope.run.id} --max-cost USD"
+        )
+        sys.exit(EXIT_BUDGET)
     if result.interrupted:
         err(
             f"worktrial: interrupted; the report covers the attempts that finished. "
@@ -339,6 +381,7 @@ exec_group.add_command(eval_cmd)
 @click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason.")
 @click.option("--trust", is_flag=True, help="Trust the run's suite to run its commands (remembered).")
 @TRUST_PROJECT_OPTION
+@budget_options
 @executor_options
 def resume_cmd(
     run_id: str,
@@ -353,6 +396,8 @@ def resume_cmd(
     verbose: bool,
     trust: bool,
     trust_project: bool,
+    max_cost: float | None,
+    allow_unpriced: bool,
     executor: str,
     ray_address: str | None,
     ray_cpus_per_attempt: float,
@@ -371,6 +416,8 @@ def resume_cmd(
         retry_errors=retry_errors,
         base_url=base_url,
         executor=executor_factory(executor, ray_address, ray_cpus_per_attempt, ray_resources),
+        max_cost=max_cost,
+        allow_unpriced=allow_unpriced,
     )
     _run_and_report(
         lambda opts, obs: resume_run(run_id, opts, loaded, observer=obs), options, fmt, output, quiet, verbose, junit

@@ -88,6 +88,10 @@ def run_matrix_and_report(
         resume = [o.run_id for o in result.outcomes if o.status == "interrupted" and o.run_id]
         hint = f" Continue the interrupted run with: worktrial resume {resume[0]}" if resume else ""
         err(f"worktrial: interrupted; the leaderboard covers the configurations that ran.{hint}")
+    if result.stop_reason is not None:
+        stopped = [o.run_id for o in result.outcomes if o.stop_reason and o.run_id]
+        hint = f" Continue with a higher budget: worktrial resume {stopped[0]} --max-cost USD" if stopped else ""
+        err(f"worktrial: stopped: {result.stop_reason}; the leaderboard covers what ran.{hint}")
     failed = [o for o in result.outcomes if o.status == "failed"]
     if failed and not result.interrupted:
         err(f"worktrial: {len(failed)} of {plural(len(configurations), 'configuration')} failed; see the leaderboard")

@@ -62,8 +62,9 @@ class ProgressReporter(RunObserver):
         self.live_mode = not quiet and self.stream.isatty()
         self.counts: Counter[str] = Counter()
         self.earlier = 0
-        self.spend = 0.0
+        self.spent = 0.0
         self.priced = False
+        self.max_cost: float | None = None
         self.running: dict[tuple[str, int], _Running] = {}
         self.total = 0
         self.done = 0
@@ -114,8 +115,8 @@ class ProgressReporter(RunObserver):
         self.counts[record.outcome] += 1
         self.done += 1
         self.durations.append(record.duration_secs)
-        if record.cost_usd is not None:
-            self.spend += record.cost_usd
+        if record.cost_usd is not None and self.max_cost is None:  # under a budget, ``spend`` says the run's total
+            self.spent += record.cost_usd
             self.priced = True
         if self.quiet:
             return
@@ -124,6 +125,10 @@ class ProgressReporter(RunObserver):
                 self._live.console.print(self._plain(record), highlight=False, markup=False)
         else:
             self._line(self._plain(record))
+
+    def spend(self, spent: float, max_cost: float | None) -> None:
+        """The run's spend (earlier sessions included) against its budget; shown from the next line on."""
+        self.spent, self.max_cost, self.priced = spent, max_cost, True
 
     def close(self) -> None:
         if self._live is not None:
@@ -149,9 +154,10 @@ class ProgressReporter(RunObserver):
         show_reason = record.reason and (self.verbose or record.outcome != "pass")
         why = f" — {record.reason}" if show_reason else ""
         retried = f" (after {plural(record.retries, 'retry', 'retries')})" if record.retries else ""
+        spend = f" · spent ${self.spent:.4f} of ${self.max_cost:g}" if self.max_cost is not None else ""
         return (
             f"[{self.done}/{self.total}] {record.outcome:>7} {record.task_id} #{record.attempt} "
-            f"({record.duration_secs:.1f}s){retried}{why}"
+            f"({record.duration_secs:.1f}s){retried}{spend}{why}"
         )
 
     def _line(self, text: str) -> None:
@@ -175,7 +181,7 @@ class ProgressReporter(RunObserver):
         if self.earlier:
             summary.append(f" · {self.earlier} done before this session")
         if self.priced:
-            summary.append(f" · spend ${self.spend:.4f}")
+            summary.append(f" · spend ${self.spent:.4f}" + (f" of ${self.max_cost:g}" if self.max_cost else ""))
         table = Table.grid(padding=(0, 2))
         ordered = sorted(self.running.items(), key=lambda kv: kv[1].started)
         for (task_id, attempt), running in ordered[:MAX_RUNNING_SHOWN]:

@@ -183,6 +183,28 @@ def _borrowed(base: TaskBase, ws: AttemptWorkspace) -> SourceRepo | None:
     )
 
 
+def deadline_env(timeout_secs: float, grace_secs: float) -> dict[str, str]:
+    """The deadline contract every agent gets: when it will be sent SIGTERM (Unix seconds), how long it had, and
+    the grace between SIGTERM and SIGKILL."""
+    return {
+        "WORKTRIAL_DEADLINE": str(int(time.time() + timeout_secs)),
+        "WORKTRIAL_TIMEOUT_SECS": str(int(timeout_secs)) if float(timeout_secs).is_integer() else str(timeout_secs),
+        "WORKTRIAL_GRACE_SECS": f"{grace_secs:g}",
+    }
+
+
+def _over_cost_cap(ctx: AgentContext, result: AgentResult) -> str | None:
+    """Why the attempt ended at its cost cap (streamed, or found once the agent ended), or None."""
+    cap = ctx.cost_cap
+    if cap is None:
+        return None
+    spent = result.usage.cost_usd
+    if ctx.cancel.is_set() or (spent is not None and spent > cap):
+        said = f"spent ${spent:.4f}" if spent is not None else "its spend passed the cap as it streamed"
+        return f"agent ended at its cost cap: {said}, over --max-cost-per-attempt ${cap:g}"
+    return None
+
+
 def _decide(task: Task, result: AgentResult, overran: bool) -> tuple[Outcome, str | None, bool]:
     """Outcome before verification, its reason, and whether verification decides it."""
     if result.timed_out or overran:
@@ -213,6 +235,7 @@ class _Progress:
     output: AgentOutput | None = None
     patch: PatchData | None = None
     agent_ran: bool = False
+    agent_ended: str | None = None
 
 
 def run_attempt(
@@ -304,6 +327,7 @@ def run_attempt(
         error_category=progress.category,
         worktree=str(workspace.worktree) if spec.keep_worktrees and workspace else None,
         model=usage.model,
+        agent_ended=progress.agent_ended,
     )
     artifacts = _artifacts(task.id, attempt, progress, attempt_redactor(spec, env)) if spec.artifacts else None
     return AttemptResult(record=record, trace=trace, fatal=progress.fatal, worker=worker, artifacts=artifacts)
@@ -441,12 +465,14 @@ def _run_in(
         attempt=job.attempt,
         worktree=workspace.worktree,
         deadline=deadline,
-        env={**env, **prompt_file_env(prompt_file)},
+        env={**env, **prompt_file_env(prompt_file), **deadline_env(task.timeout_secs, job.spec.grace_secs)},
         credentials=childenv.withheld(proc.clean_env(None)),
         scratch=scratch,
         scope=run_scope.confined(sandbox),
         suite_dir=Path(job.spec.suite_dir) if job.spec.suite_dir else None,
         prompt_file=prompt_file,
+        grace_secs=job.spec.grace_secs,
+        cost_cap=job.spec.max_cost_per_attempt,
     )
     try:
         result = agent.run(ctx)
@@ -455,6 +481,7 @@ def _run_in(
     progress.agent_secs = time.monotonic() - agent_start
     progress.usage = result.usage
     progress.output = result.output
+    progress.agent_ended = result.ended
     # Whether nothing in the worktree is newer than its reset (one walk, asked once): the patch is then empty and the
     # verifier's room needs no git.
     untouched = functools.cache(lambda: slot is not None and slot.untouched())
@@ -465,17 +492,22 @@ def _run_in(
         else:
             borrowed = [p for p in (start.objects, workspace.root / ENV_OBJECTS) if p is not None and p.is_dir()]
             progress.patch = agent_patch(workspace, start.commit, PATCH_MAX_BYTES, borrowed)
-    overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS
+    overran = time.monotonic() > deadline + job.spec.grace_secs + DEADLINE_GRACE_SECS
     progress.outcome, progress.reason, verify_decides = _decide(task, result, overran)
     if hit := sandbox.limit_hit():
         progress.outcome, progress.reason, progress.category, progress.claimed = "error", hit, "limit", None
+        return
+    if (capped := _over_cost_cap(ctx, result)) is not None:
+        # Spending past the cap is the agent's failure to solve the task within it, like a timeout is: no verdict.
+        progress.outcome, progress.reason, progress.claimed = "fail", capped, None
         return
     progress.claimed = None if progress.outcome == "timeout" else result.claimed
     if result.error is not None and progress.outcome == "error":
         progress.category = result.error.category
         if result.error.fatal:
             progress.fatal = result.error
-    if verify_decides or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
+    timeout_verified = progress.outcome == "timeout" and task.on_timeout == "verify"
+    if verify_decides or timeout_verified or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
         on_phase("verify")
         if task.verify_in != "worktree" and start.snapshot is not None:
             try:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from worktrial.agents.base import AgentError, AgentOptions
+from worktrial.agents.base import DEFAULT_GRACE_SECS, AgentError, AgentOptions
 from worktrial.isolation.sandbox import SandboxDecision, SandboxSettings
 from worktrial.model.artifacts import AttemptArtifacts
 from worktrial.model.records import AttemptRecord
@@ -90,6 +90,10 @@ class AttemptSpec:
     """What the driver found this machine can do; None: decide on the worker (``decide``)."""
     suite_digest: str | None = None
     """The suite bundle digest (suite file plus declared files): a remote worker checks its copy against it."""
+    grace_secs: float = DEFAULT_GRACE_SECS
+    """``--grace-secs``: between SIGTERM at the agent's deadline and SIGKILL."""
+    max_cost_per_attempt: float | None = None
+    """``--max-cost-per-attempt`` in USD: an attempt whose spend passes it ends as a failure."""
     environment_cache: str | None = None
     """Directory of the cache of environment setups across runs (for environments with a ``cache_key``)."""
 

@@ -31,7 +31,7 @@ from worktrial.engine.run import (
     run_suite,
     sigterm_as_interrupt,
 )
-from worktrial.errors import EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
+from worktrial.errors import EXIT_BUDGET, EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
 from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope
 from worktrial.model.records import AttemptRecord
@@ -136,6 +136,8 @@ class ConfigurationOutcome:
     store_dir: Path | None
     error: WorktrialError | None = None
     kept_root: Path | None = None
+    stop_reason: str | None = None
+    """Why the run stopped by itself (the matrix's budget)."""
 
     def contender(self) -> Contender:
         return Contender(
@@ -151,10 +153,15 @@ class ConfigurationOutcome:
 class MatrixResult:
     outcomes: list[ConfigurationOutcome]
     interrupted: bool
+    stop_reason: str | None = None
+    """Why the matrix stopped before every configuration ran to the end: its budget (--max-cost)."""
 
     @property
     def exit_code(self) -> int:
-        """130 when interrupted, else the first failed configuration's code (2 for a fatal agent error), else 0."""
+        """130 when interrupted, 3 when the budget stopped it, else the first failed configuration's code (2 for a
+        fatal agent error), else 0."""
+        if self.stop_reason is not None:
+            return EXIT_BUDGET
         if self.interrupted:
             return EXIT_INTERRUPTED
         failed = [o.error for o in self.outcomes if o.error is not None]
@@ -212,7 +219,13 @@ def _run_one(
         return ConfigurationOutcome(configuration, "failed", result.envelope, result.run_id, result.store_dir, error)
     status: Status = "interrupted" if result.status == "stopped" else "complete"
     return ConfigurationOutcome(
-        configuration, status, result.envelope, result.run_id, result.store_dir, kept_root=result.kept_root
+        configuration,
+        status,
+        result.envelope,
+        result.run_id,
+        result.store_dir,
+        kept_root=result.kept_root,
+        stop_reason=result.stop_reason,
     )
 
 
@@ -231,10 +244,18 @@ def run_matrix(
     caller can print its run id while the next configuration runs.
     """
     outcomes: list[ConfigurationOutcome] = []
+    spent = 0.0
     with sigterm_as_interrupt():
         try:
             for index, configuration in enumerate(configurations, start=1):
                 options = options_for(base, configuration)
+                if base.max_cost is not None:
+                    # One budget for the whole matrix: each configuration gets what the earlier ones left.
+                    left = base.max_cost - spent
+                    if left <= 0:
+                        why = f"the matrix budget --max-cost ${base.max_cost:g} is spent (${spent:.4f})"
+                        return MatrixResult(outcomes=outcomes, interrupted=False, stop_reason=why)
+                    options = dataclasses.replace(options, max_cost=left)
                 observer = (prepare(index, configuration, options) if prepare is not None else None) or RunObserver()
                 try:
                     outcome = _run_one(loaded, configuration, options, observer)
@@ -243,11 +264,15 @@ def run_matrix(
                     if callable(close):
                         close()
                 outcomes.append(outcome)
+                if outcome.envelope is not None and outcome.envelope.run.budget is not None:
+                    spent += outcome.envelope.run.budget.spent
                 if base.base_commit is None and outcome.envelope is not None:
                     # Every later configuration starts from the commit the first one used, even if HEAD moves.
                     base = dataclasses.replace(base, base_commit=outcome.envelope.run.workspace.base_commit)
                 if finished is not None:
                     finished(outcome)
+                if outcome.stop_reason is not None:
+                    return MatrixResult(outcomes=outcomes, interrupted=False, stop_reason=outcome.stop_reason)
                 if outcome.status == "interrupted":
                     return MatrixResult(outcomes=outcomes, interrupted=True)
         except KeyboardInterrupt:  # between two configurations: nothing was running

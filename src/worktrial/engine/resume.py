@@ -24,6 +24,7 @@ from worktrial.engine.run import (
     choose_agent_name,
     end_previous,
     execute,
+    new_budget,
     resolve_run_sandbox,
     resolve_workspace,
     session_settings,
@@ -141,6 +142,10 @@ def given_config(options: RunOptions, stored: RunConfig) -> tuple[RunConfig, set
         given["categories"] = tuple(options.categories)
     if options.limit is not None:
         given["limit"] = options.limit
+    if options.grace_secs is not None:
+        given["grace_secs"] = options.grace_secs
+    if options.max_cost_per_attempt is not None:
+        given["max_cost_per_attempt"] = options.max_cost_per_attempt
     request = requested_sandbox(options.sandbox, with_config=False)
     if request.model_fields_set:
         given["sandbox"] = request
@@ -170,6 +175,10 @@ def resumed_options(config: RunConfig, options: RunOptions) -> RunOptions:
         categories=config.categories,
         limit=config.limit,
         sandbox=options.sandbox if config.sandbox is None else SandboxChoice(),
+        grace_secs=config.grace_secs,
+        max_cost_per_attempt=config.max_cost_per_attempt,
+        max_cost=options.max_cost,
+        allow_unpriced=options.allow_unpriced,
     )
 
 
@@ -212,6 +221,7 @@ def _resume(
         request: SandboxChoice | SandboxRequest = config.sandbox if config.sandbox is not None else options.sandbox
         sandbox = resolve_run_sandbox(request, session.base_url, ref, ws, work_root, bases, observer)
         description = executor.preflight(ref)
+        budget = new_budget(session, config, ref.name, description)
         earlier = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])
         meta = meta.model_copy(
             update={
@@ -226,7 +236,7 @@ def _resume(
         )
         store.write_meta(meta)
         settings = session_settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox)
-        return execute(settings, executor, store, observer, done=stored_records.records)
+        return execute(settings, executor, store, observer, done=stored_records.records, budget=budget)
 
 
 def _suite_differences(loaded: LoadedSuite, base_commit: str, task_commits: dict[str, str], meta: RunMeta) -> list[str]:

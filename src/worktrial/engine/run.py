@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import os
 import secrets
 import signal
@@ -24,7 +23,8 @@ from types import FrameType
 from typing import Any, Literal
 
 from worktrial.agents import AgentOptions, create_agent
-from worktrial.agents.base import Agent
+from worktrial.agents.base import DEFAULT_GRACE_SECS, Agent
+from worktrial.engine.budget import FREE_AGENTS, Budget, unpriced_reason
 from worktrial.engine.confine import (
     ResolvedSandbox,
     SandboxChoice,
@@ -122,6 +122,14 @@ class RunOptions:
     limit: int | None = None
     sandbox: SandboxChoice = field(default_factory=SandboxChoice)
     """--sandbox, --network, --max-memory, --max-procs (None: the user's config, then the defaults)."""
+    grace_secs: float | None = None
+    """--grace-secs: between SIGTERM at an agent's deadline and SIGKILL (None: ``DEFAULT_GRACE_SECS``)."""
+    max_cost_per_attempt: float | None = None
+    """--max-cost-per-attempt (USD): an attempt whose spend passes it ends as a failure."""
+    max_cost: float | None = None
+    """--max-cost (USD) for the run: no attempt starts once it would likely be passed; may change on resume."""
+    allow_unpriced: bool = False
+    """--allow-unpriced: a budget counts unknown costs as $0 instead of refusing them."""
 
 
 class RunObserver:
@@ -146,6 +154,9 @@ class RunObserver:
     def attempt(self, record: AttemptRecord) -> None:
         """An attempt finished; its record is already persisted."""
 
+    def spend(self, spent: float, max_cost: float | None) -> None:
+        """Under a budget, after each attempt: USD spent so far and the budget."""
+
 
 RunStatus = Literal["complete", "aborted", "stopped"]
 
@@ -160,6 +171,8 @@ class RunResult:
     store_dir: Path
     kept_root: Path | None = None
     error: str | None = None
+    stop_reason: str | None = None
+    """Why the run stopped by itself (its budget), when ``status`` is ``stopped`` and no one interrupted it."""
 
     @property
     def run_id(self) -> str:
@@ -365,8 +378,19 @@ def frozen_config(options: RunOptions, agent: str, attempts: int, k: int, sandbo
         tasks=tuple(options.tasks),
         categories=tuple(options.categories),
         limit=options.limit,
+        grace_secs=DEFAULT_GRACE_SECS if options.grace_secs is None else options.grace_secs,
+        max_cost_per_attempt=options.max_cost_per_attempt,
         sandbox=sandbox,
     )
+
+
+def new_budget(options: RunOptions, config: RunConfig, agent: str, description: Mapping[str, Any]) -> Budget:
+    """The session's budget; refuses to start one that cannot be kept (the agent's model has no price)."""
+    budget = Budget(options.max_cost, config.max_cost_per_attempt, options.allow_unpriced)
+    limited = options.max_cost is not None or config.max_cost_per_attempt is not None
+    if limited and not options.allow_unpriced and (why := unpriced_reason(agent, dict(description))):
+        raise BadInputError(why)
+    return budget
 
 
 def config_fields(config: RunConfig) -> dict[str, Any]:
@@ -416,8 +440,9 @@ def run_suite(
     with started(run_id, jobs, options) as (executor, work_root):
         sandbox = resolve_run_sandbox(options.sandbox, options.base_url, ref, ws, work_root, bases, observer)
         description = executor.preflight(ref)
-        ensure_state_dir(ws.state_root)
         config = frozen_config(options, ref.name, attempts, k, sandbox.request)
+        budget = new_budget(options, config, ref.name, description)
+        ensure_state_dir(ws.state_root)
         meta = RunMeta(
             id=run_id,
             started_at=utc_now(),
@@ -445,6 +470,7 @@ def run_suite(
             selection=selection,
             sandbox=sandbox.info,
             sandboxes=[sandbox.info],
+            budget=budget.info(),
             **config_fields(config),
         )
         store = RunStore.create(ws.state_root, meta)
@@ -452,7 +478,7 @@ def run_suite(
             settings = session_settings(
                 loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox
             )
-            return execute(settings, executor, store, observer, done=[])
+            return execute(settings, executor, store, observer, done=[], budget=budget)
         finally:
             store.close()
 
@@ -547,6 +573,8 @@ def session_settings(
         artifacts_dir=str(store_dir),
         sandbox=sandbox.settings,
         sandbox_decision=sandbox.decision,
+        grace_secs=meta.config.grace_secs if meta.config is not None else DEFAULT_GRACE_SECS,
+        max_cost_per_attempt=meta.config.max_cost_per_attempt if meta.config is not None else None,
         suite_digest=meta.suite_bundle_sha256 or meta.suite_sha256,
         environment_cache=str(cache_dir() / "environments"),
     )
@@ -594,12 +622,19 @@ def _plan(settings: RunSettings, done: set[tuple[str, int]]) -> Iterator[Attempt
 
 
 def execute(
-    settings: RunSettings, executor: Executor, store: RunStore, observer: RunObserver, done: list[AttemptRecord]
+    settings: RunSettings,
+    executor: Executor,
+    store: RunStore,
+    observer: RunObserver,
+    done: list[AttemptRecord],
+    budget: Budget | None = None,
 ) -> RunResult:
     meta = settings.meta
     task_ids = {t.id for t in settings.loaded.suite.tasks}
     records = [r for r in done if r.task_id in task_ids]
     done_keys = {(r.task_id, r.attempt) for r in records}
+    budget = budget or Budget(None)
+    budget.count(records, free=meta.agent in FREE_AGENTS)
     observer.begin(meta.id, meta.attempts * len(task_ids) - len(done_keys), len(records))
     scope = getattr(executor, "scope", None)
     if isinstance(scope, ProcessScope):  # an executor whose processes live in this one: record them for resume
@@ -609,8 +644,10 @@ def execute(
     try:
         with sigterm_as_interrupt():
             try:
-                error = _drain(settings, executor, store, observer, _plan(settings, done_keys), records)
+                error = _drain(settings, executor, store, observer, _plan(settings, done_keys), records, budget)
                 status = "aborted" if error else "complete"
+                if not error and budget.stopped and len(records) < meta.attempts * len(task_ids):
+                    status = "stopped"
             except KeyboardInterrupt:
                 status = "stopped"
                 executor.stop()
@@ -619,6 +656,9 @@ def execute(
         # A second Ctrl-C while cleaning up: end every process now and leave at once (no envelope).
         executor.stop()
         raise
+    if budget.info() is not None:
+        meta = meta.model_copy(update={"budget": budget.info()})
+        store.write_meta(meta)
     envelope = envelope_from_records(meta, records, complete=status == "complete")
     store.write_envelope(envelope)
     return RunResult(
@@ -627,6 +667,7 @@ def execute(
         store_dir=store.dir,
         kept_root=settings.work_root if settings.keep_worktrees else None,
         error=error,
+        stop_reason=budget.stopped if status == "stopped" else None,
     )
 
 
@@ -637,12 +678,31 @@ def _drain(
     observer: RunObserver,
     plan: Iterator[AttemptJob],
     records: list[AttemptRecord],
+    budget: Budget,
 ) -> str | None:
-    """Feed the executor lazily, persist each result as it arrives, decide retries; the abort reason or None."""
+    """Feed the executor lazily, persist each result as it arrives, decide retries; the abort reason or None.
+
+    Under a budget only ``jobs`` attempts are in flight (none queued ahead), and each new one starts only while
+    the budget allows it; once it does not, the running ones finish and nothing else starts.
+    """
     meta = settings.meta
     stopping = False
-    for job in itertools.islice(plan, 2 * meta.jobs):
-        executor.submit(job)
+    in_flight = 0
+    free = meta.agent in FREE_AGENTS
+
+    def feed(count: int) -> None:
+        nonlocal in_flight, stopping
+        for _ in range(count):
+            if budget.limited and not budget.allows_start(in_flight):
+                stopping = True
+                return
+            job = next(plan, None)
+            if job is None:
+                return
+            executor.submit(job)
+            in_flight += 1
+
+    feed(meta.jobs if budget.limited else 2 * meta.jobs)
     retry_reasons: dict[tuple[str, int], list[str]] = {}
     aborted: str | None = None
     for event in executor.events():
@@ -652,11 +712,11 @@ def _drain(
             continue
         if event.kind == "start":
             observer.start(job.task.id, job.attempt)
-            if not stopping:
-                for more in itertools.islice(plan, 1):  # keep the queue topped up, never the whole plan in memory
-                    executor.submit(more)
+            if not stopping and not budget.limited:
+                feed(1)  # keep the queue topped up, never the whole plan in memory
             continue
         assert event.result is not None
+        in_flight -= 1
         result = event.result
         record = result.record
         reasons = retry_reasons.setdefault(job.key, [])
@@ -666,9 +726,11 @@ def _drain(
             and len(reasons) < meta.retry_errors
             and result.fatal is None
             and not stopping
+            and (not budget.limited or budget.allows_start(in_flight))
         ):
             reasons.append(record.reason or record.error_category or "error")
             executor.submit(dataclasses.replace(job, try_number=job.try_number + 1))
+            in_flight += 1
             continue
         trace_path = write_trace(result.trace, settings.trace_dir)
         try:
@@ -686,7 +748,15 @@ def _drain(
                 observer.warning(f"could not store the artifacts of {job.task.id} #{job.attempt}: {exc.strerror}")
         store.append(record)
         records.append(record)
+        budget.add(record, free=free)
+        if budget.limited:
+            observer.spend(budget.spent, budget.max_cost)
         observer.attempt(record)
+        if budget.limited:
+            if budget.stopped is not None:
+                stopping = True
+            elif not stopping:
+                feed(meta.jobs - in_flight)
         if result.fatal is not None and aborted is None:
             aborted = (
                 f"stopping the run: {result.fatal.message} (it would repeat on every attempt); "

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Literal
 
 from worktrial.isolation import cgroups
 from worktrial.isolation.cgroups import CGROUPS
@@ -41,6 +41,8 @@ __all__ = ["TOKEN_VAR", "ProcIdentity", "ProcResult", "ProcessScope", "clean_env
 DEFAULT_TAIL_BYTES = 64 * 1024
 TERM_GRACE_SECS = 1.0
 LIMIT_POLL_SECS = 0.05
+CANCEL_POLL_SECS = 0.05
+"""How soon a process notices its ``cancel`` event (an agent's cost cap)."""
 _CHUNK = 64 * 1024
 
 # Variables that would point a child's git at some other repository than its worktree.
@@ -54,6 +56,9 @@ _GIT_LOCATION_VARS = (
     "GIT_NAMESPACE",
     "GIT_CEILING_DIRECTORIES",
 )
+
+
+Ended = Literal["exit", "sigterm", "killed"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,11 @@ class ProcResult:
     interrupted: bool = False
     limit: str | None = None
     """The attempt's resource limit this process ran into (it was ended for it), e.g. ``attempt hit --max-procs 64``."""
+    ended: Ended | None = None
+    """How the process ended: by itself (``exit``), within the grace after SIGTERM (``sigterm``) or by SIGKILL
+    (``killed``); None when it never started."""
+    cancelled: bool = False
+    """The caller's ``cancel`` event ended it (e.g. the attempt's cost cap), not its deadline."""
 
     @property
     def ok(self) -> bool:
@@ -221,21 +231,38 @@ def clean_env(base: Mapping[str, str] | None = None, extra: Mapping[str, str] | 
 
 
 def kill_tree(
-    proc: subprocess.Popen[bytes], token: str, *, grace: float = 0.0, sweep: bool = True, contained: bool = False
-) -> None:
+    proc: subprocess.Popen[bytes],
+    token: str,
+    *,
+    grace: float = 0.0,
+    sweep: bool = True,
+    contained: bool = False,
+    sandboxed: bool = False,
+) -> Ended:
     """End the process, its group and (with ``sweep``) every process it started, however it left.
 
     With ``grace`` the tree gets SIGTERM first and that long to exit. Without ``sweep`` only the process
     group is signalled: enough for the harness's own short git commands, and it skips the process-table scans.
     ``contained`` says the process was a sandbox with its own PID namespace that exited by itself: the kernel
     ended everything in it before that exit was reported, so only its cgroup is cleaned up, with no table scan.
+    Returns how the process itself ended (what it started is ended either way).
+
+    A ``sandboxed`` process is bubblewrap: SIGTERM would end bubblewrap itself, which kills what runs inside at
+    once, so the polite SIGTERM goes to the processes inside only (the namespace's init ignores it) and bubblewrap
+    exits when they do.
     """
+    ended: Ended = "exit" if proc.poll() is not None else "killed"
     if grace > 0 and proc.poll() is None:
-        _signal_group(proc, signal.SIGTERM)
-        if sweep:
-            TRACKER.signal(token, signal.SIGTERM)
+        if sandboxed:
+            TRACKER.signal(token, signal.SIGTERM, exclude=frozenset({proc.pid}))
+        else:
+            _signal_group(proc, signal.SIGTERM)
+            if sweep:
+                TRACKER.signal(token, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
+        if proc.poll() is not None:
+            ended = "sigterm"
     if sweep:
         if TRACKER.tracked(token):
             survivors = TRACKER.end(token, contained=contained)
@@ -246,6 +273,7 @@ def kill_tree(
     _signal_group(proc, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
+    return ended
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
@@ -300,8 +328,12 @@ def run(
     sweep: bool = True,
     scope: ProcessScope | None = None,
     link: Link | None = None,
+    cancel: threading.Event | None = None,
 ) -> ProcResult:
     """Run argv to completion or to ``timeout`` seconds, then make sure nothing of it is left running.
+
+    At the deadline (or once ``cancel`` is set, e.g. by an agent's cost cap) the process tree gets SIGTERM and
+    ``term_grace`` seconds to exit before SIGKILL; ``ended`` in the result says which ended it.
 
     ``sweep=False`` is for trusted short commands (the harness's git): after a normal exit only the
     process group is killed, skipping the /proc scan; a timeout still sweeps. A process started in a run's
@@ -375,15 +407,18 @@ def run(
         threads.append(threading.Thread(target=_feed_stdin, args=(proc.stdin, stdin), daemon=True))
     for t in threads:
         t.start()
-    timed_out = interrupted = False
+    timed_out = interrupted = cancelled = False
     limit: str | None = None
     network_error: str | None = None
+    ended: Ended = "exit"
     try:
         # The sandbox's own network comes up while bubblewrap holds its program back; if it cannot, the program
         # never runs (it would have run offline, or on nothing), and the command fails with the reason.
         if link is not None and (network_error := link.attach()) is not None:
             _signal_group(proc, signal.SIGKILL)
-        limit = _wait(proc, timeout, sandbox)
+        limit = _wait(proc, timeout, sandbox, cancel)
+        cancelled = limit == _CANCELLED
+        limit = None if cancelled else limit
     except subprocess.TimeoutExpired:
         timed_out = True
     except BaseException:
@@ -391,12 +426,13 @@ def run(
         raise
     finally:
         try:
-            kill_tree(
+            ended = kill_tree(
                 proc,
                 token,
-                grace=term_grace if timed_out else 0.0,
-                sweep=sweep or timed_out or interrupted,
+                grace=term_grace if timed_out or cancelled else 0.0,
+                sweep=sweep or timed_out or interrupted or cancelled,
                 contained=_ended_its_namespace(proc, sandbox),
+                sandboxed=sandbox is not None and sandbox.own_pid_namespace,
             )
         finally:
             if proc.returncode is not None:
@@ -420,6 +456,8 @@ def run(
         stderr_bytes=err.total,
         interrupted=interrupted or (scope is not None and scope.stopping.is_set()),
         limit=limit or (sandbox.limit_hit() if sandbox is not None else None),
+        ended=ended,
+        cancelled=cancelled,
     )
 
 
@@ -465,23 +503,32 @@ def _ended_its_namespace(proc: subprocess.Popen[bytes], sandbox: Sandbox | None)
     return sandbox is not None and sandbox.own_pid_namespace and code is not None and code >= 0
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float | None, sandbox: Sandbox | None) -> str | None:
-    """Wait for the process; inside a sandbox, return early with the reason once the attempt hits a limit."""
+_CANCELLED = "\0cancelled"
+
+
+def _wait(
+    proc: subprocess.Popen[bytes], timeout: float | None, sandbox: Sandbox | None, cancel: threading.Event | None
+) -> str | None:
+    """Wait for the process; inside a sandbox, return early with the reason once the attempt hits a limit, and
+    with ``_CANCELLED`` once ``cancel`` is set."""
     with _exit_watch(proc) as exited:
-        if sandbox is None:
+        if sandbox is None and cancel is None:
             exited(timeout)
             return None
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        poll = LIMIT_POLL_SECS if sandbox is not None else CANCEL_POLL_SECS
         while True:
-            step = LIMIT_POLL_SECS if deadline is None else min(LIMIT_POLL_SECS, deadline - time.monotonic())
+            step = poll if deadline is None else min(poll, deadline - time.monotonic())
             try:
                 exited(max(0.0, step))
                 return None
             except subprocess.TimeoutExpired:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
-            if hit := sandbox.limit_hit():
+            if sandbox is not None and (hit := sandbox.limit_hit()):
                 return hit
+            if cancel is not None and cancel.is_set():
+                return _CANCELLED
 
 
 @contextlib.contextmanager

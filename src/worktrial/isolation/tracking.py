@@ -283,15 +283,16 @@ class Tracker:
                 for pid, ctime in root.members.items()
             )
 
-    def signal(self, token: str, sig: signal.Signals) -> None:
-        """Send ``sig`` to every process of the root (the polite first step before a deadline's SIGKILL)."""
+    def signal(self, token: str, sig: signal.Signals, *, exclude: frozenset[int] = frozenset()) -> None:
+        """Send ``sig`` to every process of the root but ``exclude`` (the polite first step before a deadline's
+        SIGKILL)."""
         with self._lock:
             root = self._roots.get(token)
         if root is None:
             return
         table = _table()
         for pid in self._collect(root, table):
-            if not table[pid].zombie:
+            if pid not in exclude and not table[pid].zombie:
                 with contextlib.suppress(OSError):
                     os.kill(pid, sig)
 

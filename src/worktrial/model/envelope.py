@@ -101,6 +101,12 @@ class Report(BaseModel):
     mean_tokens_per_attempt: float | None
     mean_turns_per_attempt: float | None
     honesty: Honesty = Field(default_factory=Honesty)
+    timeouts: int = Field(default=0, description="Attempts that ended in timeout.")
+    timeouts_verified: int = Field(
+        default=0,
+        description="Timed-out attempts the verifier passed (on_timeout: verify, or --verify-always): they had "
+        "solved the task but count as timeouts, never as passes.",
+    )
     retried_attempts: int = Field(
         default=0, description="Attempts run again after an error the harness itself observed (--retry-errors)."
     )
@@ -181,6 +187,18 @@ class SandboxInfo(BaseModel):
         return ", ".join(parts)
 
 
+class BudgetInfo(BaseModel):
+    """The run's spending limits and what they did (``run.budget``; absent when the run had none)."""
+
+    max_cost: float | None = Field(default=None, description="--max-cost in USD for the whole run.")
+    max_cost_per_attempt: float | None = Field(default=None, description="--max-cost-per-attempt in USD.")
+    spent: float = Field(default=0.0, description="USD spent by the run's recorded attempts.")
+    unpriced_attempts: int = Field(default=0, description="Attempts whose cost is unknown (not in spent).")
+    allow_unpriced: bool = Field(default=False, description="--allow-unpriced: unknown costs counted as $0.")
+    stopped: bool = Field(default=False, description="The budget stopped the run before every attempt ran.")
+    reason: str | None = None
+
+
 class RunInfo(BaseModel):
     model_config = FINITE
     id: str
@@ -202,6 +220,10 @@ class RunInfo(BaseModel):
         default=None,
         description="Every containment the run's sessions used, when there was more than one; each attempt's "
         "`sandbox` is an index into this list.",
+    )
+    budget: BudgetInfo | None = Field(default=None, description="--max-cost / --max-cost-per-attempt, when set.")
+    grace_secs: float | None = Field(
+        default=None, description="--grace-secs: between SIGTERM at an agent's deadline and SIGKILL."
     )
     trace_root: str | None = Field(
         default=None,

@@ -83,6 +83,11 @@ class AttemptRecord(BaseModel):
     )
     worktree: str | None = None
     trace: str | None = None
+    agent_ended: Literal["exit", "sigterm", "killed"] | None = Field(
+        default=None,
+        description="How the agent's program ended: by itself (exit), within the grace after SIGTERM at its deadline "
+        "or cost cap (sigterm), or by SIGKILL (killed); null for agents without a program.",
+    )
     sandbox: int | None = Field(
         default=None,
         description="Which of the run's containments (run.sandboxes, when a resumed run used more than one) the "

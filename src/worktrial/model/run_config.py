@@ -18,6 +18,8 @@ EXECUTION_FLAGS = (
     "--ray-cpus-per-attempt",
     "--ray-resource",
     "--retry-errors",
+    "--max-cost",
+    "--allow-unpriced",
     "--keep-worktrees",
     "--format",
     "--output",
@@ -61,6 +63,8 @@ class RunConfig(BaseModel):
     tasks: tuple[str, ...] = Field(default=(), description="--task patterns.")
     categories: tuple[str, ...] = ()
     limit: int | None = None
+    grace_secs: float = Field(default=5.0, description="--grace-secs: between SIGTERM and SIGKILL at a deadline.")
+    max_cost_per_attempt: float | None = Field(default=None, description="--max-cost-per-attempt in USD.")
     sandbox: SandboxRequest | None = Field(
         default=None, description="None only in runs stored before the config was frozen: the defaults apply then."
     )
@@ -93,6 +97,8 @@ FLAG_OF = {
     "tasks": "--task",
     "categories": "--category",
     "limit": "--limit",
+    "grace_secs": "--grace-secs",
+    "max_cost_per_attempt": "--max-cost-per-attempt",
 }
 """The flag that sets each measured field, to name it when a resume would change it."""
 

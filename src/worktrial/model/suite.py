@@ -90,6 +90,7 @@ class WorkspacePin(BaseModel):
 
 
 VerifyIn = Literal["fresh", "worktree"]
+OnTimeout = Literal["fail", "verify"]
 
 
 class Task(BaseModel):
@@ -131,6 +132,11 @@ class Task(BaseModel):
         "ignored untracked files; worktree: on the agent's tree as it left it, git metadata included (weaker; for "
         "checks that need build outputs the patch does not carry) (extension).",
     )
+    on_timeout: OnTimeout | None = Field(
+        default=None,
+        description="fail (default): a timed-out attempt is not verified; verify: the verifier runs on what the "
+        "agent left and the record says whether it had solved the task (the outcome stays timeout) (extension).",
+    )
 
     @property
     def display_name(self) -> str:
@@ -152,12 +158,17 @@ class Suite(BaseModel):
     )
     environment: Environment | None = Field(default=None, description="Setup run once per slot (extension).")
     verify_in: VerifyIn = Field(default="fresh", description="Where every task verifies, unless it says (extension).")
+    on_timeout: OnTimeout = Field(
+        default="fail", description="What a timeout means for every task, unless it says (extension)."
+    )
 
     @model_validator(mode="after")
-    def _tasks_verify_in(self) -> Suite:
+    def _tasks_inherit(self) -> Suite:
         for task in self.tasks:
             if task.verify_in is None:
                 task.verify_in = self.verify_in
+            if task.on_timeout is None:
+                task.on_timeout = self.on_timeout
         return self
 
     @property

@@ -98,6 +98,10 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
     lines += ["", _efficiency_line(envelope), "", _honesty_line(envelope)]
     if (retries := _retry_line(envelope)) is not None:
         lines += ["", retries]
+    if (timeouts := _timeout_line(envelope)) is not None:
+        lines += ["", timeouts]
+    if (budget := _budget_line(envelope)) is not None:
+        lines += ["", budget]
     problems = [(t, a) for t in report.tasks for a in t.attempts if a.outcome in ("error", "timeout")]
     if problems:
         lines += ["", "## Errors and timeouts", ""]
@@ -122,6 +126,32 @@ def _retry_line(envelope: Envelope) -> str | None:
         f"counting first tries only, pass@{k} {r.first_try.pass_at_k:.3f} and pass^{k} {r.first_try.pass_power_k:.3f} "
         f"(final: {r.overall.pass_at_k:.3f} and {r.overall.pass_power_k:.3f})"
     )
+
+
+def _timeout_line(envelope: Envelope) -> str | None:
+    """How many timed-out attempts had in fact solved the task (they were verified: on_timeout or --verify-always)."""
+    r = envelope.report
+    verified = [a for t in r.tasks for a in t.attempts if a.outcome == "timeout" and a.verified is not None]
+    if not verified:
+        return None
+    return (
+        f"**Timeouts:** {r.timeouts_verified} of {plural(len(verified), 'timed-out attempt')} verified had solved the "
+        f"task when the deadline came; pass@{r.k} counts only passes"
+    )
+
+
+def _budget_line(envelope: Envelope) -> str | None:
+    budget = envelope.run.budget
+    if budget is None:
+        return None
+    limits = [f"--max-cost ${budget.max_cost:g}" if budget.max_cost is not None else None]
+    limits.append(f"--max-cost-per-attempt ${budget.max_cost_per_attempt:g}" if budget.max_cost_per_attempt else None)
+    text = f"**Budget:** {', '.join(x for x in limits if x)}; spent ${budget.spent:.4f}"
+    if budget.unpriced_attempts:
+        text += f" ({plural(budget.unpriced_attempts, 'attempt')} of unknown cost not included)"
+    if budget.stopped:
+        text += f"; **it stopped the run**: {cell(budget.reason or '')}"
+    return text
 
 
 def _efficiency_line(envelope: Envelope) -> str:

@@ -15,6 +15,7 @@ from worktrial.analysis.compare import LoadedEnvelope
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.errors import BadInputError
 from worktrial.model.envelope import (
+    BudgetInfo,
     Envelope,
     RunInfo,
     SandboxInfo,
@@ -146,6 +147,8 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         sandbox=_weakest_used(sandboxes, records),
         sandboxes=sandboxes if len(sandboxes) > 1 else None,
         trace_root=meta.workspace,
+        budget=_budget(meta, records),
+        grace_secs=meta.config.grace_secs if meta.config is not None else None,
         label=meta.label,
         selection=meta.selection,
         task_base_commits=dict(meta.task_base_commits),
@@ -163,6 +166,19 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         suite_files=list(meta.suite_files),
         run=info,
         report=build_report(meta.suite_id, meta.suite_name, tasks, records, meta.k),
+    )
+
+
+def _budget(meta: RunMeta, records: list[AttemptRecord]) -> BudgetInfo | None:
+    """``run.budget``: the stored limits, with the spend of the records the envelope covers."""
+    if meta.budget is None:
+        return None
+    costs = [r.cost_usd for r in records]
+    return meta.budget.model_copy(
+        update={
+            "spent": round(sum(c for c in costs if c is not None), 6),
+            "unpriced_attempts": sum(1 for c in costs if c is None),
+        }
     )
 
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 from worktrial.errors import BadInputError, HarnessError
 from worktrial.isolation.safefs import read_regular
 from worktrial.jsonlimits import loads_limited
-from worktrial.model.envelope import Envelope, SandboxInfo, Selection, SuiteFileInfo
+from worktrial.model.envelope import BudgetInfo, Envelope, SandboxInfo, Selection, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.run_config import RunConfig
 from worktrial.model.suite import Category
@@ -100,6 +100,8 @@ class RunMeta(BaseModel):
     """The containment of the run's first session (runs stored before ``sandboxes`` have only this)."""
     sandboxes: list[SandboxInfo] = Field(default_factory=list)
     """Every containment the run's sessions used, in order; each record's ``sandbox`` is an index into it."""
+    budget: BudgetInfo | None = None
+    """The last session's budget (``--max-cost`` may change on resume) and whether it stopped the run."""
     config: RunConfig | None = None
     """What the run measures, frozen at its start (None in runs stored before it was): resume reloads it whole."""
     signed: bool = False

@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from worktrial.agents.base import AgentContext, AgentError, AgentOptions, AgentOutput, AgentResult
 from worktrial.agents.credentials import preset_credentials
-from worktrial.agents.presets.parsing import ExitInfo, ParserFactory
-from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
+from worktrial.agents.presets.parsing import ExitInfo, ParserFactory, watch_spend
+from worktrial.agents.pricing import Price, ResolvedPrice, cost_usd, resolve_price
 from worktrial.agents.prompt import MAX_ARG_BYTES, fits_inline, kib, oversized_argument, prompt_file_of
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
@@ -52,6 +52,8 @@ class Invocation:
     """``--base-url``, for presets that map it to their CLI's own mechanism."""
     settings: Mapping[str, Any] = field(default_factory=dict)
     """Budget flags (``max_turns``...) the preset declared it honours."""
+    cost_cap: float | None = None
+    """``--max-cost-per-attempt``, for CLIs with a spending limit of their own (the harness enforces it anyway)."""
 
 
 ArgvBuilder = Callable[[Invocation], list[str]]
@@ -262,7 +264,7 @@ class PresetAgent:
             return True, version or probe_version(self.binary_path, self.spec.version_args, env)
 
     def run(self, ctx: AgentContext) -> AgentResult:
-        invocation = self._invocation(ctx.task.prompt, ctx.scratch, ctx.worktree)
+        invocation = replace(self._invocation(ctx.task.prompt, ctx.scratch, ctx.worktree), cost_cap=ctx.cost_cap)
         env = ctx.env_with((*self.credential_patterns, *self.named_in_user_config(ctx)))
         env.update(self._env(ctx.scratch, ctx.env))
         if self.spec.run_env is not None:
@@ -272,15 +274,19 @@ class PresetAgent:
         if too_big is not None:
             return AgentResult(claimed=None, error=AgentError("prompt_too_long", self._too_long(too_big)))
         parser = self.spec.parser()
+
+        def price() -> Price | None:
+            resolved = self._price(getattr(parser, "model", None))
+            return resolved[1].price if resolved is not None else None
+
         result = proc.run(
             [self.binary_path or self.binary, *argv],
             cwd=ctx.worktree,
             env=env,
-            timeout=ctx.remaining(),
             stdin=ctx.task.prompt.encode("utf-8") if stdin_prompt else None,
-            on_stdout=parser.feed,
-            scope=ctx.scope,
+            on_stdout=watch_spend(parser, price, ctx),
             tail_bytes=STREAM_TAIL_BYTES,
+            **ctx.limits(),
         )
         output = AgentOutput.of(result)  # the tails, for the attempt's local artifacts
         if result.not_found or result.start_error:
@@ -303,11 +309,13 @@ class PresetAgent:
         usage.output_bytes = result.output_bytes
         usage.model = verdict.model
         if result.timed_out:
-            return AgentResult(output=output, claimed=None, usage=usage, timed_out=True)
+            return AgentResult(output=output, claimed=None, usage=usage, timed_out=True, ended=result.ended)
         if verdict.error_category:
             error = AgentError(verdict.error_category, verdict.reason or f"{self.name} failed", fatal=verdict.fatal)
-            return AgentResult(output=output, claimed=None, usage=usage, error=error)
-        return AgentResult(output=output, claimed=verdict.claimed, usage=usage, reason=verdict.reason)
+            return AgentResult(output=output, claimed=None, usage=usage, error=error, ended=result.ended)
+        return AgentResult(
+            output=output, claimed=verdict.claimed, usage=usage, reason=verdict.reason, ended=result.ended
+        )
 
     # -- helpers ----------------------------------------------------------------------------------
 

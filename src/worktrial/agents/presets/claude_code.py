@@ -107,6 +107,11 @@ class ClaudeStreamParser(JsonLinesParser):
             return
         self.message_usage[message_id] = all_prompt_tokens(tokens_from(as_dict(message.get("usage")), USAGE_FIELDS))
 
+    def tokens_so_far(self) -> Tokens | None:
+        """Every model call's latest usage, as the stream goes (the cost cap watches it, in the reader thread that
+        feeds this parser)."""
+        return self._usage_so_far() if self.message_usage else None
+
     def _usage_so_far(self) -> Tokens:
         total = Tokens()
         for tokens in self.message_usage.values():

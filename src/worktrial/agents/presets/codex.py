@@ -83,6 +83,10 @@ class ThreadEventsParser(JsonLinesParser):
         elif kind == "item.completed":
             self.on_item(as_dict(event.get("item")))
 
+    def tokens_so_far(self) -> Tokens | None:
+        """The completed turns' usage, as the stream goes (the cost cap watches it)."""
+        return self.tokens if self.tokens.input is not None else None
+
     def on_item(self, item: dict[str, Any]) -> None:
         item_type = as_str(item.get("type"))
         if item_type == "mcp_tool_call":

@@ -126,6 +126,8 @@ def _argv(inv: Invocation) -> list[str]:
     args = ["-y", "--exit-immediately", "-o", str(inv.scratch / TRAJECTORY)]
     if inv.model:
         args += ["-m", inv.model]
+    if inv.cost_cap is not None:
+        args += ["--cost-limit", f"{inv.cost_cap:g}"]  # its own limit too: it stops between steps
     return [*args, *inv.extra_args, "-t", inv.prompt]
 
 

@@ -15,9 +15,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from worktrial.agents.pricing import cost_usd
+from worktrial.model.config import Price
 from worktrial.model.records import Tokens, Usage
+
+if TYPE_CHECKING:
+    from worktrial.agents.base import AgentContext
 
 log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 8 * 1024 * 1024
@@ -64,6 +69,34 @@ class OutputParser(Protocol):
 
 
 ParserFactory = Callable[[], OutputParser]
+
+
+class StreamingUsage(Protocol):
+    """A parser that knows the tokens spent so far while the agent runs (its events carry usage per model call):
+    the attempt's cost cap (``--max-cost-per-attempt``) then ends the agent as it passes the cap."""
+
+    def tokens_so_far(self) -> Tokens | None: ...
+
+
+def watch_spend(parser: OutputParser, price: Callable[[], Price | None], ctx: AgentContext) -> Callable[[bytes], None]:
+    """``parser.feed``, which also ends the agent (``ctx.cancel``) once its streamed spend passes its cost cap.
+
+    Only parsers that see usage as it streams (``StreamingUsage``) can do that; for the others the cap is checked
+    after the agent ends (docs/agents.md).
+    """
+    streaming = getattr(parser, "tokens_so_far", None)
+    if ctx.cost_cap is None or streaming is None:
+        return parser.feed
+
+    def feed(chunk: bytes) -> None:
+        parser.feed(chunk)
+        if ctx.cancel.is_set():
+            return
+        tokens = streaming()
+        if tokens is not None:
+            ctx.over_cap(cost_usd(tokens, price()))
+
+    return feed
 
 
 # --- small, total accessors: wrong types read as "absent", never as an exception ---------------------
