@@ -141,6 +141,8 @@ class AgentLoop:
             return self._end(None, timed_out=True)
         if (usage.turns or 0) >= self.settings.max_turns:
             return self._end(None, reason=f"turn budget of {self.settings.max_turns} model calls exhausted")
+        if self.ctx.over_cap(cost_usd(usage.tokens, self.price)):
+            return self._end(None, reason="cost cap reached")
         total = usage.tokens.total() or 0
         if self.settings.max_tokens is not None and total >= self.settings.max_tokens:
             return self._end(None, reason=f"token budget of {self.settings.max_tokens} tokens exhausted ({total})")
