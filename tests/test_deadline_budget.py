@@ -150,3 +150,20 @@ def test_max_cost_per_attempt_fails_an_attempt_that_spent_past_it(cli, repo: Pat
     assert attempt["outcome"] == "fail" and attempt["verified"] is None  # solved, but past its cap: no verdict
     assert "cost cap" in attempt["reason"] and "$0.8000" in attempt["reason"]
     assert envelope["run"]["budget"]["max_cost_per_attempt"] == 0.5
+
+
+def test_a_matrix_shares_one_budget(cli, repo: Path, write_suite) -> None:
+    suite = write_suite([task("t1"), task("t2")])
+    result = cli(
+        [
+            *("eval", "--suite", str(suite), "--trust", "--agent", "command", "--agent", "oracle"),
+            *("--agent-cmd", _paid(1.0), "--jobs", "1", "--max-cost", "1.5", "--format", "json"),
+        ],
+        cwd=repo,
+    )
+    assert result.exit_code == 3, result.output
+    assert "worktrial: stopped: the budget --max-cost $1.5 is reached" in result.stderr
+    assert "worktrial resume" in result.stderr and "--max-cost USD" in result.stderr
+    runs = list((repo / ".worktrial" / "runs").iterdir())
+    assert len(runs) == 1  # the second configuration never started
+    assert len((runs[0] / "attempts.jsonl").read_text().splitlines()) == 1
