@@ -52,15 +52,22 @@ pytestmark = [pytest.mark.agents, pytest.mark.slow]
 # ---- Claude Code ---------------------------------------------------------------------------------------------------
 
 
+def _not_a_message_call(request: Request) -> Plain | None:
+    """The answer to anything but a Messages call: 404 for unknown routes, a token count for count_tokens."""
+    if request.method != "POST" or "/v1/messages" not in request.path:
+        return Plain(404, {"type": "error", "error": {"type": "not_found_error", "message": "no such route"}})
+    if "count_tokens" in request.path:
+        return Plain(200, {"input_tokens": 10})
+    return None
+
+
 def claude_model(served: Served, fail: Plain | None = None) -> Callable[[Request], Sse | Plain]:
     """Bash once, then a final message; side calls (no tools) get a short answer. Usage differs per call."""
 
     def respond(request: Request) -> Sse | Plain:
         body = request.body
-        if request.method != "POST" or "/v1/messages" not in request.path:
-            return Plain(404, {"type": "error", "error": {"type": "not_found_error", "message": "no such route"}})
-        if "count_tokens" in request.path:
-            return Plain(200, {"input_tokens": 10})
+        if (other := _not_a_message_call(request)) is not None:
+            return other
         if fail is not None:
             return fail
         model = str(body.get("model"))
@@ -148,10 +155,8 @@ def claude_spender(served: Served) -> Callable[[Request], Sse | Plain]:
 
     def respond(request: Request) -> Sse | Plain:
         body = request.body
-        if request.method != "POST" or "/v1/messages" not in request.path:
-            return Plain(404, {"type": "error", "error": {"type": "not_found_error", "message": "no such route"}})
-        if "count_tokens" in request.path:
-            return Plain(200, {"input_tokens": 10})
+        if (other := _not_a_message_call(request)) is not None:
+            return other
         model = str(body.get("model"))
         if "Bash" not in {t.get("name") for t in body.get("tools", []) if isinstance(t, dict)}:
             usage = {"input_tokens": 50, "output_tokens": 7}
