@@ -17,6 +17,8 @@ from click.testing import CliRunner, Result
 
 from worktrial.cli.main import main
 
+_SRC = Path(__file__).resolve().parent.parent / "src"
+
 # A shell without job control starts background commands (`make test &`, nohup) with SIGINT ignored, and an
 # ignored signal stays ignored across exec: every harness a test starts would then shrug off its Ctrl-C.
 # Restoring Python's own handler here makes children start with the default disposition, as under a terminal.
@@ -32,6 +34,8 @@ def isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     scratch = base / "tmp"
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))  # subprocesses (a harness under test) inherit it
+    # A harness started as a subprocess imports this checkout too, not the one the venv was installed from.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(_SRC), os.environ.get("PYTHONPATH", "")])))
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # tempfile caches gettempdir() in this process
     monkeypatch.setenv("WORKTRIAL_CONFIG_DIR", str(base / "config"))
     monkeypatch.setenv("WORKTRIAL_CACHE_DIR", str(base / "cache"))
