@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from worktrial.analysis.suite_paths import static_lints
 from worktrial.cli import logs
 from worktrial.cli.common import (
     FORMAT_HELP,
@@ -45,6 +46,7 @@ from worktrial.errors import EXIT_INTERRUPTED, BadInputError, RunAborted, Worktr
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
+from worktrial.render.check_markdown import render_lints
 from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, stored_envelope
 from worktrial.state.roots import state_root
@@ -54,6 +56,7 @@ from worktrial.version import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_MEASURED_NOTHING = 1
+EXIT_FINDINGS = 1
 
 
 class _Group(click.Group):
@@ -493,13 +496,25 @@ def prices_cmd(workspace: Path | None, fmt: str) -> None:
 @main.command("validate")
 @click.argument("suite_path", type=click.Path(path_type=Path))
 def validate_cmd(suite_path: Path) -> None:
-    """Check that a suite file loads and validates (no commands are run)."""
+    """Check that a suite file loads and validates, and lint it as check does (no commands are run).
+
+    Exits 1 after listing the lints when any is a problem (a warning is printed but does not fail).
+    """
     loaded = load_suite(suite_path)
     for warning in loaded.warnings:
         err(f"worktrial: warning: {suite_path}: {warning}")
+    lints = static_lints(loaded)
+    problems = sum(1 for lint in lints if lint.severity == "problem")
+    warnings = len(lints) - problems
     tasks = loaded.suite.tasks
     counts = f"{plural(len(tasks), 'task')}, {plural(loaded.suite.attempts, 'attempt')}"
-    click.echo(f"{suite_path}: ok — {counts}, sha256 {loaded.sha256}")
+    verdict = f"{plural(problems, 'problem')} found" if problems else "ok"
+    found = f"; {plural(warnings, 'warning')} (see Lints)" if warnings else ""
+    click.echo(f"{suite_path}: {verdict} — {counts}, sha256 {loaded.sha256}{found}")
+    if lints:
+        click.echo("\n" + "\n".join(render_lints(lints)))
+    if problems:
+        sys.exit(EXIT_FINDINGS)
 
 
 def _register_number_commands() -> None:
