@@ -31,7 +31,7 @@ from worktrial.isolation.proc import run_command
 from worktrial.isolation.safefs import read_regular
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.commands import SHELL, display
-from worktrial.model.records import Tokens, Usage
+from worktrial.model.records import ErrorCategory, Tokens, Usage
 from worktrial.model.suite import SUITE_DIR_ENV
 
 
@@ -51,7 +51,7 @@ class OracleAgent:
 
     def run(self, ctx: AgentContext) -> AgentResult:
         if not ctx.task.solution:
-            return AgentResult(claimed=None, error=AgentError("no_solution", "task has no solution"))
+            return AgentResult(claimed=None, error=AgentError(ErrorCategory.NO_SOLUTION, "task has no solution"))
         usage = Usage(tokens=Tokens(input=0, output=0), cost_usd=0.0, turns=0)
         env = {**ctx.env, SUITE_DIR_ENV: str(ctx.suite_dir)} if ctx.suite_dir else ctx.env
         scope = ctx.scope

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from worktrial.model.records import Tokens, Usage
+from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 8 * 1024 * 1024
@@ -47,7 +47,7 @@ class Verdict:
     claimed: bool | None
     usage: Usage
     reason: str | None = None
-    error_category: str | None = None
+    error_category: ErrorCategory | None = None
     """Set when the agent itself broke (exited non-zero without reporting anything) or its provider failed."""
     fatal: bool = False
     """The error would repeat on every attempt (a rejected key, an unknown model): stop the run."""
@@ -268,7 +268,7 @@ class JsonLinesParser:
                 claimed=None,
                 usage=usage,
                 reason=exit_reason(self.label, exit_info) + " before reporting anything",
-                error_category="agent_failed",
+                error_category=ErrorCategory.AGENT_FAILED,
             )
         return Verdict(claimed=False, usage=usage, reason=exit_reason(self.label, exit_info))
 
