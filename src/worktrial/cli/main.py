@@ -243,10 +243,10 @@ def _run_and_report(
     fmt: str,
     output: Path | None,
     quiet: bool,
-    verbose: bool,
+    reasons: bool,
     junit: Path | None = None,
 ) -> None:
-    progress = ProgressReporter(quiet=quiet, verbose=verbose, on_warning=lambda m: err(f"worktrial: warning: {m}"))
+    progress = ProgressReporter(quiet=quiet, reasons=reasons, on_warning=lambda m: err(f"worktrial: warning: {m}"))
     try:
         result = runner(options, progress)
     finally:

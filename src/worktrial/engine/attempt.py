@@ -202,7 +202,7 @@ class _Progress:
 
     outcome: Outcome = "error"
     reason: str | None = None
-    category: ErrorCategory | None = None
+    error_category: ErrorCategory | None = None
     usage: Usage = field(default_factory=Usage)
     agent_secs: float = 0.0
     verify_secs: float = 0.0
@@ -258,10 +258,10 @@ def run_attempt(
             if slot is None:
                 origin = replace(origin, snapshot=admin_snapshot(workspace))
         except EnvironmentSetupError as exc:
-            progress.reason, progress.category = str(exc).splitlines()[0], ErrorCategory.ENVIRONMENT
+            progress.reason, progress.error_category = str(exc).splitlines()[0], ErrorCategory.ENVIRONMENT
             progress.fatal = AgentError(ErrorCategory.ENVIRONMENT, str(exc), fatal=True)
         except (WorktrialError, OSError) as exc:
-            progress.reason, progress.category = f"worktree creation failed: {exc}", ErrorCategory.WORKTREE
+            progress.reason, progress.error_category = f"worktree creation failed: {exc}", ErrorCategory.WORKTREE
         else:
             _run_in(
                 agent, job, workspace, env, progress, scope, sandbox, on_phase or (lambda _phase: None), slot, origin
@@ -301,7 +301,7 @@ def run_attempt(
         tokens=usage.tokens,
         turns=usage.turns,
         tool_calls=usage.tool_calls if usage.tool_counts or usage.turns is not None else None,
-        error_category=progress.category,
+        error_category=progress.error_category,
         worktree=str(workspace.worktree) if spec.keep_worktrees and workspace else None,
         model=usage.model,
     )
@@ -417,11 +417,11 @@ def _run_in(
                 )
                 progress.commands.append(_command_log("setup", i, command, setup))
                 if setup.limit:
-                    progress.reason, progress.category = setup.limit, ErrorCategory.LIMIT
+                    progress.reason, progress.error_category = setup.limit, ErrorCategory.LIMIT
                     return
                 if not setup.ok:
                     progress.reason = f"setup failed: {setup.describe_failure(f'step {i} ({display(command)})')}"
-                    progress.category = ErrorCategory.SETUP
+                    progress.error_category = ErrorCategory.SETUP
                     return
         finally:
             remove_tree(Path(harness_env["HOME"]))  # the agent starts with a scratch directory of its own
@@ -429,7 +429,10 @@ def _run_in(
     try:
         prompt_file = write_prompt_file(scratch, task.prompt)
     except OSError as exc:  # disk full: the harness's problem, not the agent's
-        progress.reason, progress.category = f"prompt file could not be written: {exc.strerror}", ErrorCategory.WORKTREE
+        progress.reason, progress.error_category = (
+            f"prompt file could not be written: {exc.strerror}",
+            ErrorCategory.WORKTREE,
+        )
         return
     on_phase("agent")
     agent_start = time.monotonic()
@@ -468,11 +471,16 @@ def _run_in(
     overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS
     progress.outcome, progress.reason, verify_decides = _decide(task, result, overran)
     if hit := sandbox.limit_hit():
-        progress.outcome, progress.reason, progress.category, progress.claimed = "error", hit, ErrorCategory.LIMIT, None
+        progress.outcome, progress.reason, progress.error_category, progress.claimed = (
+            "error",
+            hit,
+            ErrorCategory.LIMIT,
+            None,
+        )
         return
     progress.claimed = None if progress.outcome == "timeout" else result.claimed
     if result.error is not None and progress.outcome == "error":
-        progress.category = result.error.category
+        progress.error_category = result.error.category
         if result.error.fatal:
             progress.fatal = result.error
     if verify_decides or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
@@ -486,7 +494,7 @@ def _run_in(
                 progress.reason = f"nothing to verify: the agent's worktree or repository is not the harness's ({exc})"
                 return
             except OSError as exc:  # the harness's own trouble (a full disk)
-                progress.outcome, progress.category, progress.claimed = "error", ErrorCategory.WORKTREE, None
+                progress.outcome, progress.error_category, progress.claimed = "error", ErrorCategory.WORKTREE, None
                 progress.reason = f"the verifier's room could not be built: {exc.strerror or exc}"
                 return
             shown = [p for p in (job.spec.suite_dir, workspace.root / verifier.AGENT_OBJECTS) if p]
