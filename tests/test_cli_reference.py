@@ -32,12 +32,12 @@ def test_a_flag_added_without_regenerating_fails(
 ) -> None:
     doc = tmp_path / "cli.md"
     doc.write_text(DOC.read_text(encoding="utf-8"), encoding="utf-8")
-    assert reference.main_([str(doc)]) == 0
+    assert reference.command_line([str(doc)]) == 0
     monkeypatch.setattr(eval_cmd, "params", [*eval_cmd.params, click.Option(["--brand-new"], help="New.")])
-    assert reference.main_([str(doc)]) == 1
+    assert reference.command_line([str(doc)]) == 1
     assert f"differs from the code; run: {reference.REGENERATE}" in capsys.readouterr().err
-    assert reference.main_(["--write", str(doc)]) == 0
-    assert reference.main_([str(doc)]) == 0 and "--brand-new" in doc.read_text(encoding="utf-8")
+    assert reference.command_line(["--write", str(doc)]) == 0
+    assert reference.command_line([str(doc)]) == 0 and "--brand-new" in doc.read_text(encoding="utf-8")
 
 
 def test_the_reference_does_not_depend_on_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -74,7 +74,8 @@ def regenerated(text: str, root: click.Group = main) -> str:
     return text.replace(section, generate(root))
 
 
-def main_(argv: list[str]) -> int:
+def command_line(argv: list[str]) -> int:
+    """`python -m worktrial.cli.reference [--write] [DOC]`: check (exit 1 when stale) or regenerate DOC."""
     write = "--write" in argv
     paths = [Path(a) for a in argv if a != "--write"]
     doc = paths[0] if paths else DEFAULT_DOC
@@ -91,4 +92,4 @@ def main_(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main_(sys.argv[1:]))
+    sys.exit(command_line(sys.argv[1:]))
