@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from worktrial.agents import AgentContext, AgentOptions, AgentResult
 from worktrial.agents.base import AgentError
 from worktrial.isolation import proc
+from worktrial.model.records import ErrorCategory
 
 
 class FlakyInfraAgent:
@@ -38,7 +39,7 @@ class FlakyInfraAgent:
             n = self.calls[key]
         if (ctx.task.id == "infra" and n <= 2) or ctx.task.id == "always-infra":
             # What a preset reports when its provider answered 5xx: an error the harness observed.
-            return AgentResult(claimed=None, error=AgentError("provider_server", "provider answered 503"))
+            return AgentResult(claimed=None, error=AgentError(ErrorCategory.PROVIDER_SERVER, "provider answered 503"))
         if ctx.task.id == "crashes":  # an adapter failing on what the agent wrote: never re-rolled
             raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
         if ctx.task.id == "fails":

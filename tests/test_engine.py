@@ -18,7 +18,7 @@ from worktrial.agents.base import AgentError
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, ExecutorEvent, RepoSource
 from worktrial.engine.local import LocalExecutor
 from worktrial.engine.run import RunObserver, RunOptions, RunResult, agent_ref, run_suite
-from worktrial.model.records import AttemptRecord
+from worktrial.model.records import AttemptRecord, ErrorCategory
 from worktrial.model.suite import Task, load_suite
 
 WAIT_SECS = 60.0
@@ -76,7 +76,9 @@ class FatalAgent:
         return None
 
     def run(self, ctx: AgentContext) -> AgentResult:
-        return AgentResult(claimed=None, error=AgentError("provider_auth", "the key was rejected", fatal=True))
+        return AgentResult(
+            claimed=None, error=AgentError(ErrorCategory.PROVIDER_AUTH, "the key was rejected", fatal=True)
+        )
 
 
 def test_an_aborted_run_is_a_result_not_an_exception(repo: Path, write_suite) -> None:

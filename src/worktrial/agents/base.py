@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from worktrial.isolation import childenv, proc
 from worktrial.model.config import Config
-from worktrial.model.records import Usage
+from worktrial.model.records import ErrorCategory, Usage
 from worktrial.model.suite import Task
 
 DEFAULT_GRACE_SECS = 5.0
@@ -97,18 +97,22 @@ class AgentContext:
 class AgentError:
     """The agent itself broke (not a failed task). ``fatal`` stops the whole run: it would repeat."""
 
-    category: str
+    category: ErrorCategory
     message: str
     fatal: bool = False
+
+    def __post_init__(self) -> None:
+        # Closed: a plugin's unknown category fails here (the attempt ends as `crashed`), not in a report.
+        object.__setattr__(self, "category", ErrorCategory(self.category))
 
 
 def launch_error(result: proc.ProcResult, label: str) -> AgentError | None:
     """Why an agent's program never ran (not found, also as reported by ``/bin/sh``, or not executable)."""
     missing = result.missing_command()
     if missing:
-        return AgentError("not_installed", f"command not found: {missing}")
+        return AgentError(ErrorCategory.NOT_INSTALLED, f"command not found: {missing}")
     if result.start_error:
-        return AgentError("not_installed", f"{label}: {result.start_error}")
+        return AgentError(ErrorCategory.NOT_INSTALLED, f"{label}: {result.start_error}")
     return None
 
 

@@ -33,6 +33,7 @@ from worktrial.isolation.childenv import check_patterns
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.commands import SHELL
 from worktrial.model.config import AgentConfig, Config
+from worktrial.model.records import ErrorCategory
 
 USAGE_FILE_PARSER = "usage-file"
 
@@ -160,7 +161,7 @@ class CustomAgent:
                 f"[agents.{self.name}].command puts the prompt in its command line ({kib(too_big)}), over the "
                 f"{kib(MAX_ARG_BYTES + 1)} the kernel allows for one argument; use {{prompt_file}} or stdin instead"
             )
-            return AgentResult(claimed=None, error=AgentError("prompt_too_long", message))
+            return AgentResult(claimed=None, error=AgentError(ErrorCategory.PROMPT_TOO_LONG, message))
         parser = self.new_parser()
         result = proc.run(
             [SHELL, "-c", command],

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +21,7 @@ from worktrial.agents.base import (
     AgentSpec,
     launch_error,
 )
+from worktrial.agents.command_line import command_program
 from worktrial.agents.prompt import inline_prompt_env, prompt_file_env, prompt_file_of
 from worktrial.agents.registry import hookimpl
 from worktrial.errors import BadInputError
@@ -32,7 +31,7 @@ from worktrial.isolation.proc import run_command
 from worktrial.isolation.safefs import read_regular
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.commands import SHELL, display
-from worktrial.model.records import Tokens, Usage
+from worktrial.model.records import ErrorCategory, Tokens, Usage
 from worktrial.model.suite import SUITE_DIR_ENV
 
 
@@ -52,7 +51,7 @@ class OracleAgent:
 
     def run(self, ctx: AgentContext) -> AgentResult:
         if not ctx.task.solution:
-            return AgentResult(claimed=None, error=AgentError("no_solution", "task has no solution"))
+            return AgentResult(claimed=None, error=AgentError(ErrorCategory.NO_SOLUTION, "task has no solution"))
         usage = Usage(tokens=Tokens(input=0, output=0), cost_usd=0.0, turns=0)
         env = {**ctx.env, SUITE_DIR_ENV: str(ctx.suite_dir)} if ctx.suite_dir else ctx.env
         scope = ctx.scope
@@ -218,57 +217,10 @@ def _nesting(data: bytes) -> int:
     return deepest
 
 
-_SHELL_WORDS = frozenset(
-    [
-        "!",
-        "{",
-        "(",
-        "[",
-        "[[",
-        ".",
-        ":",
-        "cd",
-        "case",
-        "command",
-        "eval",
-        "exec",
-        "exit",
-        "export",
-        "for",
-        "function",
-        "if",
-        "read",
-        "set",
-        "source",
-        "test",
-        "then",
-        "time",
-        "trap",
-        "true",
-        "false",
-        "ulimit",
-        "umask",
-        "unset",
-        "until",
-        "while",
-    ]
-)
-
-
-def command_program(cmd: str) -> str | None:
-    """The program a simple command line starts, or None when the shell decides (builtins, syntax, variables)."""
-    try:
-        words = shlex.split(cmd, comments=True)
-    except ValueError:
-        return None
-    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
-        words = words[1:]  # VAR=value prefixes
-    if not words:
-        return None
-    first = words[0]
-    if first in _SHELL_WORDS or any(ch in first for ch in "$`*?;&|<>(){}") or first.startswith("~"):
-        return None
-    return first
+def _shell_finds(program: str) -> bool:
+    """Whether ``sh`` itself resolves ``program`` (a builtin the list in command_line misses): asked before refusing."""
+    found = proc.run([SHELL, "-c", 'command -v -- "$1"', SHELL, program], cwd=Path.cwd(), timeout=10, sweep=False)
+    return found.ok
 
 
 class CommandAgent:
@@ -299,7 +251,7 @@ class CommandAgent:
             if path.is_absolute() and not (path.is_file() and os.access(path, os.X_OK)):
                 raise BadInputError(f"--agent-cmd: {program} does not exist or is not executable")
             return
-        if shutil.which(program) is None:
+        if shutil.which(program) is None and not _shell_finds(program):
             raise BadInputError(
                 f"--agent-cmd: {program!r} is not installed or not on PATH; install it, or give its full path"
             )

@@ -25,8 +25,9 @@ from pydantic import BaseModel
 from worktrial.analysis import stats
 from worktrial.analysis.metrics import headline_interval, pass_at_k, pass_power_k
 from worktrial.model.envelope import Envelope, TaskReport
+from worktrial.model.records import ErrorCategory
 
-AUTH_ERRORS = frozenset({"provider_auth", "auth"})
+AUTH_ERRORS = frozenset({ErrorCategory.PROVIDER_AUTH, "auth"})  # "auth": records of older runs
 
 Status = Literal["complete", "interrupted", "failed"]
 

@@ -12,7 +12,7 @@ import fnmatch
 import re
 from collections.abc import Iterator
 
-from worktrial.analysis.lint import Lint
+from worktrial.analysis.lint import Lint, lint_suite
 from worktrial.model.commands import Command, display
 from worktrial.model.suite import SUITE_DIR_ENV, LoadedSuite
 
@@ -85,3 +85,9 @@ def lint_locations(loaded: LoadedSuite) -> list[Lint]:
                     )
                 )
     return out
+
+
+def static_lints(loaded: LoadedSuite) -> list[Lint]:
+    """Every lint that needs no run (``validate`` and ``check`` both report them): the commands, the timeouts,
+    the prompts, and where the commands look."""
+    return lint_suite(loaded.suite) + lint_locations(loaded)

@@ -23,19 +23,6 @@ def err(message: str) -> None:
     click.echo(message, err=True)
 
 
-FORMAT_HELP = "auto: tables on a terminal, markdown when piped; markdown; json."
-
-table_format_option = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "markdown", "json"]),
-    default="table",
-    show_default=True,
-    help="table: a terminal table (markdown when piped); markdown; json.",
-)
-"""The ``--format`` of listing commands (``agents``, ``prices``): rows, not a report."""
-
-
 def print_table(headers: list[str], cells: list[list[str]], fmt: str) -> None:
     """Rows as a terminal table when ``fmt`` is ``table`` on a terminal, else as markdown (pipes, files, docs).
 
@@ -91,36 +78,3 @@ def ensure_project_trust(workspace: Path | None, trust_project: bool) -> bool:
         confirm=lambda question: click.confirm(question, default=False, err=True),
         warn=err,
     )
-
-
-TRUST_PROJECT_OPTION = click.option(
-    "--trust-project",
-    is_flag=True,
-    help="Also trust the repository's own worktrial.toml: its agent binaries, commands and provider URLs "
-    "(remembered; --trust never does).",
-)
-
-
-SANDBOX_OPTIONS = [
-    click.option(
-        "--sandbox",
-        type=click.Choice(["auto", "on", "off"]),
-        help="Contain every attempt (default auto: when this machine can; on: refuse to run without).",
-    ),
-    click.option(
-        "--network",
-        type=click.Choice(["on", "off", "host"]),
-        help="on (default): each attempt on a network of its own with outbound access (slirp4netns), no host "
-        "loopback; off: loopback only; host: the host's network (e.g. a model server on localhost).",
-    ),
-    click.option("--max-memory", metavar="SIZE", help="Memory per attempt, e.g. 2G; hitting it ends the attempt."),
-    click.option("--max-procs", type=click.IntRange(min=1), help="Processes per attempt; hitting it ends the attempt."),
-    click.option(
-        "--sandbox-show",
-        "sandbox_show",
-        multiple=True,
-        metavar="PATH",
-        help="Also show this host path to every attempt, read-only (repeatable; e.g. a toolchain outside PATH).",
-    ),
-]
-"""--sandbox, --network, --max-memory, --max-procs (unset: the user's [sandbox] config, then the defaults)."""

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from worktrial.cli.options import workspace_option
 from worktrial.engine.starter import write_starter
 from worktrial.isolation.workspace import find_workspace
 
@@ -17,7 +18,7 @@ from worktrial.isolation.workspace import find_workspace
     type=click.Path(path_type=Path, file_okay=False),
     help="Where to write the suite (default: evals/ in the repository).",
 )
-@click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository to write it for.")
+@workspace_option()
 @click.option("--force", is_flag=True, help="Overwrite an existing suite.json there.")
 def init_cmd(directory: Path | None, workspace: Path | None, force: bool) -> None:
     """Write a starter suite (two tasks, hidden tests, solutions, a detected environment) that check passes."""

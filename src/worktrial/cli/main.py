@@ -15,20 +15,28 @@ from rich.console import Console
 from rich.table import Table
 
 from worktrial.agents.base import DEFAULT_GRACE_SECS
+from worktrial.analysis.suite_paths import static_lints
 from worktrial.cli import logs
-from worktrial.cli.common import (
-    FORMAT_HELP,
-    SANDBOX_OPTIONS,
-    TRUST_PROJECT_OPTION,
-    emit,
-    ensure_project_trust,
-    ensure_trust,
-    err,
-    print_table,
-    table_format_option,
-)
+from worktrial.cli.common import emit, ensure_project_trust, ensure_trust, err, print_table
 from worktrial.cli.executors import executor_factory, executor_options
 from worktrial.cli.matrix import run_matrix_and_report
+from worktrial.cli.options import (
+    budget_options,
+    jobs_option,
+    junit_option,
+    output_option,
+    quiet_option,
+    reasons_option,
+    report_format_option,
+    retry_errors_option,
+    sandbox_options,
+    selection_options,
+    suite_option,
+    table_format_option,
+    trust_option,
+    trust_project_option,
+    workspace_option,
+)
 from worktrial.cli.outputs import write_ci_outputs
 from worktrial.cli.progress import ProgressReporter
 from worktrial.engine.confine import SandboxChoice
@@ -38,13 +46,13 @@ from worktrial.engine.run import (
     RunObserver,
     RunOptions,
     RunResult,
-    default_jobs,
     run_suite,
 )
 from worktrial.errors import EXIT_BUDGET, EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
+from worktrial.render.check_markdown import render_lints
 from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, stored_envelope
 from worktrial.state.roots import state_root
@@ -54,21 +62,7 @@ from worktrial.version import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_MEASURED_NOTHING = 1
-BUDGET_OPTIONS = [
-    click.option(
-        "--max-cost",
-        type=click.FloatRange(0, min_open=True),
-        metavar="USD",
-        help="Budget for the run: no attempt starts once it would likely be passed (resume with a higher one).",
-    ),
-    click.option("--allow-unpriced", is_flag=True, help="Let a budget count unknown costs as $0 instead of refusing."),
-]
-
-
-def budget_options(func: F) -> F:
-    for option in reversed(BUDGET_OPTIONS):
-        func = option(func)
-    return func
+EXIT_FINDINGS = 1
 
 
 class _Group(click.Group):
@@ -111,7 +105,7 @@ def main(ctx: click.Context, debug: bool, verbosity: int) -> None:
 
 def eval_options(func: F) -> F:
     options = [
-        click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path), help="Suite JSON file."),
+        suite_option,
         click.option(
             "--agent",
             multiple=True,
@@ -134,38 +128,11 @@ def eval_options(func: F) -> F:
         click.option("--temperature", type=click.FloatRange(0.0, 2.0), help="Builtin agent: sampling temperature."),
         click.option("--attempts", type=click.IntRange(min=1), help="Attempts per task (overrides the suite)."),
         click.option("--k", "k", type=click.IntRange(min=1), help="Headline k (default: attempts)."),
-        click.option(
-            "--workspace",
-            type=click.Path(path_type=Path, file_okay=False),
-            help="Git repository to evaluate in (default: the one containing the current directory).",
-        ),
-        click.option(
-            "--format",
-            "fmt",
-            type=click.Choice(["auto", "markdown", "json"]),
-            default="auto",
-            show_default=True,
-            help=FORMAT_HELP,
-        ),
-        click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here."),
-        click.option(
-            "--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI)."
-        ),
-        click.option(
-            "--task",
-            "task_patterns",
-            multiple=True,
-            metavar="ID",
-            help="Run only tasks whose id matches (glob patterns like 'parse-*'); repeatable.",
-        ),
-        click.option(
-            "--category",
-            "categories",
-            multiple=True,
-            type=click.Choice(["capability", "regression"]),
-            help="Run only tasks of this category; repeatable.",
-        ),
-        click.option("--limit", type=click.IntRange(min=1), help="Run only the first N selected tasks."),
+        workspace_option(),
+        report_format_option,
+        output_option,
+        junit_option,
+        selection_options,
         click.option("--wide", is_flag=True, help="Matrices: every leaderboard column (default: fits 100 columns)."),
         click.option("--label", help="A name for the run, shown in runs, compare, view and matrices."),
         click.option(
@@ -173,17 +140,10 @@ def eval_options(func: F) -> F:
         ),
         click.option("--keep-worktrees", is_flag=True, help="Keep each attempt's worktree and print its path."),
         click.option("--verify-always", is_flag=True, help="Also verify claimed failures and timeouts (diagnosis)."),
-        click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered)."),
-        TRUST_PROJECT_OPTION,
-        click.option(
-            "--jobs", "-j", type=click.IntRange(min=1), help=f"Attempts to run at once (default {default_jobs()})."
-        ),
-        click.option(
-            "--retry-errors",
-            type=click.IntRange(min=0),
-            default=0,
-            help="Retry attempts that hit infrastructure errors up to N times (never failures or timeouts).",
-        ),
+        trust_option,
+        trust_project_option,
+        jobs_option(),
+        retry_errors_option,
         click.option(
             "--resume", "resume_id", metavar="RUN_ID", help="Continue a stored run: run only what is missing."
         ),
@@ -192,16 +152,16 @@ def eval_options(func: F) -> F:
             type=click.FloatRange(0, 600),
             help=f"At an agent's deadline: SIGTERM, then this long before SIGKILL (default {DEFAULT_GRACE_SECS:g}).",
         ),
-        *BUDGET_OPTIONS,
+        budget_options,
         click.option(
             "--max-cost-per-attempt",
             type=click.FloatRange(0, min_open=True),
             metavar="USD",
             help="End an attempt whose spend passes this (as it streams where the agent shows it); it fails.",
         ),
-        *SANDBOX_OPTIONS,
-        click.option("-q", "--quiet", is_flag=True, help="Print only the report."),
-        click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason."),
+        sandbox_options,
+        quiet_option,
+        reasons_option,
     ]
     for option in reversed(options):
         func = option(func)
@@ -304,10 +264,10 @@ def _run_and_report(
     fmt: str,
     output: Path | None,
     quiet: bool,
-    verbose: bool,
+    reasons: bool,
     junit: Path | None = None,
 ) -> None:
-    progress = ProgressReporter(quiet=quiet, verbose=verbose, on_warning=lambda m: err(f"worktrial: warning: {m}"))
+    progress = ProgressReporter(quiet=quiet, reasons=reasons, on_warning=lambda m: err(f"worktrial: warning: {m}"))
     try:
         result = runner(options, progress)
     finally:
@@ -363,24 +323,17 @@ exec_group.add_command(eval_cmd)
 
 @main.command("resume")
 @click.argument("run_id")
-@click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the run.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Attempts to run at once (default: as stored).")
-@click.option("--retry-errors", type=click.IntRange(min=0), default=0, help="Retry infrastructure errors N times.")
+@workspace_option()
+@jobs_option(default="as the run was started")
+@retry_errors_option
 @click.option("--base-url", help="The provider base URL again, when it held credentials (they are never stored).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["auto", "markdown", "json"]),
-    default="auto",
-    show_default=True,
-    help=FORMAT_HELP,
-)
-@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
-@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI).")
-@click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
-@click.option("-v", "--verbose", is_flag=True, help="Show every attempt's reason.")
-@click.option("--trust", is_flag=True, help="Trust the run's suite to run its commands (remembered).")
-@TRUST_PROJECT_OPTION
+@report_format_option
+@output_option
+@junit_option
+@quiet_option
+@reasons_option
+@trust_option
+@trust_project_option
 @budget_options
 @executor_options
 def resume_cmd(
@@ -425,7 +378,7 @@ def resume_cmd(
 
 
 @main.command("runs")
-@click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the runs.")
+@workspace_option()
 def runs_cmd(workspace: Path | None) -> None:
     """List stored runs: id, suite, agent/model, date, done/total, pass@1."""
     rows = list_runs(state_root(workspace))
@@ -443,17 +396,10 @@ def runs_cmd(workspace: Path | None) -> None:
 
 @main.command("report")
 @click.argument("run_id")
-@click.option("--workspace", type=click.Path(path_type=Path, file_okay=False), help="Repository holding the run.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["auto", "markdown", "json"]),
-    default="auto",
-    show_default=True,
-    help=FORMAT_HELP,
-)
-@click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
-@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here (for CI).")
+@workspace_option()
+@report_format_option
+@output_option
+@junit_option
 def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | None, junit: Path | None) -> None:
     """Render a stored run again (also one that was interrupted or crashed)."""
     root = state_root(workspace)
@@ -471,13 +417,9 @@ def schema_cmd(which: str) -> None:
 
 
 @main.command("agents")
-@click.option(
-    "--workspace",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Read custom [agents.NAME] from this repository's worktrial.toml (default: the current one).",
-)
+@workspace_option()
 @table_format_option
-@TRUST_PROJECT_OPTION
+@trust_project_option
 @click.option("--trust", "old_trust", is_flag=True, hidden=True)
 def agents_cmd(workspace: Path | None, fmt: str, trust_project: bool, old_trust: bool) -> None:
     """List every agent --agent accepts, whether its program is installed, and its version."""
@@ -507,11 +449,7 @@ def agents_cmd(workspace: Path | None, fmt: str, trust_project: bool, old_trust:
 
 
 @main.command("prices")
-@click.option(
-    "--workspace",
-    type=click.Path(path_type=Path),
-    help="Read [pricing] overrides from this repository's worktrial.toml (default: the current one).",
-)
+@workspace_option()
 @table_format_option
 def prices_cmd(workspace: Path | None, fmt: str) -> None:
     """List the models worktrial can price (USD per million tokens), from the shipped table or your config."""
@@ -539,13 +477,25 @@ def prices_cmd(workspace: Path | None, fmt: str) -> None:
 @main.command("validate")
 @click.argument("suite_path", type=click.Path(path_type=Path))
 def validate_cmd(suite_path: Path) -> None:
-    """Check that a suite file loads and validates (no commands are run)."""
+    """Check that a suite file loads and validates, and lint it as check does (no commands are run).
+
+    Exits 1 after listing the lints when any is a problem (a warning is printed but does not fail).
+    """
     loaded = load_suite(suite_path)
     for warning in loaded.warnings:
         err(f"worktrial: warning: {suite_path}: {warning}")
+    lints = static_lints(loaded)
+    problems = sum(1 for lint in lints if lint.severity == "problem")
+    warnings = len(lints) - problems
     tasks = loaded.suite.tasks
     counts = f"{plural(len(tasks), 'task')}, {plural(loaded.suite.attempts, 'attempt')}"
-    click.echo(f"{suite_path}: ok — {counts}, sha256 {loaded.sha256}")
+    verdict = f"{plural(problems, 'problem')} found" if problems else "ok"
+    found = f"; {plural(warnings, 'warning')} (see Lints)" if warnings else ""
+    click.echo(f"{suite_path}: {verdict} — {counts}, sha256 {loaded.sha256}{found}")
+    if lints:
+        click.echo("\n" + "\n".join(render_lints(lints)))
+    if problems:
+        sys.exit(EXIT_FINDINGS)
 
 
 def _register_number_commands() -> None:

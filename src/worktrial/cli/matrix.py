@@ -41,7 +41,7 @@ def run_matrix_and_report(
     fmt: str,
     output: Path | None,
     quiet: bool,
-    verbose: bool,
+    reasons: bool,
     wide: bool = False,
 ) -> None:
     """Plan, preflight and run every configuration, then print the leaderboard; exits 130 or 2 when due."""
@@ -59,7 +59,7 @@ def run_matrix_and_report(
     def prepare(index: int, configuration: Configuration, options: RunOptions) -> ProgressReporter:
         if not quiet:
             err(f"worktrial: configuration {index}/{len(configurations)}: {configuration.label}")
-        return ProgressReporter(quiet=quiet, verbose=verbose, on_warning=warn)
+        return ProgressReporter(quiet=quiet, reasons=reasons, on_warning=warn)
 
     def finished(outcome: ConfigurationOutcome) -> None:
         label = outcome.configuration.label

@@ -18,7 +18,18 @@ from worktrial.analysis import stats
 from worktrial.analysis.audit import audit_envelope, load_envelope_json, render_audit
 from worktrial.analysis.compare import LoadedEnvelope, compare_runs
 from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
-from worktrial.cli.common import FORMAT_HELP, emit, ensure_trust, err
+from worktrial.cli.common import emit, ensure_trust, err
+from worktrial.cli.options import (
+    output_option,
+    quiet_option,
+    report_format_option,
+    sandbox_option,
+    selection_options,
+    suite_option,
+    text_format_option,
+    trust_option,
+    workspace_option,
+)
 from worktrial.engine.check import DEFAULT_REPEATS, CheckOptions, check_suite
 from worktrial.engine.confine import SandboxChoice
 from worktrial.errors import BadInputError
@@ -30,21 +41,6 @@ from worktrial.state.history import resolve_envelope, store_problems
 from worktrial.state.roots import state_root
 
 EXIT_FINDINGS = 1
-
-_FORMAT = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["auto", "markdown", "json"]),
-    default="auto",
-    show_default=True,
-    help=FORMAT_HELP,
-)
-_OUTPUT = click.option("--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
-_WORKSPACE = click.option(
-    "--workspace",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Git repository (default: the one containing the current directory).",
-)
 
 
 def _as_json(model: BaseModel) -> str:
@@ -68,9 +64,9 @@ def _load_with_warnings(suite_path: Path) -> LoadedSuite:
 @click.command("compare")
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--allow-different-suites", is_flag=True, help="Compare runs of different suites on shared task ids.")
-@_WORKSPACE
-@_FORMAT
-@_OUTPUT
+@workspace_option()
+@report_format_option
+@output_option
 def compare_cmd(
     runs: tuple[str, ...], allow_different_suites: bool, workspace: Path | None, fmt: str, output: Path | None
 ) -> None:
@@ -104,8 +100,8 @@ def compare_cmd(
     default=stats.POWER,
     show_default=True,
 )
-@_WORKSPACE
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@workspace_option()
+@text_format_option
 def power_cmd(
     tasks: int | None,
     attempts: int | None,
@@ -139,15 +135,13 @@ def power_cmd(
     show_default=True,
     help="Verifier re-runs on the oracle's result, to find flaky verifiers.",
 )
-@_WORKSPACE
-@click.option("--trust", is_flag=True, help="Trust this suite to run its commands (remembered).")
-@click.option("--task", "task_patterns", multiple=True, metavar="ID", help="Check only matching task ids (globs).")
-@click.option("--category", "categories", multiple=True, type=click.Choice(["capability", "regression"]))
-@click.option("--limit", type=click.IntRange(min=1), help="Check only the first N selected tasks.")
-@click.option("--sandbox", type=click.Choice(["auto", "on", "off"]), help="Contain the oracle and nop runs.")
-@_FORMAT
-@_OUTPUT
-@click.option("-q", "--quiet", is_flag=True, help="Print only the report.")
+@workspace_option()
+@trust_option
+@selection_options
+@sandbox_option
+@report_format_option
+@output_option
+@quiet_option
 def check_cmd(
     suite_path: Path,
     repeats: int,
@@ -182,14 +176,10 @@ def check_cmd(
 
 @click.command("audit")
 @click.argument("envelope_path", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path), help="The suite file it claims.")
-@click.option(
-    "--workspace",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Directory trace paths are relative to (default: the workspace recorded in the envelope).",
-)
+@suite_option
+@workspace_option(default="the one the envelope records; its trace paths are relative to it")
 @click.option("--no-traces", is_flag=True, help="Skip the trace-file checks (when only the envelope was published).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@text_format_option
 def audit_cmd(envelope_path: Path, suite_path: Path, workspace: Path | None, no_traces: bool, fmt: str) -> None:
     """Recompute the digest and every metric of an envelope from its records; exit 1 listing any mismatch."""
     loaded = _load_with_warnings(suite_path)

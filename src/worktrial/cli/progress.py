@@ -44,13 +44,13 @@ def _clock(seconds: float) -> str:
 
 
 class ProgressReporter(RunObserver):
-    """Observes a run; ``quiet`` shows nothing, ``verbose`` adds every attempt's reason."""
+    """Observes a run; ``quiet`` shows nothing, ``reasons`` adds every attempt's reason (--reasons)."""
 
     def __init__(
         self,
         *,
         quiet: bool = False,
-        verbose: bool = False,
+        reasons: bool = False,
         stream: IO[str] | None = None,
         on_warning: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -58,7 +58,7 @@ class ProgressReporter(RunObserver):
         self.on_warning = on_warning
         self.stream = stream or sys.stderr
         self.quiet = quiet
-        self.verbose = verbose
+        self.reasons = reasons
         self.live_mode = not quiet and self.stream.isatty()
         self.counts: Counter[str] = Counter()
         self.earlier = 0
@@ -121,7 +121,7 @@ class ProgressReporter(RunObserver):
         if self.quiet:
             return
         if self._live is not None:
-            if self.verbose:
+            if self.reasons:
                 self._live.console.print(self._plain(record), highlight=False, markup=False)
         else:
             self._line(self._plain(record))
@@ -151,7 +151,7 @@ class ProgressReporter(RunObserver):
     # -- rendering ---------------------------------------------------------------------------------------
 
     def _plain(self, record: AttemptRecord) -> str:
-        show_reason = record.reason and (self.verbose or record.outcome != "pass")
+        show_reason = record.reason and (self.reasons or record.outcome != "pass")
         why = f" — {record.reason}" if show_reason else ""
         retried = f" (after {plural(record.retries, 'retry', 'retries')})" if record.retries else ""
         spend = f" · spent ${self.spent:.4f} of ${self.max_cost:g}" if self.max_cost is not None else ""

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from worktrial.analysis.compare import LoadedEnvelope
 from worktrial.cli.common import err
+from worktrial.cli.options import workspace_option
 from worktrial.errors import BadInputError
 from worktrial.render.html import ViewRun, render_html
 from worktrial.render.terminal import attempt_view, run_summary, task_view
@@ -20,12 +21,6 @@ from worktrial.state.artifacts import artifacts_for_envelope
 from worktrial.state.history import list_runs, resolve_envelope
 from worktrial.state.roots import state_root
 from worktrial.util import atomic_write_text
-
-_WORKSPACE = click.option(
-    "--workspace",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Repository holding the runs (default: the one containing the current directory).",
-)
 
 
 def _latest_run_id(workspace: Path | None) -> str:
@@ -48,7 +43,7 @@ def _load(ref: str, workspace: Path | None) -> tuple[LoadedEnvelope, ViewRun]:
 @click.argument("run", required=False)
 @click.argument("task", required=False)
 @click.argument("attempt", required=False, type=int)
-@_WORKSPACE
+@workspace_option()
 def show_cmd(run: str | None, task: str | None, attempt: int | None, workspace: Path | None) -> None:
     """Show a run (default: the latest), one task's attempts, or one attempt's logs and patch.
 
@@ -76,7 +71,7 @@ def show_cmd(run: str | None, task: str | None, attempt: int | None, workspace: 
 
 @click.command("view")
 @click.argument("runs", nargs=-1)
-@_WORKSPACE
+@workspace_option()
 @click.option(
     "--output",
     type=click.Path(path_type=Path, dir_okay=False),

@@ -35,7 +35,7 @@ from worktrial.model.artifacts import (
     StreamTail,
 )
 from worktrial.model.commands import Command, display
-from worktrial.model.records import AttemptRecord, Outcome, Usage
+from worktrial.model.records import AttemptRecord, ErrorCategory, Outcome, Usage
 from worktrial.model.suite import SUITE_DIR_ENV, Task
 from worktrial.model.trace import build_trace, trace_filename
 from worktrial.redaction import Redactor
@@ -224,7 +224,7 @@ class _Progress:
 
     outcome: Outcome = "error"
     reason: str | None = None
-    category: str | None = None
+    error_category: ErrorCategory | None = None
     usage: Usage = field(default_factory=Usage)
     agent_secs: float = 0.0
     verify_secs: float = 0.0
@@ -281,10 +281,10 @@ def run_attempt(
             if slot is None:
                 origin = replace(origin, snapshot=admin_snapshot(workspace))
         except EnvironmentSetupError as exc:
-            progress.reason, progress.category = str(exc).splitlines()[0], "environment"
-            progress.fatal = AgentError("environment", str(exc), fatal=True)
+            progress.reason, progress.error_category = str(exc).splitlines()[0], ErrorCategory.ENVIRONMENT
+            progress.fatal = AgentError(ErrorCategory.ENVIRONMENT, str(exc), fatal=True)
         except (WorktrialError, OSError) as exc:
-            progress.reason, progress.category = f"worktree creation failed: {exc}", "worktree"
+            progress.reason, progress.error_category = f"worktree creation failed: {exc}", ErrorCategory.WORKTREE
         else:
             _run_in(
                 agent, job, workspace, env, progress, scope, sandbox, on_phase or (lambda _phase: None), slot, origin
@@ -324,7 +324,7 @@ def run_attempt(
         tokens=usage.tokens,
         turns=usage.turns,
         tool_calls=usage.tool_calls if usage.tool_counts or usage.turns is not None else None,
-        error_category=progress.category,
+        error_category=progress.error_category,
         worktree=str(workspace.worktree) if spec.keep_worktrees and workspace else None,
         model=usage.model,
         agent_ended=progress.agent_ended,
@@ -350,8 +350,6 @@ def _sanitise(progress: _Progress, redactor: Redactor) -> None:
 
     if progress.reason is not None:
         progress.reason = clean(progress.reason, MAX_REASON_CHARS)
-    if progress.category is not None:
-        progress.category = clean(progress.category, MAX_NAME_CHARS)
     usage = progress.usage
     usage.tool_counts = {clean(k, MAX_NAME_CHARS): v for k, v in usage.tool_counts.items()}
     usage.error_counts = {clean(k, MAX_NAME_CHARS): v for k, v in usage.error_counts.items()}
@@ -443,11 +441,11 @@ def _run_in(
                 )
                 progress.commands.append(_command_log("setup", i, command, setup))
                 if setup.limit:
-                    progress.reason, progress.category = setup.limit, "limit"
+                    progress.reason, progress.error_category = setup.limit, ErrorCategory.LIMIT
                     return
                 if not setup.ok:
                     progress.reason = f"setup failed: {setup.describe_failure(f'step {i} ({display(command)})')}"
-                    progress.category = "setup"
+                    progress.error_category = ErrorCategory.SETUP
                     return
         finally:
             remove_tree(Path(harness_env["HOME"]))  # the agent starts with a scratch directory of its own
@@ -455,7 +453,10 @@ def _run_in(
     try:
         prompt_file = write_prompt_file(scratch, task.prompt)
     except OSError as exc:  # disk full: the harness's problem, not the agent's
-        progress.reason, progress.category = f"prompt file could not be written: {exc.strerror}", "worktree"
+        progress.reason, progress.error_category = (
+            f"prompt file could not be written: {exc.strerror}",
+            ErrorCategory.WORKTREE,
+        )
         return
     on_phase("agent")
     agent_start = time.monotonic()
@@ -477,7 +478,9 @@ def _run_in(
     try:
         result = agent.run(ctx)
     except Exception as exc:  # an agent bug must cost one attempt, not the run
-        result = AgentResult(claimed=None, error=AgentError("crashed", f"agent crashed: {type(exc).__name__}: {exc}"))
+        result = AgentResult(
+            claimed=None, error=AgentError(ErrorCategory.CRASHED, f"agent crashed: {type(exc).__name__}: {exc}")
+        )
     progress.agent_secs = time.monotonic() - agent_start
     progress.usage = result.usage
     progress.output = result.output
@@ -495,7 +498,12 @@ def _run_in(
     overran = time.monotonic() > deadline + job.spec.grace_secs + DEADLINE_GRACE_SECS
     progress.outcome, progress.reason, verify_decides = _decide(task, result, overran)
     if hit := sandbox.limit_hit():
-        progress.outcome, progress.reason, progress.category, progress.claimed = "error", hit, "limit", None
+        progress.outcome, progress.reason, progress.error_category, progress.claimed = (
+            "error",
+            hit,
+            ErrorCategory.LIMIT,
+            None,
+        )
         return
     if (capped := _over_cost_cap(ctx, result)) is not None:
         # Spending past the cap is the agent's failure to solve the task within it, like a timeout is: no verdict.
@@ -503,7 +511,7 @@ def _run_in(
         return
     progress.claimed = None if progress.outcome == "timeout" else result.claimed
     if result.error is not None and progress.outcome == "error":
-        progress.category = result.error.category
+        progress.error_category = result.error.category
         if result.error.fatal:
             progress.fatal = result.error
     timeout_verified = progress.outcome == "timeout" and task.on_timeout == "verify"
@@ -518,7 +526,7 @@ def _run_in(
                 progress.reason = f"nothing to verify: the agent's worktree or repository is not the harness's ({exc})"
                 return
             except OSError as exc:  # the harness's own trouble (a full disk)
-                progress.outcome, progress.category, progress.claimed = "error", "worktree", None
+                progress.outcome, progress.error_category, progress.claimed = "error", ErrorCategory.WORKTREE, None
                 progress.reason = f"the verifier's room could not be built: {exc.strerror or exc}"
                 return
             shown = [p for p in (job.spec.suite_dir, workspace.root / verifier.AGENT_OBJECTS) if p]

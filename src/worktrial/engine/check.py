@@ -22,8 +22,7 @@ from worktrial.analysis.check_report import (
     detection_probability,
     flake_upper_bound,
 )
-from worktrial.analysis.lint import lint_suite
-from worktrial.analysis.suite_paths import lint_locations
+from worktrial.analysis.suite_paths import static_lints
 from worktrial.engine.check_rebuild import Rebuild, rebuilder
 from worktrial.engine.confine import SandboxChoice
 from worktrial.engine.run import RunObserver, RunOptions, resolve_task_bases, run_suite
@@ -129,7 +128,7 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
     if options.repeats < 1:
         raise ValueError(f"repeats must be at least 1 (got {options.repeats})")
     say = options.on_progress or (lambda _message: None)
-    lints = lint_suite(loaded.suite) + lint_locations(loaded)
+    lints = static_lints(loaded)
 
     def run(agent: str) -> Envelope:
         say(f"running the {agent} agent on {plural(len(loaded.suite.tasks), 'task')}")

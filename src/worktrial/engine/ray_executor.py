@@ -42,6 +42,7 @@ from worktrial.engine.executor import (
 from worktrial.engine.ray_worker import BUNDLE_PREFIX, SUITE_PREFIX, SlotWorker, error_result, node_dir, pack_suite_dir
 from worktrial.errors import BadInputError, HarnessError
 from worktrial.isolation.gitbundle import create_bundle
+from worktrial.model.records import ErrorCategory
 from worktrial.util import public_url
 from worktrial.version import __version__
 
@@ -279,7 +280,7 @@ class RayExecutor:
             self.lost += 1
             node = self._nodes.get(actor, "?")[:12]
             reason = f"Ray worker lost on node {node}: {_first_line(exc)}"
-            lost = error_result(job, "worker_lost", reason, worker=f"ray:{node}")
+            lost = error_result(job, ErrorCategory.WORKER_LOST, reason, worker=f"ray:{node}")
             elapsed = round(time.monotonic() - started, 3)
             return job, replace(lost, record=lost.record.model_copy(update={"duration_secs": elapsed}))
         except ray.exceptions.RayTaskError as exc:

@@ -33,7 +33,7 @@ from worktrial.isolation.pool import Slot
 from worktrial.isolation.proc import ProcessScope
 from worktrial.isolation.workspace import SourceRepo, materialize_source, remove_tree, resolve_commit
 from worktrial.model.bundle import BundleFile, bundle_digest
-from worktrial.model.records import AttemptRecord, Usage
+from worktrial.model.records import AttemptRecord, ErrorCategory, Usage
 from worktrial.model.trace import build_trace
 from worktrial.version import __version__
 
@@ -75,7 +75,7 @@ class SourceMismatch(WorktrialError):
 
 
 def error_result(
-    job: AttemptJob, category: str, reason: str, *, worker: str | None, fatal: bool = False
+    job: AttemptJob, category: ErrorCategory, reason: str, *, worker: str | None, fatal: bool = False
 ) -> AttemptResult:
     """An attempt that ended before the agent ran, for an infrastructure reason (a lost worker, a mismatch)."""
     record = AttemptRecord(
@@ -133,14 +133,16 @@ class SlotWorker:
     def run(self, job: AttemptJob, fetch: Fetch) -> AttemptResult:
         """Run one wire job (sources named by shipment) to a result; never raises for the attempt's own failures."""
         if self._agent is None:
-            return error_result(job, "crashed", "internal error: the worker was not preflighted", worker=self.name)
+            return error_result(
+                job, ErrorCategory.CRASHED, "internal error: the worker was not preflighted", worker=self.name
+            )
         try:
             local = self._localise(job, fetch)
         except SourceMismatch as exc:
-            return error_result(job, "source_mismatch", str(exc), worker=self.name, fatal=True)
+            return error_result(job, ErrorCategory.SOURCE_MISMATCH, str(exc), worker=self.name, fatal=True)
         except (WorktrialError, OSError) as exc:
             reason = f"cannot prepare the repository on {self.name}: {exc}"
-            return error_result(job, "worktree", reason, worker=self.name)
+            return error_result(job, ErrorCategory.WORKTREE, reason, worker=self.name)
         source = self._sources[_name_of(job.resolved_base().source)][0]
         slot = None if local.spec.keep_worktrees else self._slot_for(local, source)
         attempts = self.root / "attempts"

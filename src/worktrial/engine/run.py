@@ -54,7 +54,7 @@ from worktrial.isolation.workspace import (
 from worktrial.model.bundle import copy_bundle
 from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope, SandboxInfo, SuiteFileInfo, same_containment
-from worktrial.model.records import AttemptRecord
+from worktrial.model.records import RETRYABLE_ERRORS, AttemptRecord
 from worktrial.model.run_config import RunConfig, SandboxRequest
 from worktrial.model.selection import select
 from worktrial.model.suite import MAX_ATTEMPTS, LoadedSuite, Task, load_suite
@@ -67,11 +67,8 @@ from worktrial.state.store import RunMeta, RunStore, TaskMeta
 from worktrial.state.traces import write_trace
 from worktrial.util import public_url, utc_now
 
-# Error categories caused by infrastructure, not by the agent's work: retrying them does not bias results.
-# ``worker_lost``: a remote executor lost the worker process or node an attempt was running on.
-INFRA_ERROR_CATEGORIES = frozenset({"worktree", "provider_server", "provider_rate_limit", "worker_lost"})
-"""Errors the harness itself observed, which --retry-errors may run again. Never ``crashed``: an agent adapter that
-fails on what the agent wrote (its usage file, its output) would let the agent choose which attempts are re-rolled."""
+INFRA_ERROR_CATEGORIES = RETRYABLE_ERRORS
+"""Errors --retry-errors may run again (model.records.RETRYABLE_ERRORS, documented in docs/results.md)."""
 JOIN_TIMEOUT_SECS = 30.0
 MAX_JOBS = 256
 MAX_RETRY_ERRORS = 100

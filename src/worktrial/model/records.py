@@ -2,12 +2,87 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Outcome = Literal["pass", "fail", "timeout", "error"]
 OUTCOMES: tuple[Outcome, ...] = ("pass", "fail", "timeout", "error")
+
+
+class ErrorCategory(StrEnum):
+    """Why an attempt ended in ``error``: one closed list, each documented in docs/results.md.
+
+    Records store the value string. A record read from an older run may hold a string that is no member (its
+    ``error_category`` stays a plain string on read); everything worktrial produces now is a member.
+    """
+
+    # The harness, before or around the agent
+    WORKTREE = "worktree"
+    """The attempt's workspace could not be created, reset or verified in (a full disk, a git failure)."""
+    ENVIRONMENT = "environment"
+    """The suite's ``environment.setup`` failed: every attempt would fail alike."""
+    SETUP = "setup"
+    """A task's ``setup_commands`` failed."""
+    LIMIT = "limit"
+    """The attempt hit ``--max-memory`` or ``--max-procs``."""
+    WORKER_LOST = "worker_lost"
+    """A remote executor lost the worker process or node the attempt ran on."""
+    SOURCE_MISMATCH = "source_mismatch"
+    """What arrived on a remote worker is not what the driver pinned (suite digest or base commit)."""
+    CRASHED = "crashed"
+    """The agent's adapter inside worktrial raised (a bug, or a plugin's), or a worker lost its agent."""
+    # The agent itself
+    NOT_INSTALLED = "not_installed"
+    """The agent's program was not found or could not be started."""
+    NO_SOLUTION = "no_solution"
+    """The oracle agent on a task without a ``solution``."""
+    PROMPT_TOO_LONG = "prompt_too_long"
+    """The prompt is too long to pass the way the agent takes it."""
+    AGENT_FAILED = "agent_failed"
+    """An agent CLI exited with an error and reported no result and no provider failure."""
+    CONTEXT_OVERFLOW = "context_overflow"
+    """The built-in agent's conversation outgrew the model's context window."""
+    # The model provider, after the agent's (or SDK's) own retries
+    PROVIDER_AUTH = "provider_auth"
+    """The provider refused the credentials."""
+    MODEL_NOT_FOUND = "model_not_found"
+    """The provider does not know the model."""
+    PROVIDER_RATE_LIMIT = "provider_rate_limit"
+    """Rate limited or out of quota."""
+    PROVIDER_SERVER = "provider_server"
+    """The provider's server failed (5xx, an unusable response, a timeout or lost connection of the built-in agent)."""
+    PROVIDER_UNREACHABLE = "provider_unreachable"
+    """An agent CLI could not reach the provider (connection refused, DNS)."""
+    PROVIDER_BAD_REQUEST = "provider_bad_request"
+    """The provider rejected the request (a 4xx other than the above)."""
+    PROVIDER_ERROR = "provider_error"
+    """mini-swe-agent reported a model error worktrial does not recognise."""
+
+
+RETRYABLE_ERRORS: frozenset[ErrorCategory] = frozenset(
+    {
+        ErrorCategory.WORKTREE,
+        ErrorCategory.PROVIDER_SERVER,
+        ErrorCategory.PROVIDER_RATE_LIMIT,
+        ErrorCategory.WORKER_LOST,
+    }
+)
+"""Errors the harness itself observed and caused by infrastructure, not by the agent's work: ``--retry-errors`` runs
+them again without biasing results. Never ``crashed``: an agent adapter that fails on what the agent wrote (its
+usage file, its output) would let the agent choose which attempts are re-rolled."""
+
+FATAL_ERRORS: frozenset[ErrorCategory] = frozenset(
+    {
+        ErrorCategory.ENVIRONMENT,
+        ErrorCategory.SOURCE_MISMATCH,
+        ErrorCategory.PROVIDER_AUTH,
+        ErrorCategory.MODEL_NOT_FOUND,
+    }
+)
+"""Errors that always stop the run (they would repeat on every attempt). Others stop it only in a named case:
+``not_installed`` from a preset, ``provider_bad_request`` on the very first model call."""
 
 
 class Tokens(BaseModel):
@@ -77,7 +152,10 @@ class AttemptRecord(BaseModel):
     tokens: Tokens = Field(default_factory=Tokens)
     turns: int | None = None
     tool_calls: int | None = None
-    error_category: str | None = None
+    error_category: str | None = Field(
+        default=None,
+        description="Why an outcome is error: an ErrorCategory value (docs/results.md); older runs may hold others.",
+    )
     model: str | None = Field(
         default=None, description="The model the agent says it ran (from its own events); null when it did not say."
     )

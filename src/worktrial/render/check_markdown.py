@@ -10,8 +10,21 @@ from worktrial.analysis.check_report import (
     default_repeats,
     detection_probability,
 )
+from worktrial.analysis.lint import Lint
 from worktrial.render.format import cell
 from worktrial.util import plural
+
+
+def render_lints(lints: list[Lint]) -> list[str]:
+    """The "Lints" section, one line per finding with its fix: ``check``'s report and ``validate`` print it."""
+    lines = ["## Lints", ""]
+    for lint in lints:
+        label = "**warning** " if lint.severity == "warning" else ""
+        line = f"- {label}`{lint.where}`: {cell(lint.message)}"
+        if lint.suggestion:
+            line += f" — write it as `{cell(lint.suggestion)}`"
+        lines.append(line)
+    return lines
 
 
 def _verify_cell(task: TaskCheck) -> str:
@@ -68,13 +81,7 @@ def render_check_markdown(report: CheckReport) -> str:
         lines += ["", "## Problems", ""]
         lines += [f"- `{cell(task_id)}`: {cell(problem)}" for task_id, problem in found]
     if report.lints:
-        lines += ["", "## Lints", ""]
-        for lint in report.lints:
-            label = "**warning** " if lint.severity == "warning" else ""
-            line = f"- {label}`{lint.where}`: {cell(lint.message)}"
-            if lint.suggestion:
-                line += f" — write it as `{cell(lint.suggestion)}`"
-            lines.append(line)
+        lines += ["", *render_lints(report.lints)]
     if report.without_solution:
         lines += [
             "",

@@ -32,7 +32,7 @@ from worktrial.agents.builtin.specs import (
 from worktrial.agents.builtin.tools import Toolbox
 from worktrial.agents.builtin.transport import ProviderError, Transport, status_category
 from worktrial.agents.pricing import Price, cost_usd
-from worktrial.model.records import Tokens, Usage
+from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 SYSTEM_PROMPT = """\
 You are an autonomous coding agent working in a git repository; the current directory is the repository root.
@@ -159,7 +159,7 @@ class AgentLoop:
                 return None
             return self._end(None, reason="context window exhausted (nothing left to elide)")
         # The first request of an attempt is the same for every task: if it is rejected, so will all the others be.
-        fatal = err.fatal or (err.category == "provider_bad_request" and not self.tally.usage.turns)
+        fatal = err.fatal or (err.category == ErrorCategory.PROVIDER_BAD_REQUEST and not self.tally.usage.turns)
         return self._end(None, error=AgentError(err.category, err.message, fatal=fatal))
 
     def _handle_call(self, call: ToolCall, results: list[ToolResult]) -> AgentResult | None:

@@ -24,7 +24,7 @@ from worktrial.agents.builtin.sdk import sdk_client, sdk_errors
 from worktrial.agents.builtin.settings import BuiltinSettings
 from worktrial.agents.builtin.specs import ToolSpec
 from worktrial.agents.builtin.transport import ModelReply, ProviderError, StatusHook
-from worktrial.model.records import Tokens
+from worktrial.model.records import ErrorCategory, Tokens
 
 
 def _messages(conversation: Conversation) -> list[dict[str, Any]]:
@@ -91,7 +91,7 @@ class OpenAIChatTransport:
         with sdk_errors(openai, openai.OpenAIError, self.route, self.settings):
             completion = self.client.chat.completions.create(**request)
         if not completion.choices:
-            raise ProviderError("provider_server", f"{self.route.route}: the response has no choices")
+            raise ProviderError(ErrorCategory.PROVIDER_SERVER, f"{self.route.route}: the response has no choices")
         reply = completion.choices[0].message
         calls: list[ToolCall] = []
         for i, call in enumerate(reply.tool_calls or []):

@@ -21,6 +21,7 @@ from worktrial.agents.builtin.transport import (
     error_detail,
     error_from_status,
 )
+from worktrial.model.records import ErrorCategory
 
 Client = TypeVar("Client")
 
@@ -55,4 +56,6 @@ def sdk_errors(sdk: ModuleType, base_error: type[Exception], route: Route, setti
         timed_out = isinstance(exc, sdk.APITimeoutError)
         raise connection_error(route, timed_out, settings.max_retries) from None
     except base_error as exc:
-        raise ProviderError("provider_server", f"{route.route}: unusable response ({type(exc).__name__})") from None
+        raise ProviderError(
+            ErrorCategory.PROVIDER_SERVER, f"{route.route}: unusable response ({type(exc).__name__})"
+        ) from None

@@ -17,7 +17,7 @@ from worktrial.agents.builtin.routes import Route
 from worktrial.agents.builtin.settings import BuiltinSettings
 from worktrial.agents.builtin.specs import ToolSpec
 from worktrial.errors import BadInputError
-from worktrial.model.records import Tokens
+from worktrial.model.records import ErrorCategory, Tokens
 
 StatusHook = Callable[[int], None]
 DETAIL_CHARS = 300
@@ -49,7 +49,7 @@ class ProviderError(Exception):
 
     def __init__(
         self,
-        category: str,
+        category: ErrorCategory,
         message: str,
         *,
         fatal: bool = False,
@@ -66,7 +66,7 @@ class ProviderError(Exception):
 
     @property
     def context_overflow(self) -> bool:
-        return self.category == "context_overflow"
+        return self.category == ErrorCategory.CONTEXT_OVERFLOW
 
 
 class Transport(Protocol):
@@ -75,16 +75,16 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-def status_category(status: int) -> str | None:
+def status_category(status: int) -> ErrorCategory | None:
     """The error category an HTTP status stands for, or None for statuses the loop does not count."""
     if status in (401, 403):
-        return "provider_auth"
+        return ErrorCategory.PROVIDER_AUTH
     if status == 404:
-        return "model_not_found"
+        return ErrorCategory.MODEL_NOT_FOUND
     if status == 429:
-        return "provider_rate_limit"
+        return ErrorCategory.PROVIDER_RATE_LIMIT
     if status >= 500 or status in TRANSIENT_STATUSES:
-        return "provider_server"
+        return ErrorCategory.PROVIDER_SERVER
     return None
 
 
@@ -118,36 +118,42 @@ def error_from_status(route: Route, status: int, message: str, code: str, retrie
         else:
             hint = f"set {route.key_env}" if route.key_env else "this server needs a key"
         return ProviderError(
-            "provider_auth",
+            ErrorCategory.PROVIDER_AUTH,
             f"{where}: the provider refused the credentials (HTTP {status}); {hint}",
             fatal=True,
             counted=True,
         )
     if status == 404:
         return ProviderError(
-            "model_not_found",
+            ErrorCategory.MODEL_NOT_FOUND,
             f"{where}: model {route.model!r} not found (HTTP 404{suffix}); check the model name and --base-url",
             fatal=True,
             counted=True,
         )
     text = f"{message} {code}".lower()
     if status in (400, 413, 422) and any(marker in text for marker in _CONTEXT_MARKERS):
-        return ProviderError("context_overflow", f"{where}: the conversation exceeds the model's context window")
+        return ProviderError(
+            ErrorCategory.CONTEXT_OVERFLOW, f"{where}: the conversation exceeds the model's context window"
+        )
     if status == 429:
         return ProviderError(
-            "provider_rate_limit", f"{where}: rate limited (HTTP 429) after {retries} retries{suffix}", counted=True
+            ErrorCategory.PROVIDER_RATE_LIMIT,
+            f"{where}: rate limited (HTTP 429) after {retries} retries{suffix}",
+            counted=True,
         )
     if status >= 500 or status in TRANSIENT_STATUSES:
         return ProviderError(
-            "provider_server", f"{where}: server error (HTTP {status}) after {retries} retries{suffix}", counted=True
+            ErrorCategory.PROVIDER_SERVER,
+            f"{where}: server error (HTTP {status}) after {retries} retries{suffix}",
+            counted=True,
         )
-    return ProviderError("provider_bad_request", f"{where}: request rejected (HTTP {status}{suffix})")
+    return ProviderError(ErrorCategory.PROVIDER_BAD_REQUEST, f"{where}: request rejected (HTTP {status}{suffix})")
 
 
 def connection_error(route: Route, timed_out: bool, retries: int) -> ProviderError:
     what = "timed out" if timed_out else "cannot connect"
     return ProviderError(
-        "provider_server",
+        ErrorCategory.PROVIDER_SERVER,
         f"{route.route} at {route.public_base_url()}: {what} after {retries} retries",
         timed_out=timed_out,
     )

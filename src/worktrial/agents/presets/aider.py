@@ -38,7 +38,7 @@ from worktrial.agents.presets.parsing import (
     iter_json_lines,
 )
 from worktrial.agents.presets.provider_errors import classify_litellm, failure
-from worktrial.model.records import Tokens, Usage
+from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 ANALYTICS_LOG = "aider-analytics.jsonl"
 """File name under the scratch directory (custom agents using the aider parser write it there too)."""
@@ -128,7 +128,7 @@ class AiderParser:
                 usage.error_counts[category] = usage.error_counts.get(category, 0) + 1
                 found = failure(self.label, category, None, f"{exception}: {message}", KEY_HINT)
                 # A request every attempt would repeat (rejected before any call succeeded) stops the run too.
-                fatal = found.fatal or (category == "provider_bad_request" and sends == 0)
+                fatal = found.fatal or (category == ErrorCategory.PROVIDER_BAD_REQUEST and sends == 0)
                 return Verdict(claimed=None, usage=usage, reason=found.message, error_category=category, fatal=fatal)
         if exit_info.returncode == 0:
             if sends == 0:

@@ -31,6 +31,7 @@ from worktrial.isolation.safefs import read_regular
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.config import AgentConfig
 from worktrial.model.envelope import split_route
+from worktrial.model.records import ErrorCategory
 
 VERSION_TIMEOUT_SECS = 15.0
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -272,7 +273,7 @@ class PresetAgent:
         argv, stdin_prompt = self._prompt_argv(invocation, prompt_file_of(ctx))
         too_big = oversized_argument(argv)
         if too_big is not None:
-            return AgentResult(claimed=None, error=AgentError("prompt_too_long", self._too_long(too_big)))
+            return AgentResult(claimed=None, error=AgentError(ErrorCategory.PROMPT_TOO_LONG, self._too_long(too_big)))
         parser = self.spec.parser()
 
         def price() -> Price | None:
@@ -291,7 +292,9 @@ class PresetAgent:
         output = AgentOutput.of(result)  # the tails, for the attempt's local artifacts
         if result.not_found or result.start_error:
             message = f"{self.binary} not found" if result.not_found else f"{self.name}: {result.start_error}"
-            return AgentResult(output=output, claimed=None, error=AgentError("not_installed", message, fatal=True))
+            return AgentResult(
+                output=output, claimed=None, error=AgentError(ErrorCategory.NOT_INSTALLED, message, fatal=True)
+            )
         exit_info = ExitInfo(
             returncode=result.returncode,
             timed_out=result.timed_out,

@@ -26,7 +26,7 @@ from worktrial.agents.presets.parsing import (
     tokens_from,
 )
 from worktrial.agents.presets.provider_errors import classify, failure
-from worktrial.model.records import Tokens, Usage
+from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 USAGE_FIELDS = {
     "input": "input_tokens",
@@ -163,7 +163,9 @@ class ClaudeStreamParser(JsonLinesParser):
             return all_prompt_tokens(total)
         return all_prompt_tokens(tokens_from(as_dict(result.get("usage")), USAGE_FIELDS))
 
-    def _provider_verdict(self, usage: Usage, category: str, status: int | None, detail: str | None) -> Verdict:
+    def _provider_verdict(
+        self, usage: Usage, category: ErrorCategory, status: int | None, detail: str | None
+    ) -> Verdict:
         bump(usage.error_counts, category)
         found = failure(self.label, category, status, detail, self.key_hint)
         return Verdict(

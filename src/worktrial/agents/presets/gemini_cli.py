@@ -30,7 +30,7 @@ from worktrial.agents.presets.parsing import (
     tokens_from,
 )
 from worktrial.agents.presets.provider_errors import classify, failure
-from worktrial.model.records import Tokens, Usage
+from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 TOKEN_FIELDS = {"input": "prompt", "output": "candidates", "cached_input": "cached", "reasoning": "thoughts"}
 KEY_HINT = "check GEMINI_API_KEY or security.auth.selectedType in ~/.gemini/settings.json (copied into each attempt)"
@@ -140,7 +140,7 @@ class GeminiJsonParser(DocumentParser):
         meaning = EXIT_MEANINGS.get(code) if code is not None else None
         reason = exit_reason("gemini-cli", exit_info) + (f" ({meaning})" if meaning else "")
         if not parsed and code not in (42, 53):
-            return Verdict(claimed=None, usage=usage, reason=reason, error_category="agent_failed")
+            return Verdict(claimed=None, usage=usage, reason=reason, error_category=ErrorCategory.AGENT_FAILED)
         return Verdict(claimed=False, usage=usage, reason=reason)
 
 

@@ -29,7 +29,7 @@ from worktrial.agents.presets.parsing import (
     iter_json_lines,
 )
 from worktrial.agents.presets.provider_errors import classify, failure
-from worktrial.model.records import Tokens, Usage
+from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 EXIT_MEANINGS = {
     1: "general error or API failure",
@@ -169,7 +169,7 @@ class GeminiStreamParser(JsonLinesParser):
             return Verdict(claimed=None, usage=usage, reason="gemini-cli exited 0 without a result event")
         if code in CLAIMED_FAILURE_CODES:
             return Verdict(claimed=False, usage=usage, reason=reason)
-        return Verdict(claimed=None, usage=usage, reason=reason, error_category="agent_failed")
+        return Verdict(claimed=None, usage=usage, reason=reason, error_category=ErrorCategory.AGENT_FAILED)
 
     def _stderr_error(self, exit_info: ExitInfo) -> tuple[str | None, int | None]:
         """Before any result (bad settings, untrusted folder) Gemini CLI prints an error document to stderr."""

@@ -29,7 +29,7 @@ from worktrial.agents.presets.parsing import (
     read_json_file,
 )
 from worktrial.agents.presets.provider_errors import LITELLM_EXCEPTIONS, classify_litellm, failure
-from worktrial.model.records import Tokens, Usage
+from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 TRAJECTORY = "mini-trajectory.json"
 SUCCESS_STATUS = "Submitted"
@@ -100,10 +100,10 @@ class MiniTrajectoryParser:
         if status == SUCCESS_STATUS:
             return Verdict(claimed=True, usage=usage)
         if status in LITELLM_EXCEPTIONS:
-            category = classify_litellm(status, detail) or "provider_error"
+            category = classify_litellm(status, detail) or ErrorCategory.PROVIDER_ERROR
             usage.error_counts[category] = usage.error_counts.get(category, 0) + 1
             found = failure(self.label, category, None, f"{status}: {detail or ''}", KEY_HINT)
-            fatal = found.fatal or (category == "provider_bad_request" and not usage.turns)
+            fatal = found.fatal or (category == ErrorCategory.PROVIDER_BAD_REQUEST and not usage.turns)
             return Verdict(claimed=None, usage=usage, reason=found.message, error_category=category, fatal=fatal)
         if status:
             usage.error_counts[status] = 1
@@ -117,7 +117,7 @@ class MiniTrajectoryParser:
                 claimed=None,
                 usage=usage,
                 reason=exit_reason("mini-swe-agent", exit_info) + " before writing a trajectory",
-                error_category="agent_failed",
+                error_category=ErrorCategory.AGENT_FAILED,
             )
         return Verdict(claimed=False, usage=usage, reason=exit_reason("mini-swe-agent", exit_info))
 

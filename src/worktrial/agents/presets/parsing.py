@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from worktrial.agents.pricing import cost_usd
 from worktrial.model.config import Price
-from worktrial.model.records import Tokens, Usage
+from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 if TYPE_CHECKING:
     from worktrial.agents.base import AgentContext
@@ -52,7 +52,7 @@ class Verdict:
     claimed: bool | None
     usage: Usage
     reason: str | None = None
-    error_category: str | None = None
+    error_category: ErrorCategory | None = None
     """Set when the agent itself broke (exited non-zero without reporting anything) or its provider failed."""
     fatal: bool = False
     """The error would repeat on every attempt (a rejected key, an unknown model): stop the run."""
@@ -301,7 +301,7 @@ class JsonLinesParser:
                 claimed=None,
                 usage=usage,
                 reason=exit_reason(self.label, exit_info) + " before reporting anything",
-                error_category="agent_failed",
+                error_category=ErrorCategory.AGENT_FAILED,
             )
         return Verdict(claimed=False, usage=usage, reason=exit_reason(self.label, exit_info))
 

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 
 from worktrial.agents.builtin.transport import status_category
+from worktrial.model.records import FATAL_ERRORS, ErrorCategory
 
-FATAL_CATEGORIES = frozenset({"provider_auth", "model_not_found"})
 DETAIL_CHARS = 160
 
 _AUTH = (
@@ -25,48 +25,48 @@ _MODEL = r"model_not_found|\b404\b|model .{0,80}(does not exist|not found)|unkno
 _RATE = r"\b429\b|rate[ _-]?limit|too many requests|quota"
 _SERVER = r"\b5\d\d\b|overloaded|internal server error|bad gateway|service unavailable"
 _NETWORK = r"connection refused|error sending request|could not resolve|dns error|network is unreachable"
-_TEXT_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+_TEXT_RULES: tuple[tuple[ErrorCategory, re.Pattern[str]], ...] = tuple(
     (category, re.compile(pattern, re.I))
     for category, pattern in (
-        ("provider_auth", _AUTH),
-        ("model_not_found", _MODEL),
-        ("provider_rate_limit", _RATE),
-        ("provider_server", _SERVER),
-        ("provider_unreachable", _NETWORK),
+        (ErrorCategory.PROVIDER_AUTH, _AUTH),
+        (ErrorCategory.MODEL_NOT_FOUND, _MODEL),
+        (ErrorCategory.PROVIDER_RATE_LIMIT, _RATE),
+        (ErrorCategory.PROVIDER_SERVER, _SERVER),
+        (ErrorCategory.PROVIDER_UNREACHABLE, _NETWORK),
     )
 )
 
 
-LITELLM_EXCEPTIONS = {
-    "AuthenticationError": "provider_auth",
-    "PermissionDeniedError": "provider_auth",
-    "NotFoundError": "model_not_found",
-    "RateLimitError": "provider_rate_limit",
-    "InternalServerError": "provider_server",
-    "ServiceUnavailableError": "provider_server",
-    "BadGatewayError": "provider_server",
-    "APIError": "provider_server",
-    "Timeout": "provider_unreachable",
-    "APIConnectionError": "provider_unreachable",
-    "BadRequestError": "provider_bad_request",
-    "UnprocessableEntityError": "provider_bad_request",
-    "ContextWindowExceededError": "provider_bad_request",
-    "UnsupportedParamsError": "provider_bad_request",
+LITELLM_EXCEPTIONS: dict[str, ErrorCategory] = {
+    "AuthenticationError": ErrorCategory.PROVIDER_AUTH,
+    "PermissionDeniedError": ErrorCategory.PROVIDER_AUTH,
+    "NotFoundError": ErrorCategory.MODEL_NOT_FOUND,
+    "RateLimitError": ErrorCategory.PROVIDER_RATE_LIMIT,
+    "InternalServerError": ErrorCategory.PROVIDER_SERVER,
+    "ServiceUnavailableError": ErrorCategory.PROVIDER_SERVER,
+    "BadGatewayError": ErrorCategory.PROVIDER_SERVER,
+    "APIError": ErrorCategory.PROVIDER_SERVER,
+    "Timeout": ErrorCategory.PROVIDER_UNREACHABLE,
+    "APIConnectionError": ErrorCategory.PROVIDER_UNREACHABLE,
+    "BadRequestError": ErrorCategory.PROVIDER_BAD_REQUEST,
+    "UnprocessableEntityError": ErrorCategory.PROVIDER_BAD_REQUEST,
+    "ContextWindowExceededError": ErrorCategory.PROVIDER_BAD_REQUEST,
+    "UnsupportedParamsError": ErrorCategory.PROVIDER_BAD_REQUEST,
 }
 """litellm's exception classes (aider and mini-swe-agent name them in their output) and what each stands for."""
 
 
 @dataclass(frozen=True)
 class ProviderFailure:
-    category: str
+    category: ErrorCategory
     message: str
 
     @property
     def fatal(self) -> bool:
-        return self.category in FATAL_CATEGORIES
+        return self.category in FATAL_ERRORS
 
 
-def classify(status: int | None, text: str | None) -> str | None:
+def classify(status: int | None, text: str | None) -> ErrorCategory | None:
     """The error category for an HTTP status (preferred) or, failing that, for the CLI's error text."""
     if status is not None:
         category = status_category(status)
@@ -78,11 +78,11 @@ def classify(status: int | None, text: str | None) -> str | None:
     return None
 
 
-def classify_litellm(exception: str, text: str | None) -> str | None:
+def classify_litellm(exception: str, text: str | None) -> ErrorCategory | None:
     """The category of a litellm exception by class name; a bad request is read closer from its text, because
     litellm reports e.g. an unknown provider or model as ``BadRequestError``."""
     category = LITELLM_EXCEPTIONS.get(exception)
-    if category == "provider_bad_request":
+    if category == ErrorCategory.PROVIDER_BAD_REQUEST:
         return classify(None, text) or category
     return category or classify(None, text)
 
@@ -92,20 +92,22 @@ def short(text: str | None) -> str:
     return flat if len(flat) <= DETAIL_CHARS else flat[: DETAIL_CHARS - 3] + "..."
 
 
-def failure(cli: str, category: str, status: int | None, detail: str | None, key_hint: str) -> ProviderFailure:
+def failure(
+    cli: str, category: ErrorCategory, status: int | None, detail: str | None, key_hint: str
+) -> ProviderFailure:
     """One line naming the CLI, what the provider said and the fix."""
     where = f"{cli}: " + (f"HTTP {status}" if status is not None else "provider error")
     said = f" ({short(detail)})" if detail else ""
-    if category == "provider_auth":
+    if category == ErrorCategory.PROVIDER_AUTH:
         return ProviderFailure(category, f"{where}: the provider refused the credentials{said}; {key_hint}")
-    if category == "model_not_found":
+    if category == ErrorCategory.MODEL_NOT_FOUND:
         return ProviderFailure(
             category, f"{where}: the provider does not know this model{said}; check --model (and --base-url)"
         )
-    if category == "provider_rate_limit":
+    if category == ErrorCategory.PROVIDER_RATE_LIMIT:
         return ProviderFailure(category, f"{where}: rate limited after the CLI's own retries{said}")
-    if category == "provider_bad_request":
+    if category == ErrorCategory.PROVIDER_BAD_REQUEST:
         return ProviderFailure(category, f"{where}: the provider rejected the request{said}; check --model")
-    if category == "provider_unreachable":
+    if category == ErrorCategory.PROVIDER_UNREACHABLE:
         return ProviderFailure(category, f"{where}: the provider could not be reached{said}; check --base-url")
     return ProviderFailure(category, f"{where}: the provider failed after the CLI's own retries{said}")

@@ -17,7 +17,7 @@ from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, sc
 from worktrial.agents.presets.claude_code import USAGE_FIELDS, ClaudeStreamParser
 from worktrial.agents.presets.parsing import ExitInfo, Verdict, as_dict, as_str, tokens_from
 from worktrial.agents.presets.provider_errors import classify
-from worktrial.model.records import Tokens
+from worktrial.model.records import ErrorCategory, Tokens
 
 API_ERROR = re.compile(r"^\s*\[API Error:\s*(\d{3})?", re.I)
 KEY_HINT = "check OPENAI_API_KEY (or the provider settings in ~/.qwen/settings.json)"
@@ -42,7 +42,7 @@ class QwenStreamParser(ClaudeStreamParser):
         if result is not None and match is not None:
             verdict = super().verdict(exit_info)
             status = int(match.group(1)) if match.group(1) else None
-            category = classify(status, text) or "provider_error"
+            category = classify(status, text) or ErrorCategory.PROVIDER_ERROR
             return self._provider_verdict(verdict.usage, category, status, text)
         return super().verdict(exit_info)
 
