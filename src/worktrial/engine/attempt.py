@@ -495,7 +495,7 @@ def _run_in(
         else:
             borrowed = [p for p in (start.objects, workspace.root / ENV_OBJECTS) if p is not None and p.is_dir()]
             progress.patch = agent_patch(workspace, start.commit, PATCH_MAX_BYTES, borrowed)
-    overran = time.monotonic() > deadline + job.spec.grace_secs + DEADLINE_GRACE_SECS
+    overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS  # an in-process agent gets no SIGTERM grace
     progress.outcome, progress.reason, verify_decides = _decide(task, result, overran)
     if hit := sandbox.limit_hit():
         progress.outcome, progress.reason, progress.error_category, progress.claimed = (
