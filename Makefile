@@ -1,10 +1,11 @@
 # Quick start: `make demo` runs the bundled suite with the oracle agent; `make test` runs every check.
+# While editing: `make check` (lint, types and the fast tests; needs only the venv, installs nothing else).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean fmt browser agents ray-tools sandbox
+.PHONY: demo test check lint typecheck unit bench clean fmt browser agents ray-tools sandbox
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "worktrial needs Python 3.11 or newer")'
@@ -60,7 +61,15 @@ ray-tools:
 unit: $(STAMP) browser agents ray-tools sandbox
 	$(BIN)/pytest -q
 
+# Everything, as CI runs it (.ci/run): installs the agent CLIs, the browser, bubblewrap and the Ray tools first.
 test: lint typecheck unit
+
+# The edit loop: lint, types and the tests that need none of those installs and take at most a few seconds each.
+# What it leaves out (the markers in pyproject.toml) runs in `make test`.
+FAST_TESTS := not slow and not agents and not ray and not browser and not container and not pty
+
+check: lint typecheck
+	$(BIN)/pytest -q -m "$(FAST_TESTS)"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

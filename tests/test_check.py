@@ -90,6 +90,7 @@ def test_check_markdown_table_and_repeats(cli, repo: Path, write_suite) -> None:
     assert "so it may well have been missed: `--repeats 15` catches it with 81%." in out
 
 
+@pytest.mark.slow
 def test_check_passes_the_bundled_suite(cli, repo: Path) -> None:
     result = cli(["check", str(ROOT / "suites/smoke-workspace-basics.json"), "--trust", "-q"], cwd=repo)
     assert result.exit_code == 0, result.output

@@ -1,13 +1,17 @@
-"""The docs stay true: every ``worktrial`` command shown in README.md and docs/*.md names real commands and flags,
-the flag table of docs/cli.md matches ``eval``'s real options, and the commands that can run offline do run.
+"""The docs stay true: every ``worktrial`` command shown in README.md and docs/*.md names real commands and flags
+(and, unless it is a synopsis, parses as click would run it), the flag table of docs/cli.md matches ``eval``'s real
+options, and the commands that can run offline do run.
 
 Commands are taken from fenced shell blocks (```sh, ```bash, ```console or unlabeled), one per line, ``$ `` prompts
 and ``# comments`` removed. A command that needs something only the reader has (``RUN_ID``, ``SUITE.json``, an
-agent program, a model provider) is checked against the CLI's options but not run.
+agent program, a model provider) is checked against the CLI's options but not run; so is one that another test
+already runs for real (``RUN_ELSEWHERE``).
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
 import re
 import shlex
@@ -36,6 +40,27 @@ NEEDS_THE_READER = ("--model", "--agent-cmd", "--base-url", "--from", "--resume"
 OFFLINE_AGENTS = {"oracle", "nop"}
 # Commands whose exit code 1 reports findings about the input (not a failure of the command).
 FINDINGS_EXIT_1 = {"check", "audit"}
+# Runnable commands the docs show that another test already runs for real on the same file (give or take output
+# flags such as -q or --format json, or fewer --repeats or --attempts): running them again here took over a minute.
+# They are parsed instead (every command, flag, value and argument count, as click would before running them), and
+# the test named beside each must still exist and run that command.
+RUN_ELSEWHERE: dict[tuple[str, ...], tuple[str, str]] = {
+    # README.md, step 1 of the tour (the `checkout` fixture below runs it too, with -q)
+    ("eval", "--suite", "suites/smoke-workspace-basics.json", "--agent", "oracle", "--trust"): (
+        "tests.test_smoke_cli",
+        "test_oracle_passes_bundled_suite",
+    ),
+    # README.md, step 5 of the tour
+    ("check", "suites/smoke-workspace-basics.json", "--trust"): (
+        "tests.test_check",
+        "test_check_passes_the_bundled_suite",
+    ),
+    # docs/suite-format.md, the example suite for a real library
+    ("check", "examples/inflection/suite.json", "--trust"): (
+        "tests.test_example_suite",
+        "test_example_suite_checks_clean",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -133,6 +158,22 @@ def test_the_docs_show_commands() -> None:
     assert {s.doc for s in SHOWN} >= {"README.md", "docs/cli.md", "docs/statistics.md"}
 
 
+def is_synopsis(argv: tuple[str, ...]) -> bool:
+    """A usage line (``[--repeats 15]``, ``--agent NAME | --agent-cmd CMD``, ``...``), not a command to type."""
+    return any(set(word) & set("[]|") or word.endswith("...") for word in argv)
+
+
+def parse(argv: tuple[str, ...]) -> click.Context:
+    """Parse ``worktrial ARGV`` as click does before running it, running nothing: an unknown command or flag, a bad
+    value (a choice, a number), a missing required option or a wrong number of arguments raises click.UsageError."""
+    path, command, words = resolve(argv)
+    try:
+        return command.make_context(" ".join(["worktrial", *path]), list(words))
+    except click.exceptions.Exit as done:  # --help, --version: parsed, and nothing left to run
+        assert done.exit_code == 0, f"worktrial {shlex.join(argv)} exited {done.exit_code} while parsing"
+        return click.Context(command)
+
+
 @pytest.mark.parametrize("shown", SHOWN, ids=str)
 def test_every_shown_command_and_flag_exists(shown: Shown) -> None:
     path, command, words = resolve(shown.argv)
@@ -140,6 +181,11 @@ def test_every_shown_command_and_flag_exists(shown: Shown) -> None:
     known = _option_names(command)
     unknown = [flag for flag in flags_in(words) if flag not in known]
     assert not unknown, f"{shown}: {', '.join(unknown)} not options of `worktrial {' '.join(path)}`"
+    if not is_synopsis(shown.argv):
+        try:
+            parse(shown.argv)
+        except click.UsageError as bad:
+            pytest.fail(f"{shown}: {bad.format_message()}")
 
 
 def _table_flags(doc: Path) -> list[tuple[str, bool]]:
@@ -188,6 +234,21 @@ def test_some_shown_commands_run_offline() -> None:
     assert any(s.argv[:1] == ("eval",) for s in RUNNABLE) and any(s.argv[:1] == ("power",) for s in RUNNABLE)
 
 
+@pytest.mark.parametrize("argv", RUN_ELSEWHERE, ids=shlex.join)
+def test_a_command_run_elsewhere_is_shown_parses_and_still_runs_there(argv: tuple[str, ...]) -> None:
+    """Each entry of RUN_ELSEWHERE stands for a runnable command the docs show (a stale entry fails here), parses
+    in full, and the test it names still runs that command on that file."""
+    assert argv in {s.argv for s in RUNNABLE}, f"worktrial {shlex.join(argv)} is no longer a runnable docs command"
+    parse(argv)
+    module, name = RUN_ELSEWHERE[argv]
+    elsewhere = getattr(importlib.import_module(module), name, None)
+    assert callable(elsewhere), f"{module}.{name}, which runs worktrial {shlex.join(argv)}, is gone"
+    assert f'"{argv[0]}"' in inspect.getsource(elsewhere), f"{module}.{name} no longer runs `{argv[0]}`"
+    source = inspect.getsource(importlib.import_module(module))
+    for file in (Path(word) for word in argv if word.endswith(".json")):
+        assert file.parent.name in source and file.name in source, f"{module} no longer runs it on {file}"
+
+
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A git repository holding the project's suites and examples, as a reader's checkout would, after the quick
@@ -201,7 +262,9 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         subprocess.run(["git", *args], cwd=copy, check=True, capture_output=True)
     state = tmp_path_factory.mktemp("docs-state")
     env = {**os.environ, "WORKTRIAL_TRUST": "1", "WORKTRIAL_CONFIG_DIR": str(state), "TMPDIR": str(state)}
-    quick_start = ["eval", "--suite", "suites/smoke-workspace-basics.json", "--agent", "oracle", "-q"]
+    # One attempt a task, not the suite's three: the commands below need a stored run, not its error bars.
+    suite = "suites/smoke-workspace-basics.json"
+    quick_start = ["eval", "--suite", suite, "--agent", "oracle", "--attempts", "1", "-q"]
     done = subprocess.run([sys.executable, "-m", "worktrial", *quick_start], cwd=copy, env=env, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()
     return copy, state
@@ -216,7 +279,7 @@ def project_copy(checkout: tuple[Path, Path], tmp_path: Path) -> Path:
     return Path(shutil.copytree(repo, tmp_path / "checkout", symlinks=True))
 
 
-@pytest.mark.parametrize("shown", RUNNABLE, ids=str)
+@pytest.mark.parametrize("shown", [s for s in RUNNABLE if s.argv not in RUN_ELSEWHERE], ids=str)
 def test_shown_offline_commands_run(
     shown: Shown, project_copy: Path, cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import git, task
 
+pytestmark = pytest.mark.sandbox  # every attack runs under --sandbox on
+
 
 def _eval(cli: Any, repo: Path, suite: Path, *args: str) -> dict[str, Any]:
     result = cli(["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", *args], cwd=repo)

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import task
 from tests.hostile_support import PROJECT, run_worktrial
 
@@ -68,6 +70,7 @@ def test_forged_records_never_count(repo: Path, write_suite, tmp_path: Path) -> 
     assert rebuilt["report"]["overall"]["total_runs"] == 3
 
 
+@pytest.mark.sandbox
 def test_forging_agent_in_the_sandbox_never_reaches_the_store(repo: Path, write_suite, tmp_path: Path) -> None:
     """The same forger with --sandbox on: the run store is hidden, so not one foreign line lands in it."""
     envelope = _forging_run(repo, write_suite, tmp_path, sandbox="on")

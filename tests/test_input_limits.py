@@ -90,6 +90,7 @@ def test_loads_limited_reports_the_path() -> None:
         loads_limited('{"a": "x\\u0000"}', allow_nul=False)
 
 
+@pytest.mark.slow
 def test_bad_suites_through_the_cli_are_one_line_and_exit_2(repo: Path, tmp_path: Path) -> None:
     """The real CLI, in its own process: no traceback for any of them, in ``validate`` and in ``eval``."""
     for case in ("nested-100000", "timeout-10**400", "nul-in-argv", "timeout-a-year"):
@@ -120,6 +121,7 @@ ENVELOPE_ATTACKS: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
+@pytest.mark.slow
 def test_envelopes_given_to_audit_and_compare_are_checked(repo: Path, write_suite, tmp_path: Path) -> None:
     suite, envelope = _stored_run(repo, write_suite)
     good = tmp_path / "good.json"

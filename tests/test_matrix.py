@@ -247,6 +247,7 @@ def stored_runs(repo: Path) -> list[Path]:
     return sorted((repo / ".worktrial" / "runs").glob("*/envelope.json"))
 
 
+@pytest.mark.slow
 def test_agent_matrix_ranks_marks_ties_and_reports_cost_and_honesty(
     cli: Any, repo: Path, tmp_path: Path, write_suite: Any
 ) -> None:

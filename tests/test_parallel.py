@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.agents_for_tests import FlakyInfraAgent
 from tests.conftest import SuiteWriter, git, task
 
@@ -44,6 +46,7 @@ def eval_json(cli, repo: Path, suite: Path, *extra: str, exit_code: int = 0) -> 
     return envelope
 
 
+@pytest.mark.slow
 def test_report_is_identical_whatever_the_jobs(cli, repo: Path, write_suite) -> None:
     suite = mixed_suite(write_suite)
     one = eval_json(cli, repo, suite, "--agent-cmd", MIXED_AGENT, "--jobs", "1")
@@ -69,6 +72,7 @@ def _lines(path: Path) -> int:
     return path.read_text().count("\n") if path.exists() else 0
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume_gives_the_uninterrupted_result(cli, repo: Path, write_suite, tmp_path: Path) -> None:
     suite = mixed_suite(write_suite, attempts=3)
     slow_agent = "sleep 0.3; " + MIXED_AGENT
@@ -140,6 +144,7 @@ def test_resume_of_a_complete_run_runs_nothing(cli, repo: Path, write_suite) -> 
     assert comparable(json.loads(again.stdout)) == comparable(first)
 
 
+@pytest.mark.slow
 def test_retry_errors_only_retries_infrastructure(cli, repo: Path, write_suite) -> None:
     FlakyInfraAgent.calls.clear()
     tasks = [task("infra"), task("always-infra"), task("fails"), task("slow", timeout_secs=1), task("crashes")]

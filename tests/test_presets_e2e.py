@@ -151,6 +151,7 @@ def test_preset_end_to_end(preset: str, cli: Callable[..., Result], repo: Path, 
     assert list(fake_env.home.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_preset_commands_match_documented_flags(
     cli: Callable[..., Result], repo: Path, write_suite, fake_env: FakeEnv
 ) -> None:
@@ -179,6 +180,7 @@ def test_preset_commands_match_documented_flags(
             assert run["stdin"] == ""
 
 
+@pytest.mark.slow
 def test_codex_is_priced_from_the_table_when_the_model_is_known(
     cli: Callable[..., Result], repo: Path, write_suite, fake_env: FakeEnv
 ) -> None:

@@ -66,6 +66,7 @@ def test_eta_comes_from_observed_durations() -> None:
     assert reporter.eta_secs() == pytest.approx(30.0)  # three more at 10 s each, one at a time
 
 
+@pytest.mark.slow
 @pytest.mark.pty
 def test_report_on_a_terminal_is_drawn_as_tables_and_piped_is_markdown(repo: Path, write_suite: SuiteWriter) -> None:
     import json

@@ -173,6 +173,7 @@ def test_an_argument_only_preset_refuses_a_prompt_over_the_kernel_limit(
     assert len(invocations(log_dir, binary)) == 1, "the CLI was never started with an argument it cannot take"
 
 
+@pytest.mark.slow
 def test_custom_agents_get_the_prompt_file_placeholder(repo: Path, write_suite, tmp_path: Path) -> None:
     config_dir = Path(os.environ["WORKTRIAL_CONFIG_DIR"])
     config_dir.mkdir(parents=True, exist_ok=True)

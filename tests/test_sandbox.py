@@ -106,6 +106,7 @@ def _kept_worktree(envelope: dict[str, Any], stdout: str) -> Path:
     return Path(kept[0])
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("under", ["/home", "/tmp"])
 def test_a_planted_ssh_key_is_absent_wherever_home_is(
     cli: Callable[..., Result], repo: Path, write_suite, under: str, monkeypatch: pytest.MonkeyPatch
@@ -132,6 +133,7 @@ def test_a_planted_ssh_key_is_absent_wherever_home_is(
         shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.mark.sandbox
 def test_hostile_agent_is_contained(cli: Callable[..., Result], repo: Path, write_suite, hostile_env, tmp_path) -> None:
     marker = f"wt-sandbox-{uuid.uuid4().hex}"
     os.environ["H_MARK"] = marker
@@ -264,6 +266,7 @@ def loopback_server() -> Iterator[tuple[int, list[int]]]:
         server.close()
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("network", ["off", "on", "host"])
 def test_only_network_host_reaches_the_hosts_loopback(
     cli, repo: Path, write_suite, loopback_server: tuple[int, list[int]], network: str
@@ -347,6 +350,7 @@ def test_bad_limit_values_are_one_line(cli, repo: Path, write_suite) -> None:
     assert result.exit_code == 2 and "--network off needs the sandbox" in result.stderr
 
 
+@pytest.mark.sandbox
 def test_compare_notes_runs_in_different_sandboxes(cli, repo: Path, write_suite) -> None:
     suite = write_suite([task("t")])
     args = ["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "-q"]
@@ -358,6 +362,7 @@ def test_compare_notes_runs_in_different_sandboxes(cli, repo: Path, write_suite)
     assert "different sandboxes" in result.stdout
 
 
+@pytest.mark.sandbox
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root to become nobody")
 def test_the_same_sandbox_works_for_an_unprivileged_user(monkeypatch: pytest.MonkeyPatch) -> None:
     """What worktrial builds also runs as ``nobody`` (bubblewrap then uses an unprivileged user namespace)."""
@@ -418,6 +423,7 @@ def test_every_row_of_the_security_tables_names_a_test_that_exists(doc: str) -> 
             assert not func or f"def {func}(" in source, f"{doc}: {current}::{func} does not exist"
 
 
+@pytest.mark.sandbox
 def test_sandbox_config_is_the_users_and_a_project_cannot_loosen_it(
     cli, repo: Path, write_suite, isolated_state: Path
 ) -> None:
@@ -442,6 +448,7 @@ def test_sandbox_config_is_the_users_and_a_project_cannot_loosen_it(
     assert refused.exit_code == 2 and "[sandbox] is a user setting" in refused.stderr, refused.output
 
 
+@pytest.mark.sandbox
 def test_sandbox_show_adds_one_path_read_only_and_nothing_else(
     cli: Callable[..., Result], repo: Path, write_suite, tmp_path: Path
 ) -> None:

@@ -77,6 +77,7 @@ def _userns_available(uid: int) -> str | None:
     return None
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("who", ["root", "unprivileged"])
 def test_a_default_run_is_sandboxed(who: str) -> None:
     if os.geteuid() != 0 and who == "root":

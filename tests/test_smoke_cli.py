@@ -5,6 +5,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +65,7 @@ def test_minimal_suite_runs(cli, repo: Path, write_suite) -> None:
     assert "| a | capability | 2/2 |" in result.stdout
 
 
+@pytest.mark.sandbox
 def test_oracle_passes_bundled_suite_in_the_sandbox_with_no_identity_but_the_users_own(
     cli, repo: Path, tmp_path: Path, monkeypatch
 ) -> None:
@@ -86,6 +89,8 @@ def test_oracle_passes_bundled_suite_in_the_sandbox_with_no_identity_but_the_use
     assert author.stdout.strip() == "worktrial agent <agent@worktrial.invalid>"
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_oracle_passes_bundled_suite_kept_inside_the_repository_in_the_sandbox(cli, repo: Path) -> None:
     """``make demo``: the suite lives in the repository it evaluates, so the slot hides it in a prepared base commit
     whose objects sit next to the private git dir. The sandbox must show them, or HEAD cannot be read and the

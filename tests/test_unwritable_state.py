@@ -140,6 +140,8 @@ FILL_THE_STORE = (
 )
 
 
+# The resume runs under --sandbox auto: only a sandboxed agent cannot see the store to fill it again.
+@pytest.mark.sandbox
 def test_a_disk_that_fills_up_during_the_run_is_one_line_and_resumable(
     repo: Path, write_suite, shared_dir: Path, tmp_path: Path
 ) -> None:
@@ -173,6 +175,7 @@ chmod 000 locked ../locked-next
 """
 
 
+@pytest.mark.slow
 def test_unreadable_directories_left_by_an_agent_are_removed_without_root(shared_dir: Path) -> None:
     """The whole harness as an unprivileged user: chmod 000 directories in and next to the worktree are removed
     (no TypeError in the removal, no worktree left in TMPDIR), and every attempt still passes."""

@@ -46,6 +46,7 @@ def test_a_plain_path_is_written_as_is() -> None:
     assert quote_line(Path("/srv/repo/.git/objects")) == b"/srv/repo/.git/objects"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sandbox", ["on", "off"])
 def test_a_workspace_path_with_a_newline_runs_every_attempt(cli: Any, tmp_path: Path, sandbox: str) -> None:
     if sandbox == "on" and shutil.which("bwrap") is None:
