@@ -184,8 +184,6 @@ def test_a_custom_agent_gets_what_its_pass_env_names(cli: Any, repo: Path, write
     assert _outcomes(envelope) == {"t": "pass"} and envelope["agent"]["pass_env"] == ["AWS_*"]
 
 
-# Without bubblewrap, --sandbox auto's warning comes before the bad --pass-env's line (a second line).
-@pytest.mark.sandbox
 def test_bad_pass_env_is_one_line(cli: Any, repo: Path, write_suite: Any) -> None:
     result = cli(
         ["eval", "--suite", str(write_suite([task("t")])), "--trust", "--agent-cmd", "true", "--pass-env", "A B"],

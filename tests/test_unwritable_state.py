@@ -135,20 +135,20 @@ def test_a_full_disk_under_the_state_directory_is_one_line(
 FILL_THE_STORE = (
     'alt="$(cat "$(git rev-parse --path-format=absolute --git-common-dir)/objects/info/alternates")"\n'
     'repo="$(dirname "$(dirname "$alt")")"\n'
-    'if [ -z "$NO_FILL" ]; then head -c 4000000 /dev/zero > "$repo/.worktrial/fill" 2>/dev/null; fi\n'
+    'if [ -e "$FILL_WHILE" ]; then head -c 4000000 /dev/zero > "$repo/.worktrial/fill" 2>/dev/null; fi\n'
     "touch done.txt\n"
 )
 
 
-# The resume runs under --sandbox auto: only a sandboxed agent cannot see the store to fill it again.
-@pytest.mark.sandbox
 def test_a_disk_that_fills_up_during_the_run_is_one_line_and_resumable(
     repo: Path, write_suite, shared_dir: Path, tmp_path: Path
 ) -> None:
     """An agent fills the disk under the run store: the run stops with one line (exit 1), and once there is space
     again ``worktrial resume`` finishes it with every attempt counted once."""
     agent = tmp_path / "fill.sh"
-    agent.write_text(FILL_THE_STORE)
+    filling = tmp_path / "filling"  # the agent fills the disk while this file exists
+    filling.touch()
+    agent.write_text(f"FILL_WHILE={filling}\n" + FILL_THE_STORE)
     suite = write_suite([task("t")], attempts=2)
     with _tmpfs(shared_dir / "disk", "1m") as disk:
         (repo / ".worktrial").symlink_to(disk)
@@ -160,7 +160,9 @@ def test_a_disk_that_fills_up_during_the_run_is_one_line_and_resumable(
         assert len(errors) == 1 and "No space left on device" in errors[0] and "Traceback" not in result.stderr, errors
         (run_id,) = os.listdir(disk / "runs")
         (disk / "fill").unlink()
-        resumed = run_worktrial(["resume", run_id, "--format", "json"], cwd=repo, env={"NO_FILL": "1"})
+        filling.unlink()
+        # The run was started with --sandbox off, and its resume is too (the run's frozen config).
+        resumed = run_worktrial(["resume", run_id, "--format", "json"], cwd=repo)
         assert resumed.returncode == 0, resumed.stderr
         attempts = json.loads(resumed.stdout)["report"]["tasks"][0]["attempts"]
         assert sorted(a["attempt"] for a in attempts) == [1, 2]

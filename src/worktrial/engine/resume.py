@@ -219,8 +219,8 @@ def _resume(
     check_writable(store.dir, "run data")
     with started(run_id, jobs, session) as (executor, work_root):
         request: SandboxChoice | SandboxRequest = config.sandbox if config.sandbox is not None else options.sandbox
+        description = executor.preflight(ref)  # bad agent input is one line, before any sandbox warning
         sandbox = resolve_run_sandbox(request, session.base_url, ref, ws, work_root, bases, observer)
-        description = executor.preflight(ref)
         budget = new_budget(session, config, ref.name, description)
         earlier = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])
         meta = meta.model_copy(

@@ -435,8 +435,8 @@ def run_suite(
     end_previous(ws.state_root, observer)
     run_id = new_run_id()
     with started(run_id, jobs, options) as (executor, work_root):
+        description = executor.preflight(ref)  # bad agent input is one line, before any sandbox warning
         sandbox = resolve_run_sandbox(options.sandbox, options.base_url, ref, ws, work_root, bases, observer)
-        description = executor.preflight(ref)
         config = frozen_config(options, ref.name, attempts, k, sandbox.request)
         budget = new_budget(options, config, ref.name, description)
         ensure_state_dir(ws.state_root)
