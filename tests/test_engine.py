@@ -138,7 +138,7 @@ class PicklingExecutor:
     def stop(self) -> None:
         self.inner.stop()
 
-    def close(self, timeout: float) -> bool:
+    def close(self, timeout: float | None) -> bool:
         return self.inner.close(timeout)
 
 

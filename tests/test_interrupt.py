@@ -83,6 +83,9 @@ def test_interrupt_cleans_up(repo: Path, write_suite: SuiteWriter, tmp_path: Pat
         out, err = harness.communicate(timeout=60)
         assert harness.returncode == 130, err.decode()
         assert b"interrupted" in err
+        # Said at once, before the attempts are ended and the report is printed.
+        assert b"worktrial: stopping\xe2\x80\xa6 ending the running attempts" in err
+        assert err.index(b"worktrial: stopping") < err.index(b"interrupted")
         envelope = json.loads(out)
         assert envelope["run"]["complete"] is False
         assert [t["total_runs"] for t in envelope["report"]["tasks"]] == [1, 0, 0], err.decode()

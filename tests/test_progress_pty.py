@@ -114,3 +114,34 @@ def test_report_on_a_terminal_is_drawn_as_tables_and_piped_is_markdown(repo: Pat
         child.close(force=True)
     assert "|---|" not in screen and "─" * 10 in screen and "t1" in screen
     assert "sandbox" in screen and ("bubblewrap" in screen or "none" in screen)  # what contained the attempts
+
+
+@pytest.mark.pty
+@pytest.mark.slow
+def test_ctrl_c_on_a_terminal_says_stopping_at_once_and_leaves_nothing(
+    repo: Path, write_suite: SuiteWriter, tmp_path: Path
+) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    suite = write_suite([task("slow-task", timeout_secs=300, verify_commands=["true"])])
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40", "TMPDIR": str(tmp)}
+    argv = ["-c", "from worktrial.cli import main; main()", "eval", "--suite", str(suite), "--trust"]
+    child = pexpect.spawn(
+        sys.executable,
+        [*argv, "--agent-cmd", "sleep 300"],
+        cwd=str(repo),
+        env=env,
+        encoding="utf-8",
+        timeout=DEADLINE_SECS,
+        dimensions=(40, 120),
+    )
+    try:
+        child.expect(r"slow-task #1\s+agent")
+        child.sendintr()
+        child.expect("worktrial: stopping… ending the running attempts")
+        child.expect("interrupted")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 130
+    assert list(tmp.iterdir()) == []  # no worktree, slot or scratch directory left to delete by hand

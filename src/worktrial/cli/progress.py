@@ -130,6 +130,16 @@ class ProgressReporter(RunObserver):
         """The run's spend (earlier sessions included) against its budget; shown from the next line on."""
         self.spent, self.max_cost, self.priced = spent, max_cost, True
 
+    def stopping(self, waiting: bool = False) -> None:
+        """Said at once on Ctrl-C: the bar stops (it would tick on while attempts end) and one line says why."""
+        self.close()
+        again = "(Ctrl-C again ends everything at once)"
+        if waiting:
+            line = f"worktrial: still stopping: waiting for an attempt to finish a step no signal ends {again}"
+        else:
+            line = f"worktrial: stopping… ending the running attempts; finished ones are kept {again}"
+        print(line, file=self.stream, flush=True)
+
     def close(self) -> None:
         if self._live is not None:
             self._live.refresh()

@@ -168,6 +168,7 @@ class Executor(Protocol):
         """Start no more jobs and end the running attempts' processes."""
         ...
 
-    def close(self, timeout: float) -> bool:
-        """Release workers and their slots; False if some were still busy after ``timeout`` seconds."""
+    def close(self, timeout: float | None) -> bool:
+        """Release workers and their slots; False if some were still busy after ``timeout`` seconds (None: wait
+        for them)."""
         ...

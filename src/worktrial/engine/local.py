@@ -91,10 +91,10 @@ class LocalExecutor:
         self._stop.set()
         self.scope.stop()
 
-    def close(self, timeout: float) -> bool:
+    def close(self, timeout: float | None) -> bool:
         for _ in self._threads:
             self._todo.put(None)
-        per = timeout / max(1, len(self._threads))
+        per = None if timeout is None else timeout / max(1, len(self._threads))
         for thread in self._threads:
             thread.join(per)
         self.scope.kill_all()

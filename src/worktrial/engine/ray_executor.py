@@ -296,12 +296,13 @@ class RayExecutor:
             with contextlib.suppress(Exception):
                 actor.stop.remote()
 
-    def close(self, timeout: float) -> bool:
+    def close(self, timeout: float | None) -> bool:
         ray = self.ray
         clean = True
         if self._actors:
             closing = [actor.close.remote() for actor in self._actors]
-            _, waiting = ray.wait(closing, num_returns=len(closing), timeout=max(timeout, 0.1))
+            wait = None if timeout is None else max(timeout, 0.1)
+            _, waiting = ray.wait(closing, num_returns=len(closing), timeout=wait)
             clean = not waiting
             for actor in self._actors:
                 with contextlib.suppress(Exception):

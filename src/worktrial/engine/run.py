@@ -154,6 +154,10 @@ class RunObserver:
     def spend(self, spent: float, max_cost: float | None) -> None:
         """Under a budget, after each attempt: USD spent so far and the budget."""
 
+    def stopping(self, waiting: bool = False) -> None:
+        """The run was interrupted and is ending its attempts; called at once, before any cleanup (``waiting``:
+        again, when an attempt is still finishing a step no signal ends and the run waits for it)."""
+
 
 RunStatus = Literal["complete", "aborted", "stopped"]
 
@@ -647,8 +651,13 @@ def execute(
                     status = "stopped"
             except KeyboardInterrupt:
                 status = "stopped"
+                observer.stopping()
                 executor.stop()
-            executor.close(JOIN_TIMEOUT_SECS)
+            if not executor.close(JOIN_TIMEOUT_SECS) and status == "stopped":
+                # A worker is inside a step no signal ends (the harness's own work between processes): wait for
+                # it, so its files can be removed after it; a second Ctrl-C ends everything at once.
+                observer.stopping(waiting=True)
+                executor.close(None)
     except KeyboardInterrupt:
         # A second Ctrl-C while cleaning up: end every process now and leave at once (no envelope).
         executor.stop()
