@@ -16,7 +16,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
 	@touch $@
 
-demo: $(STAMP)
+# The demo needs worktrial alone (no test tools, no Ray) and bubblewrap, so the first run a newcomer sees is
+# sandboxed; `make test` later adds the rest to the same venv.
+DEMO_STAMP := $(VENV)/.installed-demo
+
+$(DEMO_STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "worktrial needs Python 3.11 or newer")'
+	@command -v git >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq git)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $@
+
+demo: $(DEMO_STAMP) sandbox
 	$(BIN)/worktrial eval --suite suites/smoke-workspace-basics.json --agent oracle --trust
 	@echo "worktrial: the run as a page: $$($(BIN)/worktrial view)"
 

@@ -16,10 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 from worktrial.isolation import childenv, proc
 from worktrial.model.config import Config
 from worktrial.model.records import ErrorCategory, Usage
+from worktrial.model.run_config import DEFAULT_GRACE_SECS
 from worktrial.model.suite import Task
-
-DEFAULT_GRACE_SECS = 5.0
-"""Between SIGTERM at the deadline and SIGKILL (``--grace-secs``): time for the agent to save its work."""
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,16 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from worktrial.engine.executor import Executor
-from worktrial.engine.run import ExecutorFactory, local_executor
 from worktrial.errors import BadInputError
 from worktrial.jsonlimits import JsonLimitError, loads_limited
+
+if TYPE_CHECKING:
+    from worktrial.engine.executor import Executor
+    from worktrial.engine.run import ExecutorFactory
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -95,6 +97,8 @@ def executor_factory(
     if not use_ray:
         if ray_address or resources:
             raise BadInputError("--ray-address and --ray-resource need --executor ray (or auto)")
+        from worktrial.engine.run import local_executor
+
         return local_executor
     from worktrial.engine.ray_executor import RayExecutor, RaySettings, import_ray
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from worktrial.cli.options import workspace_option
-from worktrial.engine.starter import write_starter
 from worktrial.isolation.workspace import find_workspace
 
 
@@ -23,6 +22,8 @@ from worktrial.isolation.workspace import find_workspace
 def init_cmd(directory: Path | None, workspace: Path | None, force: bool) -> None:
     """Write a starter suite (two tasks, hidden tests, solutions, a detected environment) that check passes."""
     repo = find_workspace(workspace)
+    from worktrial.engine.starter import write_starter
+
     result = write_starter(repo, directory.resolve() if directory else None, force=force)
     suite = result.directory / "suite.json"
     try:

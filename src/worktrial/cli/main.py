@@ -8,18 +8,16 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from worktrial.agents.base import DEFAULT_GRACE_SECS
 from worktrial.analysis.suite_paths import static_lints
 from worktrial.cli import logs
 from worktrial.cli.common import emit, ensure_project_trust, ensure_trust, err, print_table
 from worktrial.cli.executors import executor_factory, executor_options
-from worktrial.cli.matrix import run_matrix_and_report
 from worktrial.cli.options import (
     budget_options,
     jobs_option,
@@ -38,18 +36,9 @@ from worktrial.cli.options import (
     workspace_option,
 )
 from worktrial.cli.outputs import write_ci_outputs
-from worktrial.cli.progress import ProgressReporter
-from worktrial.engine.confine import SandboxChoice
-from worktrial.engine.matrix import is_matrix
-from worktrial.engine.resume import resume_run, stored_suite
-from worktrial.engine.run import (
-    RunObserver,
-    RunOptions,
-    RunResult,
-    run_suite,
-)
 from worktrial.errors import EXIT_BUDGET, EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
 from worktrial.model.envelope import Envelope, envelope_json_schema
+from worktrial.model.run_config import DEFAULT_GRACE_SECS
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
 from worktrial.render.check_markdown import render_lints
@@ -59,6 +48,9 @@ from worktrial.state.roots import state_root
 from worktrial.state.store import runs_dir
 from worktrial.util import plural
 from worktrial.version import __version__
+
+if TYPE_CHECKING:  # the engine is imported by the commands that run something, never by --help, runs or report
+    from worktrial.engine.run import RunObserver, RunOptions, RunResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_MEASURED_NOTHING = 1
@@ -221,6 +213,11 @@ def eval_cmd(
     for warning in loaded.warnings:
         err(f"worktrial: warning: {suite_path}: {warning}")
     ensure_trust(loaded, workspace, trust, trust_project)
+    from worktrial.cli.matrix import run_matrix_and_report
+    from worktrial.engine.confine import SandboxChoice
+    from worktrial.engine.matrix import is_matrix
+    from worktrial.engine.run import RunOptions, run_suite
+
     options = RunOptions(
         agent=agent[0] if agent else None,
         agent_cmd=agent_cmd,
@@ -267,6 +264,8 @@ def _run_and_report(
     reasons: bool,
     junit: Path | None = None,
 ) -> None:
+    from worktrial.cli.progress import ProgressReporter
+
     progress = ProgressReporter(quiet=quiet, reasons=reasons, on_warning=lambda m: err(f"worktrial: warning: {m}"))
     try:
         result = runner(options, progress)
@@ -357,6 +356,9 @@ def resume_cmd(
     ray_resources: tuple[str, ...],
 ) -> None:
     """Run only the attempts a stored run is missing, then report on the whole run."""
+    from worktrial.engine.resume import resume_run, stored_suite
+    from worktrial.engine.run import RunOptions
+
     stored = stored_suite(run_id, workspace)
     # A changed suite is refused below, with every difference listed; an unchanged one runs its commands again
     # and needs the same trust as eval.

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from worktrial.analysis import stats
 from worktrial.analysis.audit import audit_envelope, load_envelope_json, render_audit
+from worktrial.analysis.check_report import default_repeats
 from worktrial.analysis.compare import LoadedEnvelope, compare_runs
 from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
 from worktrial.cli.common import emit, ensure_trust, err
@@ -30,8 +31,6 @@ from worktrial.cli.options import (
     trust_option,
     workspace_option,
 )
-from worktrial.engine.check import DEFAULT_REPEATS, CheckOptions, check_suite
-from worktrial.engine.confine import SandboxChoice
 from worktrial.errors import BadInputError
 from worktrial.model.selection import select
 from worktrial.model.suite import LoadedSuite, load_suite
@@ -131,7 +130,7 @@ def power_cmd(
 @click.option(
     "--repeats",
     type=click.IntRange(min=1),
-    default=DEFAULT_REPEATS,
+    default=default_repeats(),
     show_default=True,
     help="Verifier re-runs on the oracle's result, to find flaky verifiers.",
 )
@@ -161,6 +160,9 @@ def check_cmd(
     loaded, selection = select(loaded, task_patterns, categories, limit)
     if selection is not None and not quiet:
         err(f"worktrial: checking {len(selection.task_ids)} of {selection.suite_tasks} tasks (the selection)")
+    from worktrial.engine.check import CheckOptions, check_suite  # the engine only for the command that runs
+    from worktrial.engine.confine import SandboxChoice
+
     options = CheckOptions(
         workspace=workspace,
         repeats=repeats,

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from worktrial.agents.base import DEFAULT_GRACE_SECS, AgentError, AgentOptions
+from worktrial.agents.base import AgentError, AgentOptions
 from worktrial.isolation.sandbox import SandboxDecision, SandboxSettings
 from worktrial.model.artifacts import AttemptArtifacts
 from worktrial.model.records import AttemptRecord
+from worktrial.model.run_config import DEFAULT_GRACE_SECS
 from worktrial.model.suite import Environment, Task
 from worktrial.model.trace import Trace
 

@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any, Literal
 
 from worktrial.agents import AgentOptions, create_agent
-from worktrial.agents.base import DEFAULT_GRACE_SECS, Agent
+from worktrial.agents.base import Agent
 from worktrial.engine.budget import FREE_AGENTS, Budget, unpriced_reason
 from worktrial.engine.confine import (
     ResolvedSandbox,
@@ -55,7 +55,7 @@ from worktrial.model.bundle import copy_bundle
 from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope, SandboxInfo, SuiteFileInfo, same_containment
 from worktrial.model.records import RETRYABLE_ERRORS, AttemptRecord
-from worktrial.model.run_config import RunConfig, SandboxRequest
+from worktrial.model.run_config import DEFAULT_GRACE_SECS, RunConfig, SandboxRequest
 from worktrial.model.selection import select
 from worktrial.model.suite import MAX_ATTEMPTS, LoadedSuite, Task, load_suite
 from worktrial.state import leftovers

@@ -11,6 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+DEFAULT_GRACE_SECS = 5.0
+"""Between SIGTERM at an agent's deadline and SIGKILL (``--grace-secs``): time for the agent to save its work."""
+
 EXECUTION_FLAGS = (
     "--jobs",
     "--executor",
@@ -63,7 +66,9 @@ class RunConfig(BaseModel):
     tasks: tuple[str, ...] = Field(default=(), description="--task patterns.")
     categories: tuple[str, ...] = ()
     limit: int | None = None
-    grace_secs: float = Field(default=5.0, description="--grace-secs: between SIGTERM and SIGKILL at a deadline.")
+    grace_secs: float = Field(
+        default=DEFAULT_GRACE_SECS, description="--grace-secs: between SIGTERM and SIGKILL at a deadline."
+    )
     max_cost_per_attempt: float | None = Field(default=None, description="--max-cost-per-attempt in USD.")
     sandbox: SandboxRequest | None = Field(
         default=None, description="None only in runs stored before the config was frozen: the defaults apply then."
