@@ -45,6 +45,7 @@ from worktrial.errors import EXIT_INTERRUPTED, BadInputError, RunAborted, Worktr
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
+from worktrial.safe_text import for_terminal, terminal_text
 from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, stored_envelope
 from worktrial.state.roots import state_root
@@ -391,7 +392,8 @@ def runs_cmd(workspace: Path | None) -> None:
         table.add_column(column)
     for row in rows:
         pass1 = "—" if row.pass_at_1 is None else f"{row.pass_at_1:.3f}"
-        table.add_row(row.id, row.suite, row.agent, row.started_at, f"{row.done}/{row.total}", pass1)
+        cells = (row.id, row.suite, row.agent, row.started_at, f"{row.done}/{row.total}", pass1)
+        table.add_row(*(terminal_text(c) for c in cells))
     Console(width=200).print(table)
 
 
@@ -499,7 +501,7 @@ def validate_cmd(suite_path: Path) -> None:
         err(f"worktrial: warning: {suite_path}: {warning}")
     tasks = loaded.suite.tasks
     counts = f"{plural(len(tasks), 'task')}, {plural(loaded.suite.attempts, 'attempt')}"
-    click.echo(f"{suite_path}: ok — {counts}, sha256 {loaded.sha256}")
+    click.echo(for_terminal(f"{suite_path}: ok — {counts}, sha256 {loaded.sha256}"))
 
 
 def _register_number_commands() -> None:
