@@ -18,7 +18,8 @@ def run_worktrial(
     args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = RUN_TIMEOUT_SECS
 ) -> subprocess.CompletedProcess[str]:
     """The real CLI in its own process; a hang fails the test instead of blocking it (the child is killed)."""
-    full_env = {**os.environ, "PYTHONPATH": PROJECT, **(env or {})}
+    # This checkout's code (src) and its tests package (the project root), whatever the venv was installed from.
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(PROJECT) / "src"), PROJECT]), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "worktrial", *args],
         cwd=cwd,

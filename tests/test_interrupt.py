@@ -103,7 +103,8 @@ def test_second_interrupt_ends_at_once_and_leaves_nothing(repo: Path, write_suit
     tmp.mkdir()
     suite = write_suite([task("t", timeout_secs=300)], attempts=1)
     project = str(Path(__file__).resolve().parent.parent)  # so the subprocess can import tests.agents_for_tests
-    env = {**os.environ, "TMPDIR": str(tmp), "WORKTRIAL_TRUST": "1", "MARK": marker, "PYTHONPATH": project}
+    path = os.pathsep.join([f"{project}/src", project])
+    env = {**os.environ, "TMPDIR": str(tmp), "WORKTRIAL_TRUST": "1", "MARK": marker, "PYTHONPATH": path}
     harness = subprocess.Popen(
         [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--agent",
          "tests.agents_for_tests:StubbornAgent"],

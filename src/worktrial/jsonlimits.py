@@ -23,6 +23,16 @@ MAX_INT_DIGITS = 400
 """Longer integer literals are refused before Python converts them (its own limit, 4300 digits, raises)."""
 _FLOAT_MAX = sys.float_info.max
 
+# How much of each input file is read at most (``worktrial.safe_read.read_input``): a larger one is refused.
+MAX_SUITE_BYTES = 16 * 1024 * 1024
+"""A suite file: prompts included, far beyond any real suite."""
+MAX_ENVELOPE_BYTES = 256 * 1024 * 1024
+"""An envelope given to audit, compare, report, show or view (about 1 KiB per attempt)."""
+MAX_TRACE_BYTES = 16 * 1024 * 1024
+"""A trace file an envelope names (aggregates only, a few KiB)."""
+MAX_CONFIG_BYTES = 1024 * 1024
+"""The user's config.toml, as the project's worktrial.toml; also trust.json's records."""
+
 
 class JsonLimitError(ValueError):
     """A JSON text outside worktrial's limits; ``str()`` is ``<json path>: <what is wrong>``."""

@@ -19,11 +19,13 @@ from pydantic import BaseModel, ValidationError
 
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.errors import BadInputError
-from worktrial.jsonlimits import loads_limited
+from worktrial.jsonlimits import MAX_ENVELOPE_BYTES, MAX_TRACE_BYTES, loads_limited
 from worktrial.model.envelope import Envelope, parse_envelope_json
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import LoadedSuite
 from worktrial.model.trace import FORBIDDEN_KEYS
+from worktrial.safe_read import InputFileError, read_input
+from worktrial.safe_text import for_terminal
 
 
 class AuditReport(BaseModel):
@@ -140,7 +142,10 @@ def _trace_problems(record: AttemptRecord, workspace: Path) -> list[str]:
     path = Path(record.trace)
     path = path if path.is_absolute() else workspace / path
     try:
-        data = loads_limited(path.read_text(encoding="utf-8"))
+        data = loads_limited(read_input(path, MAX_TRACE_BYTES).decode("utf-8"))
+    except InputFileError as exc:
+        # Not a finding about the published numbers: an input worktrial refuses to read (a FIFO, a device).
+        raise BadInputError(f"{where}: trace file {path} {exc.problem}; refusing to read it") from None
     except FileNotFoundError:
         return [f"{where}: trace file {path} does not exist"]
     except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSON problems included
@@ -177,7 +182,9 @@ def attempt_count_problems(envelope: Envelope) -> list[str]:
 
 def load_envelope_json(path: Path) -> tuple[dict[str, Any], Envelope]:
     try:
-        raw = parse_envelope_json(path.read_text(encoding="utf-8"))
+        raw = parse_envelope_json(read_input(path, MAX_ENVELOPE_BYTES).decode("utf-8"))
+    except InputFileError as exc:
+        raise BadInputError(f"{path}: {exc.problem}; an envelope is a JSON file") from None
     except FileNotFoundError:
         raise BadInputError(f"{path}: envelope file not found") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -273,14 +280,16 @@ def audit_envelope(
 def render_audit(report: AuditReport) -> str:
     """Plain text: one line per mismatch, so a CI log shows exactly what does not add up."""
     head = (
-        f"audit of {report.envelope_path} against {report.suite_path}: {report.attempts} attempts, "
-        f"{report.values_compared} published values recomputed, {report.traces_checked} trace files checked"
+        f"audit of {for_terminal(report.envelope_path)} against {for_terminal(report.suite_path)}: "
+        f"{report.attempts} attempts, {report.values_compared} published values recomputed, "
+        f"{report.traces_checked} trace files checked"
     )
     lines = [head]
-    lines += [f"note: {n}" for n in report.notes]
+    # Each finding quotes the envelope (task ids, paths): one line each, so none can forge another.
+    lines += [f"note: {for_terminal(n)}" for n in report.notes]
     if report.ok:
         lines.append("ok: every published number matches its records and suite")
     else:
         lines.append(f"{len(report.mismatches)} mismatch(es):")
-        lines += [f"  - {m}" for m in report.mismatches]
+        lines += [f"  - {for_terminal(m)}" for m in report.mismatches]
     return "\n".join(lines) + "\n"

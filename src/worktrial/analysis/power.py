@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from worktrial.analysis import stats
 from worktrial.errors import BadInputError
 from worktrial.model.envelope import Envelope, Report, TaskReport
+from worktrial.safe_text import for_terminal
 
 # Defaults when nothing is known: Miller's illustrative across-question variance, and the worst case for
 # pass/fail attempts (a 50% chance on every task), so an unknown agent never looks easier to measure.
@@ -193,7 +194,8 @@ def render_plan(p: PowerPlan) -> str:
     """Plain-language lines for the terminal."""
     v = p.variance
     lines = [
-        f"variance model ({v.source}): omega2 = {v.omega2:.4f}, sigma2 = {v.sigma2_a:.4f} (A), {v.sigma2_b:.4f} (B)",
+        f"variance model ({for_terminal(v.source)}): omega2 = {v.omega2:.4f}, "
+        f"sigma2 = {v.sigma2_a:.4f} (A), {v.sigma2_b:.4f} (B)",
         f"two-sided alpha = {p.alpha:g}, power = {p.power:.0%}, pass@1 compared task by task",
     ]
     if p.minimum_detectable_difference is not None:

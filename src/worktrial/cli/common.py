@@ -12,6 +12,7 @@ from rich.markdown import Markdown
 from worktrial.isolation.workspace import find_workspace
 from worktrial.model.suite import LoadedSuite
 from worktrial.render.terminal import markdown_table, rich_table
+from worktrial.safe_text import for_terminal
 from worktrial.state.project import ensure_project_trusted
 from worktrial.state.roots import state_root
 from worktrial.state.trust import ensure_trusted
@@ -19,8 +20,15 @@ from worktrial.util import atomic_write_text
 
 
 def err(message: str) -> None:
-    """A line on stderr: stdout carries only the report."""
-    click.echo(message, err=True)
+    """A line on stderr: stdout carries only the report. Messages name paths, task ids and agent text, so their
+    control characters are shown escaped (``\\x1b``), never sent to the terminal raw."""
+    click.echo(for_terminal(message, multiline=True), err=True)
+
+
+def _confirm(question: str) -> bool:
+    """A yes/no question on the terminal; it quotes the suite's commands, so their control characters are shown
+    escaped: a ``\\r`` cannot paint an innocent command over the one that would run."""
+    return click.confirm(for_terminal(question, multiline=True), default=False, err=True)
 
 
 def print_table(headers: list[str], cells: list[list[str]], fmt: str) -> None:
@@ -38,8 +46,10 @@ def emit(text: str, output: Path | None, *, quiet: bool = False, what: str = "re
     """A report to ``output`` (atomically: a reader never sees half of it) or to stdout.
 
     With ``fmt="auto"`` a markdown report on a terminal is drawn by rich (tables, headings); piped, or with
-    ``--format markdown``, it stays markdown text that can be pasted anywhere.
+    ``--format markdown``, it stays markdown text that can be pasted anywhere. The renderers escape what came from
+    input (``safe_text``); no control character reaches a terminal or a report file even if one did not.
     """
+    text = for_terminal(text, multiline=True)
     if output:
         atomic_write_text(output, text)
         if not quiet:
@@ -62,7 +72,7 @@ def ensure_trust(loaded: LoadedSuite, workspace: Path | None, trust: bool, trust
         trust_root or Path.cwd().resolve(),
         assume_yes=trust,
         interactive=sys.stdin.isatty() and sys.stderr.isatty(),
-        confirm=lambda question: click.confirm(question, default=False, err=True),
+        confirm=_confirm,
     )
     if trust_project is not None:
         ensure_project_trust(workspace, trust_project)
@@ -75,6 +85,6 @@ def ensure_project_trust(workspace: Path | None, trust_project: bool) -> bool:
         state_root(workspace),
         trust_project=trust_project,
         interactive=sys.stdin.isatty() and sys.stderr.isatty(),
-        confirm=lambda question: click.confirm(question, default=False, err=True),
+        confirm=_confirm,
         warn=err,
     )

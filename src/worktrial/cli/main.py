@@ -42,6 +42,7 @@ from worktrial.model.run_config import DEFAULT_GRACE_SECS
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
 from worktrial.render.check_markdown import render_lints
+from worktrial.safe_text import for_terminal, terminal_text
 from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, stored_envelope
 from worktrial.state.roots import state_root
@@ -392,7 +393,8 @@ def runs_cmd(workspace: Path | None) -> None:
         table.add_column(column)
     for row in rows:
         pass1 = "—" if row.pass_at_1 is None else f"{row.pass_at_1:.3f}"
-        table.add_row(row.id, row.suite, row.agent, row.started_at, f"{row.done}/{row.total}", pass1)
+        cells = (row.id, row.suite, row.agent, row.started_at, f"{row.done}/{row.total}", pass1)
+        table.add_row(*(terminal_text(c) for c in cells))
     Console(width=200).print(table)
 
 
@@ -493,9 +495,9 @@ def validate_cmd(suite_path: Path) -> None:
     counts = f"{plural(len(tasks), 'task')}, {plural(loaded.suite.attempts, 'attempt')}"
     verdict = f"{plural(problems, 'problem')} found" if problems else "ok"
     found = f"; {plural(warnings, 'warning')} (see Lints)" if warnings else ""
-    click.echo(f"{suite_path}: {verdict} — {counts}, sha256 {loaded.sha256}{found}")
+    click.echo(for_terminal(f"{suite_path}: {verdict} — {counts}, sha256 {loaded.sha256}{found}"))
     if lints:
-        click.echo("\n" + "\n".join(render_lints(lints)))
+        click.echo("\n" + for_terminal("\n".join(render_lints(lints)), multiline=True))
     if problems:
         sys.exit(EXIT_FINDINGS)
 

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from worktrial.engine.run import RunObserver
 from worktrial.model.records import OUTCOMES, AttemptRecord
+from worktrial.safe_text import for_terminal, terminal_text
 from worktrial.util import plural
 
 _STYLE = {"pass": "green", "fail": "red", "timeout": "yellow", "error": "magenta"}
@@ -82,7 +83,7 @@ class ProgressReporter(RunObserver):
         if self.on_warning is not None:
             self.on_warning(message)
         else:
-            print(f"worktrial: warning: {message}", file=self.stream, flush=True)
+            print(f"worktrial: warning: {for_terminal(message, multiline=True)}", file=self.stream, flush=True)
 
     def begin(self, run_id: str, to_run: int, done: int) -> None:
         self.run_id = run_id
@@ -161,17 +162,18 @@ class ProgressReporter(RunObserver):
     # -- rendering ---------------------------------------------------------------------------------------
 
     def _plain(self, record: AttemptRecord) -> str:
+        """One line per attempt; the task id and reason (agent text) with their control characters escaped."""
         show_reason = record.reason and (self.reasons or record.outcome != "pass")
-        why = f" — {record.reason}" if show_reason else ""
+        why = f" — {for_terminal(record.reason or '')}" if show_reason else ""
         retried = f" (after {plural(record.retries, 'retry', 'retries')})" if record.retries else ""
         spend = f" · spent ${self.spent:.4f} of ${self.max_cost:g}" if self.max_cost is not None else ""
         return (
-            f"[{self.done}/{self.total}] {record.outcome:>7} {record.task_id} #{record.attempt} "
+            f"[{self.done}/{self.total}] {record.outcome:>7} {for_terminal(record.task_id)} #{record.attempt} "
             f"({record.duration_secs:.1f}s){retried}{spend}{why}"
         )
 
     def _line(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
+        print(for_terminal(text), file=self.stream, flush=True)
 
     def render(self) -> RenderableType:
         """The live view as of now (called by rich on every refresh)."""
@@ -179,7 +181,7 @@ class ProgressReporter(RunObserver):
         filled = int(BAR_WIDTH * self.done / self.total) if self.total else 0
         eta = self.eta_secs()
         head = Text.assemble(
-            (f"run {self.run_id} ", "bold"),
+            (f"run {for_terminal(self.run_id)} ", "bold"),
             ("━" * filled, "green"),
             ("━" * (BAR_WIDTH - filled), "grey37"),
             f" {self.done}/{self.total} · elapsed {_clock(now - self._began)} · ETA ",
@@ -195,7 +197,7 @@ class ProgressReporter(RunObserver):
         table = Table.grid(padding=(0, 2))
         ordered = sorted(self.running.items(), key=lambda kv: kv[1].started)
         for (task_id, attempt), running in ordered[:MAX_RUNNING_SHOWN]:
-            table.add_row(Text(f"  {task_id} #{attempt}"), running.phase, f"{now - running.started:4.0f}s")
+            table.add_row(terminal_text(f"  {task_id} #{attempt}"), running.phase, f"{now - running.started:4.0f}s")
         if len(ordered) > MAX_RUNNING_SHOWN:
             table.add_row(f"  … and {len(ordered) - MAX_RUNNING_SHOWN} more running", "", "")
         return Group(head, summary, table)

@@ -17,9 +17,11 @@ from worktrial.cli.options import workspace_option
 from worktrial.errors import BadInputError
 from worktrial.render.html import ViewRun, render_html
 from worktrial.render.terminal import attempt_view, run_summary, task_view
+from worktrial.safe_text import for_terminal
 from worktrial.state.artifacts import artifacts_for_envelope
 from worktrial.state.history import list_runs, resolve_envelope
 from worktrial.state.roots import state_root
+from worktrial.state.store import checked_run_id
 from worktrial.util import atomic_write_text
 
 
@@ -91,10 +93,11 @@ def view_cmd(runs: tuple[str, ...], workspace: Path | None, output: Path | None,
             directory = state_root(workspace) / ".worktrial" / "view"
         except BadInputError:
             directory = Path.cwd()
-        name = "-vs-".join(v.envelope.run.id for v in views)[:180]
+        # The page is named after the runs: only ids of worktrial's own form (never "../../x") make a path.
+        name = "-vs-".join(checked_run_id(v.envelope.run.id, "the envelope's run.id") for v in views)[:180]
         output = directory / f"{name}.html"
     output.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output, render_html(views))
-    click.echo(str(output.resolve()))
+    click.echo(for_terminal(str(output.resolve())))
     if open_browser and not webbrowser.open(output.resolve().as_uri()):
         err("worktrial: could not open a browser; open the file above yourself")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worktrial.errors import WorkspaceError
+from worktrial.safe_read import read_input
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -239,26 +240,10 @@ def chmod_dir_rel(root_fd: int, rel: str, mode: int) -> None:
 def read_regular(path: Path, limit: int) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes, never through a symlink, FIFO or device.
 
-    ``O_NONBLOCK`` keeps opening a FIFO from blocking; the type is checked on the open descriptor, so a
-    file swapped in after a check cannot slip through.
+    ``worktrial.safe_read.read_input`` without following links: a symlink is ``OSError(ELOOP)``, anything but a
+    regular file (or a larger one) an ``InputFileError`` (a ``ValueError``); a FIFO never blocks.
     """
-    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | getattr(os, "O_NONBLOCK", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
-        if st.st_size > limit:
-            raise ValueError(f"larger than {limit} bytes")
-        chunks = []
-        total = 0
-        while chunk := os.read(fd, min(65536, limit + 1 - total)):
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > limit:
-                raise ValueError(f"larger than {limit} bytes")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    return read_input(path, limit, follow_symlinks=False)
 
 
 def _chmod_dir(path: str) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from worktrial.errors import HarnessError, WorkspaceError
 from worktrial.isolation import proc, safefs
 from worktrial.isolation.alternates import write_alternates
+from worktrial.safe_read import input_sha256
 
 log = logging.getLogger(__name__)
 ATTEMPT_BRANCH = "worktrial/attempt"
@@ -27,6 +28,8 @@ GIT_DIR_NAME = "repo.git"
 AGENT_NAME = "worktrial agent"
 AGENT_EMAIL = "agent@worktrial.invalid"
 _GIT_TIMEOUT = 600.0
+MAX_REPO_BUNDLE_BYTES = 16 * 1024 * 1024 * 1024
+"""A git bundle a suite ships as its repository (hashed in chunks, never held in memory)."""
 
 
 def git(
@@ -138,7 +141,7 @@ def fetch_pinned(repo_spec: str, ref: str | None, suite_dir: Path, cache_dir: Pa
             return find_workspace(local)
         # A git bundle shipped with the suite: cloned once per content, so an updated bundle is a new clone.
         repo_spec = str(local.resolve())
-        identity = "bundle:" + hashlib.sha256(local.read_bytes()).hexdigest()
+        identity = "bundle:" + input_sha256(local, MAX_REPO_BUNDLE_BYTES)  # never a FIFO or a device
     dest = cache_dir / "repos" / (hashlib.sha256(identity.encode()).hexdigest()[:20] + ".git")
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,8 @@ BUNDLE_VERSION_LINE = "worktrial-suite-bundle 1\n"
 MAX_BUNDLE_FILES = 10_000
 MAX_BUNDLE_BYTES = 512 * 1024 * 1024
 _CHUNK = 1024 * 1024
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+"""A declared file is read only if it is a regular file: never through a symlink, never blocking on a FIFO."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ def _check_glob(pattern: str, index: int, source: str) -> None:
 
 def _hash_file(path: Path) -> tuple[str, int]:
     """Digest of a regular file, opened without following a symlink swapped in since it was listed."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(path, _READ_FLAGS)
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             raise SuiteError(f"{path}: not a regular file")
@@ -136,9 +138,11 @@ def copy_bundle(suite_path: Path, files: tuple[BundleFile, ...], dest: Path) -> 
     for f in files:
         target = dest / f.name
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(root / f.name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(root / f.name, _READ_FLAGS)
         digest = hashlib.sha256()
         with os.fdopen(fd, "rb") as src, open(target, "wb") as out:
+            if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+                raise SuiteError(f"{root / f.name}: not a regular file")
             while chunk := src.read(_CHUNK):
                 digest.update(chunk)
                 out.write(chunk)

@@ -21,9 +21,10 @@ from pydantic import (
 )
 
 from worktrial.errors import SuiteError
-from worktrial.jsonlimits import JsonLimitError, check_limits, loads_limited
+from worktrial.jsonlimits import MAX_SUITE_BYTES, JsonLimitError, check_limits, loads_limited
 from worktrial.model.bundle import BundleFile, bundle_digest, collect_bundle
 from worktrial.model.commands import ArgvCommand, Command, ShCommand
+from worktrial.safe_read import InputFileError, read_input
 
 Category = Literal["capability", "regression"]
 CATEGORIES: tuple[Category, ...] = ("capability", "regression")
@@ -244,7 +245,9 @@ def load_suite(path: str | Path) -> LoadedSuite:
     """Read, hash and validate a suite file; every problem is a SuiteError naming file and JSON path."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data = read_input(p, MAX_SUITE_BYTES)
+    except InputFileError as exc:
+        raise SuiteError(f"{p}: {exc.problem}; a suite is a JSON file") from None
     except FileNotFoundError:
         raise SuiteError(f"{p}: suite file not found") from None
     except IsADirectoryError:

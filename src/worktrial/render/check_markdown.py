@@ -11,7 +11,7 @@ from worktrial.analysis.check_report import (
     detection_probability,
 )
 from worktrial.analysis.lint import Lint
-from worktrial.render.format import cell
+from worktrial.safe_text import for_markdown, markdown_code
 from worktrial.util import plural
 
 
@@ -20,9 +20,9 @@ def render_lints(lints: list[Lint]) -> list[str]:
     lines = ["## Lints", ""]
     for lint in lints:
         label = "**warning** " if lint.severity == "warning" else ""
-        line = f"- {label}`{lint.where}`: {cell(lint.message)}"
+        line = f"- {label}{markdown_code(lint.where)}: {for_markdown(lint.message)}"
         if lint.suggestion:
-            line += f" — write it as `{cell(lint.suggestion)}`"
+            line += f" — write it as {markdown_code(lint.suggestion)}"
         lines.append(line)
     return lines
 
@@ -62,10 +62,10 @@ def _flake_guidance(report: CheckReport) -> list[str]:
 
 def render_check_markdown(report: CheckReport) -> str:
     lines = [
-        f"# worktrial check: `{report.suite_id}`",
+        f"# worktrial check: {markdown_code(report.suite_id)}",
         "",
-        f"- suite: `{report.suite_path}` · sha256 `{report.suite_sha256[:16]}…`",
-        f"- base commit `{report.base_commit[:12]}` · verifier re-runs per task: {report.repeats} "
+        f"- suite: {markdown_code(report.suite_path)} · sha256 {markdown_code(report.suite_sha256[:16])}…",
+        f"- base commit {markdown_code(report.base_commit[:12])} · verifier re-runs per task: {report.repeats} "
         "(plus the oracle's own verification)",
         "",
         "| task | solution | oracle | nop | verifier on oracle result | status |",
@@ -73,20 +73,20 @@ def render_check_markdown(report: CheckReport) -> str:
     ]
     for t in report.tasks:
         lines.append(
-            f"| {cell(t.task_id)} | {'yes' if t.has_solution else 'none'} | {t.oracle or '—'} | {t.nop} "
+            f"| {for_markdown(t.task_id)} | {'yes' if t.has_solution else 'none'} | {t.oracle or '—'} | {t.nop} "
             f"| {_verify_cell(t)} | {_status(t)} |"
         )
     found = [(t.task_id, p) for t in report.tasks for p in t.problems]
     if found:
         lines += ["", "## Problems", ""]
-        lines += [f"- `{cell(task_id)}`: {cell(problem)}" for task_id, problem in found]
+        lines += [f"- {markdown_code(task_id)}: {for_markdown(problem)}" for task_id, problem in found]
     if report.lints:
         lines += ["", *render_lints(report.lints)]
     if report.without_solution:
         lines += [
             "",
             "Tasks without a `solution` (the oracle cannot check them; add one to prove they are solvable): "
-            + ", ".join(f"`{cell(t)}`" for t in report.without_solution),
+            + ", ".join(markdown_code(t) for t in report.without_solution),
         ]
     lines += ["", *_flake_guidance(report)]
     verdict = "**No problems found.**" if report.ok else f"**{report.problems} problem(s) found.**"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from worktrial.model.envelope import Envelope
-from worktrial.render.format import cell, ci, num
+from worktrial.render.format import ci, num
+from worktrial.safe_text import for_markdown, markdown_code
 
 MAX_FAILED_TASKS = 25
 
@@ -13,18 +14,18 @@ def render_ci_summary(envelope: Envelope) -> str:
     k = report.k
     agent = str(envelope.agent.get("name", "?"))
     model = f"{envelope.provider}/{envelope.model}" if envelope.provider else (envelope.model or None)
-    who = f"`{agent}`" + (f" · `{model}`" if model else "")
+    who = markdown_code(agent) + (f" · {markdown_code(model)}" if model else "")
     label = envelope.run.label if envelope.run.label else None
     lines = [
-        f"### worktrial: {cell(report.suite_name)}" + (f" — {cell(label)}" if label else ""),
+        f"### worktrial: {for_markdown(report.suite_name)}" + (f" — {for_markdown(label)}" if label else ""),
         "",
-        f"{who} · run `{run.id}` · {run.attempts} attempt{'s' if run.attempts != 1 else ''} per task"
+        f"{who} · run {markdown_code(run.id)} · {run.attempts} attempt{'s' if run.attempts != 1 else ''} per task"
         + ("" if run.complete else " · **incomplete**"),
         "",
         f"| group | passed/total | pass@{k} | 95% CI | pass^{k} |",
         "|---|---:|---:|---|---:|",
     ]
-    groups = [("**overall**", report.overall), *report.categories.items()]
+    groups = [("**overall**", report.overall), *((for_markdown(c), m) for c, m in report.categories.items())]
     for name, m in groups:
         lines.append(
             f"| {name} | {m.passed_runs}/{m.total_runs} | {num(m.pass_at_k)} | {ci(m.ci95.pass_at_k)} "
@@ -39,9 +40,10 @@ def render_ci_summary(envelope: Envelope) -> str:
         ]
         for task in failing[:MAX_FAILED_TASKS]:
             first = next(a for a in task.attempts if a.outcome != "pass")
-            why = f" — {cell(first.reason)}" if first.reason else ""
+            why = f" — {for_markdown(first.reason)}" if first.reason else ""
             lines.append(
-                f"- `{cell(task.task_id)}` {task.passed_runs}/{task.total_runs}: #{first.attempt} {first.outcome}{why}"
+                f"- {markdown_code(task.task_id)} {task.passed_runs}/{task.total_runs}: "
+                f"#{first.attempt} {first.outcome}{why}"
             )
         if len(failing) > MAX_FAILED_TASKS:
             lines.append(f"- … and {len(failing) - MAX_FAILED_TASKS} more")

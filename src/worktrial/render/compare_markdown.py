@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from worktrial.analysis.compare import Comparison, Difference, Efficiency, GroupComparison, PairComparison
-from worktrial.render.format import cell, ci, num, p_value, plain
+from worktrial.render.format import ci, num, p_value, plain
+from worktrial.safe_text import for_markdown, markdown_code
 
 
 def _ci(interval: tuple[float, float] | None) -> str:
@@ -39,7 +40,7 @@ def _row(label: str, metric: str, d: Difference) -> str:
 
 
 def _group_rows(g: GroupComparison, k: int) -> list[str]:
-    label = "**overall**" if g.group == "overall" else g.group
+    label = "**overall**" if g.group == "overall" else for_markdown(g.group)
     return [
         _row(label, "pass@1", g.pass_at_1),
         _row(label, f"pass@{k}", g.pass_at_k),
@@ -62,8 +63,8 @@ def _per_solve(e: Efficiency) -> str:
 
 def _pair_section(pair: PairComparison) -> list[str]:
     k = pair.k
-    lines = [f"## B = `{cell(pair.b)}` vs A = `{cell(pair.a)}`", ""]
-    lines += [f"- note: {cell(n)}" for n in pair.notes]
+    lines = [f"## B = {markdown_code(pair.b)} vs A = {markdown_code(pair.a)}", ""]
+    lines += [f"- note: {for_markdown(n)}" for n in pair.notes]
     if pair.notes:
         lines.append("")
     lines += [
@@ -77,7 +78,7 @@ def _pair_section(pair: PairComparison) -> list[str]:
     o = pair.overall
     mde1, mdek = o.pass_at_1.minimum_detectable, o.pass_at_k.minimum_detectable
     notes = sorted({d.ci_note for d in (o.pass_at_1, o.pass_at_k, o.pass_power_k) if d.ci_note})
-    lines += [f"\n- {cell(n)}; the exact test's p-value still holds" for n in notes]
+    lines += [f"\n- {for_markdown(n)}; the exact test's p-value still holds" for n in notes]
     errors = [d.monte_carlo_error for d in (o.pass_at_1, o.pass_at_k, o.pass_power_k) if d.monte_carlo_error]
     if errors:
         lines.append(f"\n- Monte Carlo p-values (fixed seed) carry a standard error of at most {max(errors):.4f}")
@@ -104,8 +105,8 @@ def _pair_section(pair: PairComparison) -> list[str]:
             "|---|---|---|---:|---:|",
         ]
         lines += [
-            f"| {cell(f.task_id)} | {f.category} | {f.solved_by.upper()} only | {f.a_passed}/{f.a_total} "
-            f"| {f.b_passed}/{f.b_total} |"
+            f"| {for_markdown(f.task_id)} | {for_markdown(f.category)} | {f.solved_by.upper()} only "
+            f"| {f.a_passed}/{f.a_total} | {f.b_passed}/{f.b_total} |"
             for f in pair.flips
         ]
     else:
@@ -138,8 +139,9 @@ def render_comparison_markdown(comparison: Comparison) -> str:
     lines.append("|---|---|---|---|---|---:|---:|---:|")
     for r in comparison.runs:
         lines.append(
-            f"| `{cell(r.label)}` | {cell(r.agent)} | {cell(r.model or '—')} | `{cell(r.run_id)}` "
-            f"| `{cell(r.suite_id)}` `{r.suite_sha256[:12]}` | {r.tasks} | {r.attempts} | {r.k} |"
+            f"| {markdown_code(r.label, table=True)} | {for_markdown(r.agent)} | {for_markdown(r.model or '—')} "
+            f"| {markdown_code(r.run_id, table=True)} | {markdown_code(r.suite_id, table=True)} "
+            f"{markdown_code(r.suite_sha256[:12], table=True)} | {r.tasks} | {r.attempts} | {r.k} |"
         )
     lines += [
         "",

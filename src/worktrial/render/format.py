@@ -1,13 +1,11 @@
-"""Cell formatting shared by every markdown renderer, so a number reads the same in every report."""
+"""Cell formatting shared by every markdown renderer, so a number reads the same in every report.
+
+Text (names, reasons, ids) goes through ``worktrial.safe_text`` instead: it came from an agent or a suite.
+"""
 
 from __future__ import annotations
 
 MISSING = "—"
-
-
-def cell(text: str) -> str:
-    """Text safe inside a markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def num(value: float | None, signed: bool = False) -> str:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from worktrial.analysis.leaderboard import Leaderboard, LeaderboardRow
-from worktrial.render.format import cell, ci, num, p_value, plain, rate, usd
+from worktrial.render.format import ci, num, p_value, plain, rate, usd
+from worktrial.safe_text import for_markdown, markdown_code
 
 
 def _per_solve(row: LeaderboardRow) -> str:
@@ -33,8 +34,8 @@ def _ranked_line(row: LeaderboardRow) -> str:
     cells = [
         str(row.rank),
         tie,
-        f"`{cell(row.agent)}`",
-        f"`{cell(row.model)}`" if row.model else "—",
+        markdown_code(row.agent, table=True),
+        markdown_code(row.model, table=True) if row.model else "—",
         f"{row.passed_runs}/{row.total_runs}",
         num(row.pass_at_k),
         ci(row.pass_at_k_ci95),
@@ -47,7 +48,7 @@ def _ranked_line(row: LeaderboardRow) -> str:
         plain(row.mean_turns_per_attempt, 1),
         rate(row.over_claim_rate, row.over_claims, row.claimed_success),
         _under(row),
-        f"`{row.run_id}`",
+        markdown_code(row.run_id, table=True) if row.run_id else "—",
     ]
     return "| " + " | ".join(cells) + " |"
 
@@ -59,7 +60,7 @@ def _compact_line(row: LeaderboardRow) -> str:
     versus = diff if p == "—" else f"{diff} (p {p})"
     cells = [
         f"{row.rank}{tie}",
-        f"`{cell(row.label)}`",
+        markdown_code(row.label, table=True),
         f"{row.passed_runs}/{row.total_runs}",
         f"{num(row.pass_at_k)} {ci(row.pass_at_k_ci95)}",
         num(row.pass_power_k),
@@ -72,21 +73,25 @@ def _compact_line(row: LeaderboardRow) -> str:
 def _unranked_line(row: LeaderboardRow) -> str:
     what = f"**{row.status}**"
     if row.broken:
-        what = f"**broken** — {cell(row.broken)}; not ranked, since 0% would measure the setup, not the agent"
+        what = f"**broken** — {for_markdown(row.broken)}; not ranked, since 0% would measure the setup, not the agent"
     if row.error and row.error != row.broken:
-        what += f" — {cell(row.error)}"
+        what += f" — {for_markdown(row.error)}"
     if row.run_id and row.status == "interrupted":
-        what += f" (continue with `worktrial resume {row.run_id}`)"
+        what += f" (continue with {markdown_code(f'worktrial resume {row.run_id}')})"
     elif row.run_id:
-        what += f" (partial run `{row.run_id}`)"
-    return f"- `{cell(row.label)}`: {what}"
+        what += f" (partial run {markdown_code(row.run_id)})"
+    return f"- {markdown_code(row.label)}: {what}"
 
 
 def render_leaderboard_markdown(board: Leaderboard, wide: bool = False) -> str:
     """The leaderboard; ``wide`` adds CIs of pass^k, tokens, turns, honesty and run ids as columns."""
     """The leaderboard as markdown; pure, so the same text can be printed, written to a file or tested."""
     k = board.k if board.k is not None else "k"
-    title = f"{cell(board.suite_name or '')} (`{board.suite_id}`)" if board.suite_id else "no finished runs"
+    title = (
+        f"{for_markdown(board.suite_name or '')} ({markdown_code(board.suite_id)})"
+        if board.suite_id
+        else "no finished runs"
+    )
     lines = [f"# worktrial leaderboard: {title}", ""]
     facts = [f"configurations: {len(board.rows)}"]
     if board.attempts is not None:
@@ -94,11 +99,11 @@ def render_leaderboard_markdown(board: Leaderboard, wide: bool = False) -> str:
     if board.clusters is not None:
         facts.append(f"tests over {board.clusters} task clusters")
     if board.base_commit:
-        facts.append(f"base commit `{board.base_commit[:12]}`")
+        facts.append(f"base commit {markdown_code(board.base_commit[:12])}")
     if board.suite_sha256:
-        facts.append(f"suite sha256 `{board.suite_sha256[:16]}…`")
+        facts.append(f"suite sha256 {markdown_code(board.suite_sha256[:16])}…")
     lines.append("- " + " · ".join(facts))
-    lines += [f"- note: {cell(note)}" for note in board.notes]
+    lines += [f"- note: {for_markdown(note)}" for note in board.notes]
     ranked = [r for r in board.rows if r.rank is not None]
     if ranked:
         tie_note = "`≈ #1`" if wide else "`N ≈1`"
@@ -123,7 +128,7 @@ def render_leaderboard_markdown(board: Leaderboard, wide: bool = False) -> str:
                 "|---|---|---:|---|---:|---|---:|",
             ]
             lines += [_compact_line(r) for r in ranked]
-            lines += ["", "Runs: " + " · ".join(f"#{r.rank} `{r.run_id}`" for r in ranked if r.run_id)]
+            lines += ["", "Runs: " + " · ".join(f"#{r.rank} {markdown_code(r.run_id)}" for r in ranked if r.run_id)]
             lines.append("(`--wide` adds pass^k CIs, tokens, turns and claim honesty.)")
     unranked = [r for r in board.rows if r.rank is None]
     if unranked:
@@ -132,9 +137,10 @@ def render_leaderboard_markdown(board: Leaderboard, wide: bool = False) -> str:
     lines.append("")
     if len(run_ids) >= 2:
         lines.append(
-            f"Each configuration is a stored run: `worktrial report RUN_ID` shows its full report, "
-            f"`worktrial compare {run_ids[0]} {run_ids[1]}` compares two task by task."
+            "Each configuration is a stored run: `worktrial report RUN_ID` shows its full report, "
+            f"{markdown_code(f'worktrial compare {run_ids[0]} {run_ids[1]}')} compares two task by task."
         )
     elif run_ids:
-        lines.append(f"Each configuration is a stored run: `worktrial report {run_ids[0]}` shows its full report.")
+        report = markdown_code(f"worktrial report {run_ids[0]}")
+        lines.append(f"Each configuration is a stored run: {report} shows its full report.")
     return "\n".join(lines) + "\n"

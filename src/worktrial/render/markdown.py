@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from worktrial.model.artifacts import AttemptArtifacts, last_lines
 from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
-from worktrial.render.format import cell, ci, interval_note, num, rate, usd
+from worktrial.render.format import ci, interval_note, num, rate, usd
+from worktrial.safe_text import for_markdown, markdown_block, markdown_code
 from worktrial.util import plural
 
 
@@ -39,16 +40,15 @@ def _failures(envelope: Envelope, artifacts: Mapping[tuple[str, int], AttemptArt
         if failing is None:
             continue
         if shown == MAX_FAILURES_SHOWN:
-            lines.append(f"- … more failed attempts: `worktrial show {envelope.run.id} TASK ATTEMPT`")
+            lines.append(f"- … more failed attempts: {markdown_code(f'worktrial show {envelope.run.id} TASK ATTEMPT')}")
             break
         shown += 1
         status = "timed out" if failing.timed_out else f"exited {failing.exit_code}"
         lines += [
-            f"**`{task.task_id}` #{record.attempt}**: verify {failing.index} `{failing.command}` {status}",
+            f"**{markdown_code(task.task_id)} #{record.attempt}**: verify {failing.index} "
+            f"{markdown_code(failing.command)} {status}",
             "",
-            "```",
-            last_lines(failing.output_tail, FAILURE_TAIL_LINES).replace("```", "ˋˋˋ") or "(no output)",
-            "```",
+            *markdown_block(last_lines(failing.output_tail, FAILURE_TAIL_LINES) or "(no output)"),
             "",
         ]
     return ["", "## Failed verification", "", *lines] if lines else []
@@ -60,15 +60,15 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
     model = f"{envelope.provider}/{envelope.model}" if envelope.provider else (envelope.model or "—")
     dirty = " (workspace had uncommitted changes, not part of the base)" if run.workspace.dirty else ""
     lines = [
-        f"# worktrial: {cell(report.suite_name)} (`{report.suite_id}`)",
+        f"# worktrial: {for_markdown(report.suite_name)} ({markdown_code(report.suite_id)})",
         "",
-        f"- agent: `{envelope.agent.get('name', '?')}` · model: `{model}`",
-        f"- base commit: `{run.workspace.base_commit[:12]}`{dirty}",
-        f"- attempts per task: {run.attempts} · headline k = {k} · run `{run.id}`",
-        f"- suite sha256: `{envelope.suite_sha256[:16]}…`",
+        f"- agent: {markdown_code(str(envelope.agent.get('name', '?')))} · model: {markdown_code(model)}",
+        f"- base commit: {markdown_code(run.workspace.base_commit[:12])}{dirty}",
+        f"- attempts per task: {run.attempts} · headline k = {k} · run {markdown_code(run.id)}",
+        f"- suite sha256: {markdown_code(envelope.suite_sha256[:16])}…",
     ]
     if (containment := envelope.sandbox_summary()) is not None:
-        lines.append(f"- sandbox: {cell(containment)}")
+        lines.append(f"- sandbox: {for_markdown(containment)}")
     if not run.complete:
         lines.append("- **incomplete run**: interrupted before every attempt finished; numbers cover what ran")
     lines += [
@@ -77,7 +77,7 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
         "|---|---:|---:|---:|---|---:|---|",
         _group_row("**overall**", report.overall),
     ]
-    lines += [_group_row(cat, m) for cat, m in report.categories.items()]
+    lines += [_group_row(for_markdown(cat), m) for cat, m in report.categories.items()]
     note = interval_note(report.overall.interval, report.overall.clusters)
     if note:
         lines += ["", note]
@@ -92,8 +92,8 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
         durations = [a.duration_secs for a in t.attempts]
         mean_secs = f"{sum(durations) / len(durations):.1f}s" if durations else "—"
         lines.append(
-            f"| {cell(t.task_id)} | {t.category} | {t.passed_runs}/{t.total_runs} | {num(t.pass_at_k)} "
-            f"| {num(t.pass_power_k)} | {outcome_summary(t)} | {mean_secs} |"
+            f"| {for_markdown(t.task_id)} | {for_markdown(t.category)} | {t.passed_runs}/{t.total_runs} "
+            f"| {num(t.pass_at_k)} | {num(t.pass_power_k)} | {outcome_summary(t)} | {mean_secs} |"
         )
     lines += ["", _efficiency_line(envelope), "", _honesty_line(envelope)]
     if (retries := _retry_line(envelope)) is not None:
@@ -106,12 +106,13 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
     if problems:
         lines += ["", "## Errors and timeouts", ""]
         lines += [
-            f"- `{t.task_id}` #{a.attempt}: **{a.outcome}** — {cell(a.reason or 'no reason')}" for t, a in problems
+            f"- {markdown_code(t.task_id)} #{a.attempt}: **{a.outcome}** — {for_markdown(a.reason or 'no reason')}"
+            for t, a in problems
         ]
     lines += _failures(envelope, artifacts or {})
     kept = [a.worktree for t in report.tasks for a in t.attempts if a.worktree]
     if kept:
-        lines += ["", "## Kept worktrees", ""] + [f"- `{w}`" for w in kept]
+        lines += ["", "## Kept worktrees", ""] + [f"- {markdown_code(w)}" for w in kept]
     return "\n".join(lines) + "\n"
 
 
@@ -150,7 +151,7 @@ def _budget_line(envelope: Envelope) -> str | None:
     if budget.unpriced_attempts:
         text += f" ({plural(budget.unpriced_attempts, 'attempt')} of unknown cost not included)"
     if budget.stopped:
-        text += f"; **it stopped the run**: {cell(budget.reason or '')}"
+        text += f"; **it stopped the run**: {for_markdown(budget.reason or '')}"
     return text
 
 

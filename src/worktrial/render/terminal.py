@@ -1,7 +1,8 @@
 """Rich renderables for the terminal: ``worktrial show`` (a run, a task, an attempt) and tables on a terminal.
 
-These are the human views; markdown stays the format for files and pipes. Text from agents is passed to rich
-as ``Text`` (never as markup), so a log that contains ``[bold]`` prints literally.
+These are the human views; markdown stays the format for files and pipes. Text from agents, suites and envelopes
+reaches rich only through ``safe_text.terminal_text``: a ``Text`` (never markup, so a log that contains ``[bold]``
+prints literally) with its control characters shown as ``\\x1b``, never sent to the terminal raw.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import AttemptRecord
 from worktrial.render.format import ci, num, usd
 from worktrial.render.markdown import outcome_summary
+from worktrial.safe_text import for_markdown_listing, for_terminal, terminal_text
 from worktrial.util import plural
 
 STYLE = {"pass": "green", "fail": "red", "timeout": "yellow", "error": "magenta"}
@@ -37,11 +39,12 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="dim")
     facts.add_column()
-    facts.add_row("suite", Text(f"{report.suite_name} ({report.suite_id}) · {envelope.suite_path}"))
-    facts.add_row("agent", Text(f"{envelope.agent.get('name', '?')} · model {model}"))
-    facts.add_row("run", Text(f"{run.id}" + (f" · {run.label}" if run.label else "") + f" · {run.started_at}"))
+    facts.add_row("suite", terminal_text(f"{report.suite_name} ({report.suite_id}) · {envelope.suite_path}"))
+    facts.add_row("agent", terminal_text(f"{envelope.agent.get('name', '?')} · model {model}"))
+    facts.add_row("run", terminal_text(f"{run.id}" + (f" · {run.label}" if run.label else "") + f" · {run.started_at}"))
     facts.add_row(
-        "base commit", Text(run.workspace.base_commit[:12] + (" (dirty workspace)" if run.workspace.dirty else ""))
+        "base commit",
+        terminal_text(run.workspace.base_commit[:12] + (" (dirty workspace)" if run.workspace.dirty else "")),
     )
     facts.add_row(
         "attempts",
@@ -49,13 +52,13 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
     )
     facts.add_row("cost", Text(f"{usd(report.cost_usd)} · per solve {usd(report.cost_per_solve)}"))
     if (containment := envelope.sandbox_summary()) is not None:
-        facts.add_row("sandbox", Text(containment))
+        facts.add_row("sandbox", terminal_text(containment))
     groups = Table(title=None, show_edge=False, header_style="bold")
     for column in ("group", "tasks", "passed/total", f"pass@{k}", "95% CI", f"pass^{k}", "95% CI "):
         groups.add_column(column, justify="right" if column not in ("group", "95% CI", "95% CI ") else "left")
     for name, m in [("overall", report.overall), *report.categories.items()]:
         groups.add_row(
-            name,
+            terminal_text(name),
             str(m.tasks),
             f"{m.passed_runs}/{m.total_runs}",
             num(m.pass_at_k),
@@ -68,9 +71,13 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
         tasks.add_column(column, overflow="fold")
     for task in report.tasks:
         problem = next((a for a in task.attempts if a.outcome != "pass"), None)
-        why = Text(f"#{problem.attempt} {problem.reason or problem.outcome}") if problem else Text("")
+        why = terminal_text(f"#{problem.attempt} {problem.reason or problem.outcome}") if problem else Text("")
         tasks.add_row(
-            Text(task.task_id), task.category, f"{task.passed_runs}/{task.total_runs}", outcome_summary(task), why
+            terminal_text(task.task_id),
+            terminal_text(task.category),
+            f"{task.passed_runs}/{task.total_runs}",
+            outcome_summary(task),
+            why,
         )
     hint = (
         "worktrial show RUN TASK [ATTEMPT] shows an attempt's logs and patch"
@@ -81,7 +88,7 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
 
 
 def task_view(task: TaskReport, artifacts: Mapping[tuple[str, int], AttemptArtifacts]) -> RenderableType:
-    table = Table(show_edge=False, header_style="bold", title=f"{task.task_id} · {task.category}")
+    table = Table(show_edge=False, header_style="bold", title=terminal_text(f"{task.task_id} · {task.category}"))
     for column in ("#", "outcome", "claimed", "verified", "time", "tokens", "cost", "reason / first failing command"):
         table.add_column(column, overflow="fold")
     for record in task.attempts:
@@ -101,7 +108,7 @@ def task_view(task: TaskReport, artifacts: Mapping[tuple[str, int], AttemptArtif
             f"{record.duration_secs:.1f}s",
             "—" if tokens is None else f"{tokens:,}",
             usd(record.cost_usd),
-            Text(why),
+            terminal_text(why, multiline=True),
         )
     return table
 
@@ -116,14 +123,14 @@ def _tail(title: str, stream: StreamTail | None) -> RenderableType | None:
     lines = stream.text.rstrip("\n").splitlines()
     shown = "\n".join(lines[-SHOW_LOG_LINES:])
     note = f" (last {min(len(lines), SHOW_LOG_LINES)} lines of {stream.total_bytes:,} bytes)"
-    return Panel(Text(shown), title=title + note, title_align="left", border_style="dim")
+    return Panel(terminal_text(shown, multiline=True), title=title + note, title_align="left", border_style="dim")
 
 
 def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> RenderableType:
     """Everything about one attempt: facts, setup/verify commands with output, agent output, patch."""
-    head = Text.assemble(f"{record.task_id} #{record.attempt}: ", _outcome(record.outcome))
+    head = Text.assemble(terminal_text(f"{record.task_id} #{record.attempt}: "), _outcome(record.outcome))
     if record.reason:
-        head.append(f" — {record.reason}")
+        head.append(terminal_text(f" — {record.reason}", multiline=True))
     facts = Text(
         f"claimed {_yes_no(record.claimed)} · verified {_yes_no(record.verified)} · total {record.duration_secs:.1f}s"
         f" · agent {record.agent_secs:.1f}s · verify {record.verify_secs:.1f}s · cost {usd(record.cost_usd)}",
@@ -138,7 +145,11 @@ def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> R
         style = "green" if command.ok else "red"
         title = f"{command.phase} {command.index}: {command.command} → {status} ({command.duration_secs:.1f}s)"
         body = "\n".join(command.output_tail.rstrip("\n").splitlines()[-SHOW_LOG_LINES:]) or "(no output)"
-        parts.append(Panel(Text(body), title=Text(title), title_align="left", border_style=style))
+        parts.append(
+            Panel(
+                terminal_text(body, multiline=True), title=terminal_text(title), title_align="left", border_style=style
+            )
+        )
     for title, stream in (("agent stdout", artifacts.agent_stdout), ("agent stderr", artifacts.agent_stderr)):
         panel = _tail(title, stream)
         if panel is not None:
@@ -151,7 +162,11 @@ def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> R
     else:
         title = f"patch: {plural(len(patch.files), 'file')}" + (" (truncated)" if patch.truncated else "")
         parts.append(
-            Panel(Syntax(patch.diff, "diff", theme="ansi_dark", word_wrap=True), title=title, title_align="left")
+            Panel(
+                Syntax(for_terminal(patch.diff, multiline=True), "diff", theme="ansi_dark", word_wrap=True),
+                title=title,
+                title_align="left",
+            )
         )
     if artifacts.redactions:
         parts.append(Text(f"{plural(artifacts.redactions, 'secret value')} redacted", style="dim"))
@@ -161,11 +176,8 @@ def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> R
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A markdown table for pipes and files (cells escaped)."""
 
-    def esc(value: str) -> str:
-        return value.replace("|", "\\|").replace("\n", " ")
-
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(for_markdown_listing(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -174,5 +186,5 @@ def rich_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
     for header in headers:
         table.add_column(header, overflow="fold")
     for row in rows:
-        table.add_row(*(Text(c) for c in row))
+        table.add_row(*(terminal_text(c) for c in row))
     return table

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from worktrial.model.artifacts import AttemptArtifacts
+from worktrial.safe_read import read_input
 from worktrial.util import atomic_write_text
 
 ATTEMPTS_DIR = "attempts"
@@ -47,10 +48,8 @@ def read_artifacts(run_dir: Path, task_id: str, attempt: int) -> AttemptArtifact
     """The stored artifacts of one attempt, or None when there are none (or they cannot be trusted)."""
     path = attempt_dir(run_dir, task_id, attempt) / ARTIFACTS_FILE
     try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_ARTIFACTS_BYTES:
-            return None
-        loaded = AttemptArtifacts.model_validate_json(path.read_bytes())
-    except (OSError, ValidationError):
+        loaded = AttemptArtifacts.model_validate_json(read_input(path, MAX_ARTIFACTS_BYTES, follow_symlinks=False))
+    except (OSError, ValueError, ValidationError):  # none, a symlink, a FIFO, too large, not ours
         return None
     if loaded.task_id != task_id or loaded.attempt != attempt:
         return None

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from worktrial.analysis.compare import LoadedEnvelope
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.errors import BadInputError
+from worktrial.jsonlimits import MAX_ENVELOPE_BYTES
 from worktrial.model.envelope import (
     BudgetInfo,
     Envelope,
@@ -24,7 +25,17 @@ from worktrial.model.envelope import (
     split_route,
 )
 from worktrial.model.records import AttemptRecord
-from worktrial.state.store import ENVELOPE_FILE, RUN_FILE, RunMeta, RunStore, list_run_dirs, runs_dir
+from worktrial.safe_read import InputFileError, read_input
+from worktrial.state.store import (
+    ENVELOPE_FILE,
+    RUN_FILE,
+    RUN_ID_EXAMPLE,
+    RunMeta,
+    RunStore,
+    is_run_id,
+    list_run_dirs,
+    runs_dir,
+)
 from worktrial.util import utc_now
 from worktrial.version import __version__
 
@@ -195,11 +206,18 @@ def resolve_envelope(ref: str, workspace: Callable[[], Path]) -> LoadedEnvelope:
     ``workspace`` is only called for run ids, so comparing files works outside any repository.
     """
     path = Path(ref)
-    if not path.is_file():
+    stored_id: str | None = None
+    if not path.exists() or path.is_dir():  # a FIFO or a device is a file given, refused when read below
         if "/" in ref or ref.endswith(".json"):
             raise BadInputError(f"{ref}: envelope file not found")
+        if not is_run_id(ref):
+            raise BadInputError(
+                f"{ref}: not an envelope file, and no stored run with that id (run ids look like "
+                f"{RUN_ID_EXAMPLE}; `worktrial runs` lists stored runs)"
+            )
         root = workspace()
         path = runs_dir(root) / ref / ENVELOPE_FILE
+        stored_id = ref
         if not path.is_file():
             if (path.parent / RUN_FILE).is_file():
                 return LoadedEnvelope(label=ref, source=str(path.parent), envelope=stored_envelope(root, ref))
@@ -208,7 +226,11 @@ def resolve_envelope(ref: str, workspace: Callable[[], Path]) -> LoadedEnvelope:
                 "`worktrial runs` lists stored runs)"
             )
     try:
-        raw = parse_envelope_json(path.read_text(encoding="utf-8"))
+        # A file the user names may be a symlink to an envelope; the run store's own is read without following.
+        data = read_input(path, MAX_ENVELOPE_BYTES, follow_symlinks=stored_id is None)
+        raw = parse_envelope_json(data.decode("utf-8"))
+    except InputFileError as exc:
+        raise BadInputError(f"{path}: {exc.problem}; an envelope is a JSON file") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise BadInputError(f"{path}: not a readable JSON envelope ({exc})") from None
     try:
@@ -217,4 +239,6 @@ def resolve_envelope(ref: str, workspace: Callable[[], Path]) -> LoadedEnvelope:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise BadInputError(f"{path}: not a worktrial envelope ({where}: {first['msg']})") from None
+    if stored_id is not None and envelope.run.id != stored_id:
+        raise BadInputError(f"{path}: names run {envelope.run.id!r}, not the run directory's {stored_id}; refusing it")
     return LoadedEnvelope(label=ref, source=str(path), envelope=envelope)

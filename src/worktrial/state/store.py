@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import stat
 import threading
 from collections import Counter
@@ -128,6 +129,26 @@ def runs_dir(state_root: Path) -> Path:
     return state_root / ".worktrial" / "runs"
 
 
+RUN_ID = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{6}")
+"""The run ids worktrial generates (``engine.run.new_run_id``): UTC start time and 6 random hex digits."""
+RUN_ID_EXAMPLE = "20260101T120000Z-1a2b3c"
+
+
+def is_run_id(text: str) -> bool:
+    return RUN_ID.fullmatch(text) is not None
+
+
+def checked_run_id(run_id: str, where: str = "run id") -> str:
+    """``run_id`` when it has the form worktrial generates, else one line of bad input: every path built from a
+    run id (a run directory, a page named after it) is built from one of these only, so an envelope with
+    ``run.id = "../../x"`` (or ``/``, NUL, ``..`` in it) can never reach outside where it belongs."""
+    if not is_run_id(run_id):
+        raise BadInputError(
+            f"{where} {run_id!r} is not a worktrial run id (they look like {RUN_ID_EXAMPLE}); refusing to use it"
+        )
+    return run_id
+
+
 class RunStore:
     """One run's directory. ``append`` may be called from several threads."""
 
@@ -152,7 +173,7 @@ class RunStore:
     def open(cls, state_root: Path, run_id: str, *, writer: bool = False) -> RunStore:
         """An existing run; ``writer`` takes the run's lock (refusing if a live process holds it)."""
         directory = runs_dir(state_root) / run_id
-        if not run_id or "/" in run_id or run_id.startswith(".") or not (directory / RUN_FILE).is_file():
+        if not is_run_id(run_id) or not (directory / RUN_FILE).is_file():
             known = ", ".join(sorted(p.name for p in list_run_dirs(state_root))[-5:]) or "none"
             raise BadInputError(
                 f"no run {run_id!r} in {runs_dir(state_root)} (recent runs: {known}); `worktrial runs` lists them"
@@ -219,6 +240,8 @@ class RunStore:
                     f"{self.dir / RUN_FILE}: the run's signing key ({signing.key_path(self.dir.name)}) is missing, "
                     "so its records cannot be verified"
                 )
+            if meta.id != self.dir.name:  # a signed run.json is checked below, with its signature
+                raise BadInputError(f"{self.dir / RUN_FILE}: names run {meta.id!r}, not its directory's; refusing it")
             return meta
         try:
             sig = read_regular(self.dir / RUN_SIG_FILE, 1024).decode("ascii").strip()
@@ -338,13 +361,14 @@ class RunStore:
                 if not signing.verify(self._key, self.dir.name, "envelope", data, sig):
                     return None
             loads_limited(data)
-            return Envelope.model_validate_json(data)
+            envelope = Envelope.model_validate_json(data)
         except (OSError, ValueError, ValidationError):
             return None
+        return envelope if envelope.run.id == self.dir.name else None  # else rebuilt from the records
 
 
 def list_run_dirs(state_root: Path) -> list[Path]:
     base = runs_dir(state_root)
     if not base.is_dir():
         return []
-    return sorted((p for p in base.iterdir() if (p / RUN_FILE).is_file()), key=lambda p: p.name)
+    return sorted((p for p in base.iterdir() if is_run_id(p.name) and (p / RUN_FILE).is_file()), key=lambda p: p.name)

@@ -12,8 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from worktrial.errors import TrustError
+from worktrial.jsonlimits import MAX_CONFIG_BYTES, loads_limited
 from worktrial.model.commands import display
 from worktrial.model.suite import LoadedSuite
+from worktrial.safe_read import read_input
 from worktrial.state.dirs import config_dir
 from worktrial.util import atomic_write_text, utc_now
 
@@ -27,8 +29,8 @@ def _store() -> Path:
 def load_records() -> dict[str, dict[str, dict[str, str]]]:
     """Workspace path -> trusted digest -> what was trusted and when."""
     try:
-        data = json.loads(_store().read_text())
-    except (OSError, json.JSONDecodeError):
+        data = loads_limited(read_input(_store(), MAX_CONFIG_BYTES * 16))
+    except (OSError, ValueError):  # none yet, or unusable (a FIFO, not JSON): nothing is trusted
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from worktrial.errors import BadInputError
-from worktrial.jsonlimits import JsonLimitError, check_limits
+from worktrial.jsonlimits import MAX_CONFIG_BYTES, JsonLimitError, check_limits
 from worktrial.model.config import Config, parse_config
+from worktrial.safe_read import InputFileError, read_input
 from worktrial.state.dirs import config_dir
 
 USER_FILE = "config.toml"
@@ -25,12 +26,16 @@ def user_config_path() -> Path:
 def read_toml(path: Path) -> dict[str, Any]:
     """A TOML file's tables ({} when it does not exist); every problem is one line of bad input naming the file."""
     try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
+        # A regular file only, within 1 MiB: a FIFO there would hang every command (a symlink to a file is fine).
+        data = tomllib.loads(read_input(path, MAX_CONFIG_BYTES).decode("utf-8"))
         check_limits(data, allow_nul=False)  # a NUL in an argument or variable could never reach a program
         return data
     except FileNotFoundError:
         return {}
+    except InputFileError as exc:
+        raise BadInputError(f"{path}: {exc.problem}; config.toml must be a regular file of at most 1 MiB") from None
+    except UnicodeDecodeError:
+        raise BadInputError(f"{path}: invalid TOML: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise BadInputError(f"{path}: invalid TOML: {exc}") from None
     except JsonLimitError as exc:
