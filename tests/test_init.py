@@ -32,10 +32,10 @@ def _fresh(tmp_path: Path, files: dict[str, str]) -> Path:
     return repo
 
 
-def _init_and_check(cli: Any, repo: Path, kind: str) -> dict[str, Any]:
+def _init_and_check(cli: Any, repo: Path, kind: str, details: str = "") -> dict[str, Any]:
     result = cli(["init"], cwd=repo)
     assert result.exit_code == 0, result.output
-    assert f"wrote a {kind} starter suite" in result.stdout
+    assert f"wrote a {kind} starter suite{details}" in result.stdout
     suite = repo / "evals" / "suite.json"
     data: dict[str, Any] = json.loads(suite.read_text())
     assert data["files"] and data["environment"]["setup"]
@@ -139,7 +139,7 @@ def test_init_esm_package(cli, tmp_path: Path) -> None:
         'test("shout", () => { if (shout("a") !== "A") throw new Error("bad"); });\n',
     }
     repo = _npm_package(tmp_path, "module", sources)
-    data = _init_and_check(cli, repo, "node")
+    data = _init_and_check(cli, repo, "node", " (ES modules)")
     assert data["environment"]["setup"] == ["npm ci --no-audit --no-fund"]
     assert data["environment"]["cache_key"].startswith("package-lock.json@")
     assert "export function" in (repo / "evals" / "solutions" / "worktrial_starter.js").read_text()
@@ -152,7 +152,7 @@ def test_init_commonjs_package(cli, tmp_path: Path) -> None:
         'test("shout", () => { if (shout("a") !== "A") throw new Error("bad"); });\n',
     }
     repo = _npm_package(tmp_path, "commonjs", sources)
-    data = _init_and_check(cli, repo, "node")
+    data = _init_and_check(cli, repo, "node", " (CommonJS)")
     assert data["environment"]["cache_key"].startswith("package-lock.json@")
     assert "module.exports" in (repo / "evals" / "solutions" / "worktrial_starter.js").read_text()
 
@@ -161,11 +161,9 @@ def test_init_typescript_package_gets_javascript_starters(cli, tmp_path: Path) -
     """A TypeScript project (tsconfig.json, .ts sources) gets starters node runs without a build, and is told so."""
     sources = {"tsconfig.json": "{}\n", "src/index.ts": "export const x: number = 1;\n"}
     repo = _npm_package(tmp_path, "module", sources)
-    result = cli(["init"], cwd=repo)
-    assert result.exit_code == 0, result.output
-    assert "TypeScript" in result.stdout and "TypeScript" in (repo / "evals" / "README.md").read_text()
-    data = json.loads((repo / "evals" / "suite.json").read_text())
-    assert "worktrial_starter.js" in data["tasks"][0]["prompt"]
+    data = _init_and_check(cli, repo, "node", " (ES modules, TypeScript (the starter tasks are JavaScript))")
+    assert "TypeScript" in (repo / "evals" / "README.md").read_text()
+    assert "worktrial_starter.js (plain JavaScript)" in data["tasks"][0]["prompt"]
 
 
 def test_init_plain_repository(cli, tmp_path: Path) -> None:

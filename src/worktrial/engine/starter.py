@@ -77,8 +77,9 @@ def starter_suite(repo: Path, project: Project, suite_id: str) -> dict[str, Any]
                 "id": "add-slugify",
                 "category": "capability",
                 "prompt": (
-                    f"Add a file worktrial_starter.{ext} at the repository root that "
-                    + ("(plain JavaScript) " if project.typescript else "")
+                    f"Add a file worktrial_starter.{ext}"
+                    + (" (plain JavaScript)" if project.typescript else "")
+                    + " at the repository root that "
                     + _SLUGIFY_INTERFACE[project.flavour]
                     + ": lower-case the text, turn every run of characters other than a-z and 0-9 into a single "
                     "hyphen, and strip hyphens from both ends. For example 'Hello, World!' becomes 'hello-world'."
