@@ -8,10 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import Result
 
 from tests.conftest import task
 from worktrial.agents.prompt import MAX_ARG_BYTES
+
+pytestmark = pytest.mark.slow  # each test runs real evaluations
 
 # Quotes of both kinds, a command substitution, backticks, a variable, a glob and newlines: any of them would
 # change the command, run something or be mangled if the prompt reached the shell unquoted.
