@@ -25,15 +25,20 @@ from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOptions,
 from worktrial.agents.presets import PARSERS
 from worktrial.agents.presets.parsing import ExitInfo, OutputParser, Verdict, exit_reason, watch_spend
 from worktrial.agents.pricing import ResolvedPrice, cost_usd, resolve_price
-from worktrial.agents.prompt import MAX_ARG_BYTES, kib, oversized_argument, prompt_file_of
-from worktrial.agents.simple import USAGE_FILE, command_env, read_usage_file
+from worktrial.agents.prompt import prompt_file_of
+from worktrial.agents.simple import (
+    USAGE_FILE,
+    command_env,
+    read_usage_file,
+    splice_prompt,
+    too_long_for_command_line,
+)
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
 from worktrial.isolation.childenv import check_patterns
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.commands import SHELL
 from worktrial.model.config import AgentConfig, Config
-from worktrial.model.records import ErrorCategory
 
 USAGE_FILE_PARSER = "usage-file"
 
@@ -142,9 +147,7 @@ class CustomAgent:
         elif model_args:
             head, sep, tail = command.strip().partition(" ")
             command = f"{head} {model_args}{sep}{tail}"
-        if prompt_file is not None:
-            command = command.replace("{prompt_file}", shlex.quote(str(prompt_file)))
-        return command.replace("{prompt}", shlex.quote(prompt))
+        return splice_prompt(command, prompt, prompt_file)
 
     def new_parser(self) -> OutputParser:
         if self.parser_name == USAGE_FILE_PARSER:
@@ -155,13 +158,8 @@ class CustomAgent:
         env = command_env(ctx, self.pass_env)
         env.update(self.env)
         command = self.render(ctx.task.prompt, prompt_file_of(ctx))
-        too_big = oversized_argument([command])
-        if too_big is not None:
-            message = (
-                f"[agents.{self.name}].command puts the prompt in its command line ({kib(too_big)}), over the "
-                f"{kib(MAX_ARG_BYTES + 1)} the kernel allows for one argument; use {{prompt_file}} or stdin instead"
-            )
-            return AgentResult(claimed=None, error=AgentError(ErrorCategory.PROMPT_TOO_LONG, message))
+        if (too_long := too_long_for_command_line(command, f"[agents.{self.name}].command")) is not None:
+            return AgentResult(claimed=None, error=too_long)
         parser = self.new_parser()
         result = proc.run(
             [SHELL, "-c", command],

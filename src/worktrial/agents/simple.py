@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,7 +23,14 @@ from worktrial.agents.base import (
     launch_error,
 )
 from worktrial.agents.command_line import command_program
-from worktrial.agents.prompt import inline_prompt_env, prompt_file_env, prompt_file_of
+from worktrial.agents.prompt import (
+    MAX_ARG_BYTES,
+    inline_prompt_env,
+    kib,
+    oversized_argument,
+    prompt_file_env,
+    prompt_file_of,
+)
 from worktrial.agents.registry import hookimpl
 from worktrial.errors import BadInputError
 from worktrial.isolation import proc
@@ -162,6 +170,33 @@ def command_env(ctx: AgentContext, pass_env: Sequence[str] = ()) -> dict[str, st
     }
 
 
+PROMPT_PLACEHOLDER = "{prompt}"
+PROMPT_FILE_PLACEHOLDER = "{prompt_file}"
+
+
+def splice_prompt(command: str, prompt: str, prompt_file: Path | None) -> str:
+    """``command`` with ``{prompt_file}`` and ``{prompt}`` replaced by the path and the text, each shell-quoted.
+
+    The one rule for ``--agent-cmd`` and a custom agent's ``command`` (docs/agents.md): the prompt is inserted last
+    and never scanned again, so a prompt that itself holds ``{prompt_file}`` arrives as written.
+    """
+    if prompt_file is not None:
+        command = command.replace(PROMPT_FILE_PLACEHOLDER, shlex.quote(str(prompt_file)))
+    return command.replace(PROMPT_PLACEHOLDER, shlex.quote(prompt))
+
+
+def too_long_for_command_line(command: str, where: str) -> AgentError | None:
+    """The attempt's error when the spliced prompt makes ``command`` longer than the kernel takes in one argument."""
+    size = oversized_argument([command])
+    if size is None:
+        return None
+    message = (
+        f"{where} puts the prompt in its command line ({kib(size)}), over the {kib(MAX_ARG_BYTES + 1)} the kernel "
+        "allows for one argument; use {prompt_file} or stdin instead"
+    )
+    return AgentError(ErrorCategory.PROMPT_TOO_LONG, message)
+
+
 def read_usage_file(path: Path) -> Usage:
     """Usage a command agent wrote to ``$WORKTRIAL_USAGE_FILE``; problems become notes, never errors."""
     if not os.path.lexists(path):
@@ -224,7 +259,11 @@ def _shell_finds(program: str) -> bool:
 
 
 class CommandAgent:
-    """Any program: ``/bin/sh -c CMD`` in the worktree, prompt on stdin; exit 0 claims success."""
+    """Any program: ``/bin/sh -c CMD`` in the worktree; exit 0 claims success.
+
+    The prompt is on stdin, or, where ``CMD`` says ``{prompt}``, in its command line, shell-quoted as for custom
+    agents; ``{prompt_file}`` names the prompt's file.
+    """
 
     name = "command"
 
@@ -234,6 +273,7 @@ class CommandAgent:
         self.cmd = options.agent_cmd
         self.options = options
         self.pass_env = check_patterns(options.pass_env, "--pass-env")
+        self.stdin_prompt = PROMPT_PLACEHOLDER not in self.cmd
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {"name": self.name, "command": self.cmd}
@@ -259,11 +299,14 @@ class CommandAgent:
     def run(self, ctx: AgentContext) -> AgentResult:
         usage_file = ctx.scratch / USAGE_FILE
         env = command_env(ctx, self.pass_env)
+        command = splice_prompt(self.cmd, ctx.task.prompt, prompt_file_of(ctx))
+        if (too_long := too_long_for_command_line(command, "--agent-cmd")) is not None:
+            return AgentResult(claimed=None, error=too_long)
         result = proc.run(
-            [SHELL, "-c", self.cmd],
+            [SHELL, "-c", command],
             cwd=ctx.worktree,
             env=env,
-            stdin=ctx.task.prompt.encode("utf-8"),
+            stdin=ctx.task.prompt.encode("utf-8") if self.stdin_prompt else None,
             tail_bytes=STREAM_TAIL_BYTES,
             **ctx.limits(),
         )

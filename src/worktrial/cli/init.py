@@ -30,7 +30,8 @@ def init_cmd(directory: Path | None, workspace: Path | None, force: bool) -> Non
         shown = suite.relative_to(Path.cwd())
     except ValueError:
         shown = suite
-    click.echo(f"wrote a {result.kind} starter suite: {len(result.files)} files in {result.directory}")
+    details = f" ({result.project.details()})" if result.project.details() else ""
+    click.echo(f"wrote a {result.kind} starter suite{details}: {len(result.files)} files in {result.directory}")
     click.echo(f"next: worktrial check {shown} --trust   (oracle passes every task, nop fails every task)")
 
 

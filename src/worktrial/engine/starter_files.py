@@ -1,4 +1,4 @@
-"""The files ``worktrial init`` writes: hidden tests, reference solutions, the planted bug and the README.
+"""The files ``worktrial init`` writes: hidden tests, reference solutions and the planted bug.
 
 Tests read the code under test from the current directory (the attempt's worktree), never from where the test
 file lives (the read-only suite directory), and use only each language's standard library.
@@ -69,11 +69,16 @@ _PY_VERSION_PLANTED = '''def is_newer(a: str, b: str) -> bool:
     return a > b
 '''
 
-_JS_SLUGIFY_TEST = """// Hidden test for add-slugify: run from the worktree, requires the agent's worktrial_starter.js.
-const assert = require("assert");
-const path = require("path");
-const { slugify } = require(path.join(process.cwd(), "worktrial_starter.js"));
+# One test file for ES modules and CommonJS alike: an .mjs file is an ES module wherever it lies (the suite's copy
+# sits outside the package, so a .js test would follow no package.json), and import() loads either kind.
+_JS_SLUGIFY_TEST = """// Hidden test for add-slugify: run from the worktree, imports the agent's worktrial_starter.js.
+import assert from "node:assert";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 
+const loaded = await import(pathToFileURL(join(process.cwd(), "worktrial_starter.js")).href);
+const slugify = loaded.slugify ?? loaded.default?.slugify;
+assert.strictEqual(typeof slugify, "function", "worktrial_starter.js exports no function slugify");
 assert.strictEqual(slugify("Hello, World!"), "hello-world");
 assert.strictEqual(slugify("  many   spaces  "), "many-spaces");
 assert.strictEqual(slugify("Already-a-slug"), "already-a-slug");
@@ -83,10 +88,13 @@ console.log("ok");
 """
 
 _JS_VERSION_TEST = """// Hidden test for fix-version-compare: the planted bug compares versions as text.
-const assert = require("assert");
-const path = require("path");
-const { isNewer } = require(path.join(process.cwd(), "worktrial_version.js"));
+import assert from "node:assert";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 
+const loaded = await import(pathToFileURL(join(process.cwd(), "worktrial_version.js")).href);
+const isNewer = loaded.isNewer ?? loaded.default?.isNewer;
+assert.strictEqual(typeof isNewer, "function", "worktrial_version.js exports no function isNewer");
 assert.strictEqual(isNewer("1.10.0", "1.9.2"), true);
 assert.strictEqual(isNewer("1.9.2", "1.10.0"), false);
 assert.strictEqual(isNewer("2.0", "1.99"), true);
@@ -123,6 +131,30 @@ function isNewer(a, b) {
 }
 
 module.exports = { isNewer };
+"""
+
+_ESM_SLUGIFY = """export function slugify(text) {
+  return text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-+|-+$/g, "");
+}
+"""
+
+_ESM_VERSION_FIXED = """// Whether version a is newer than version b (dot-separated integers).
+export function isNewer(a, b) {
+  const pa = a.split(".").map(Number);
+  const pb = b.split(".").map(Number);
+  for (let i = 0; i < Math.max(pa.length, pb.length); i++) {
+    const x = pa[i] === undefined ? -1 : pa[i];
+    const y = pb[i] === undefined ? -1 : pb[i];
+    if (x !== y) return x > y;
+  }
+  return false;
+}
+"""
+
+_ESM_VERSION_PLANTED = """// Whether version a is newer than version b (dot-separated integers).
+export function isNewer(a, b) {
+  return a > b;
+}
 """
 
 _SH_SLUGIFY_TEST = """# Hidden test for add-slugify: runs the agent's worktrial_starter.sh from the worktree.
@@ -163,49 +195,20 @@ _SH_VERSION_PLANTED = """# Exit 0 when version $1 is newer than version $2 (dot-
 
 TESTS = {
     "python": {"slugify": _PY_SLUGIFY_TEST, "version": _PY_VERSION_TEST},
-    "node": {"slugify": _JS_SLUGIFY_TEST, "version": _JS_VERSION_TEST},
+    "esm": {"slugify": _JS_SLUGIFY_TEST, "version": _JS_VERSION_TEST},
+    "commonjs": {"slugify": _JS_SLUGIFY_TEST, "version": _JS_VERSION_TEST},
     "shell": {"slugify": _SH_SLUGIFY_TEST, "version": _SH_VERSION_TEST},
 }
 SOLUTIONS = {
     "python": {"slugify": _PY_SLUGIFY, "version": _PY_VERSION_FIXED},
-    "node": {"slugify": _JS_SLUGIFY, "version": _JS_VERSION_FIXED},
+    "esm": {"slugify": _ESM_SLUGIFY, "version": _ESM_VERSION_FIXED},
+    "commonjs": {"slugify": _JS_SLUGIFY, "version": _JS_VERSION_FIXED},
     "shell": {"slugify": _SH_SLUGIFY, "version": _SH_VERSION_FIXED},
 }
-PLANTS = {"python": _PY_VERSION_PLANTED, "node": _JS_VERSION_PLANTED, "shell": _SH_VERSION_PLANTED}
-
-README = """# Starter suite ({kind})
-
-Written by `worktrial init`. Check it, then run an agent on it:
-
-    worktrial check evals/suite.json            # oracle passes every task, nop fails every task
-    worktrial eval --suite evals/suite.json --agent-cmd "my-agent {{prompt}}"
-
-Keep this directory out of the agent's reach: hidden tests and solutions must not be in the repository's
-committed tree (worktrial also removes the suite directory from every attempt's base when it is committed).
-
-## suite.json, field by field
-
-- `id`, `name`: how reports name the suite.
-- `attempts`: runs per task; pass@k and pass^k are computed over them.
-- `files`: globs, relative to suite.json, of every file that belongs to the suite (hidden tests, reference
-  solutions, the planted bug). They are part of the suite's digest (`suite_bundle_sha256` in every result), so a
-  published number pins them too. Commands see them, read-only, under `$WORKTRIAL_SUITE_DIR`; a file not listed
-  here is not there.
-- `environment`: set up once per slot (not per attempt) on the pinned commit; everything it leaves, ignored files
-  included, is committed as the base every attempt starts from, so the agent sees a clean `git status`.
-  Detected here: `{setup}`.
-  `timeout_secs` bounds each setup command. Add `"cache_key": "v1"` to reuse the result across runs.
-- `tasks[].category`: `capability` (can the agent do something new) or `regression` (does it fix or keep
-  something that must work).
-- `tasks[].environment`: replaces the suite's for that task; `fix-version-compare` uses it to plant its bug
-  (`planted/worktrial_version.{ext}`) in the base, where `git diff` does not show it.
-- `tasks[].prompt`: all the agent is told.
-- `tasks[].verify_commands`: all must exit 0 for a claimed success to count; they run the hidden tests from
-  `$WORKTRIAL_SUITE_DIR/hidden/` against the worktree.
-- `tasks[].solution`: the reference solution the `oracle` agent runs (it copies a file from `solutions/`).
-- `tasks[].timeout_secs`, `verify_timeout_secs`: limits for the agent and for each verify command.
-
-Replace the two tasks with real ones from your repository: a bug you fixed (plant the old code in a task's
-`environment`, or pin the task to the commit before the fix with `"workspace": {{"ref": "<commit>"}}`) and a
-feature you added, each with the test that proved it. See docs/suite-format.md.
-"""
+PLANTS = {
+    "python": _PY_VERSION_PLANTED,
+    "esm": _ESM_VERSION_PLANTED,
+    "commonjs": _JS_VERSION_PLANTED,
+    "shell": _SH_VERSION_PLANTED,
+}
+"""By flavour: ``python``, ``shell``, and for Node the package's module system, ``esm`` or ``commonjs``."""
