@@ -80,7 +80,7 @@ def run_setup(
     pinned = ""
     if cache is not None and environment is not None:
         pinned = _head(ws)
-        key = entry_key(pinned, environment, hide)
+        key = entry_key(ws, environment, hide)
         if key is not None and cache.restore(key, ws):
             _log(log, f"restored from the environment cache ({key[:12]}), setup commands not run\n")
             return commit_result(ws, scope)
@@ -102,7 +102,7 @@ def run_setup(
     _restore_config(ws, harness_config)
     commit = commit_result(ws, scope)
     if cache is not None and key is not None:
-        cache.store(key, ws, pinned, commit)
+        cache.store(key, ws, pinned, commit, hide, ws.root / ENV_OBJECTS)
     return commit
 
 
