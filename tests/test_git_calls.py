@@ -36,7 +36,14 @@ REVIEWED = {
     "isolation/patch.py:_patch": "the harness's own patch git dir; drivers undefined, worktree by checked descriptor",
     "isolation/environment.py:_head": "before the setup commands ran: the private repository as the harness made it",
     "isolation/environment.py:commit_result": "inside the attempt's sandbox, after the harness's config is restored",
+    "isolation/environment.py:_git_line": "commit_result's steps (add, write-tree, commit-tree, update-ref): in the "
+    "attempt's sandbox, after the harness's config is restored",
     "isolation/env_cache.py:EnvironmentCache.store": "tree-to-tree listing after the harness's config is restored",
+    "isolation/env_cache.py:_tree": "ls-tree of the pinned commit before the setup commands ran (the cache key, and "
+    "whether an entry still fits): the private repository as the harness made it",
+    "isolation/env_cache.py:EnvironmentCache._still_valid": "rev-parse before the setup commands ran, as _tree",
+    "isolation/env_cache.py:_pack": "pack-objects after the harness's config is restored, reading only the objects "
+    "the harness's own commit wrote; the worktree is not read",
     # `worktrial check`: the suite's own solution (trusted with the suite) in a slot of the harness's.
     "engine/check_rebuild.py:_changed_files": "check runs only the trusted oracle and nop agents",
     "engine/check_rebuild.py:_modified_tracked": "check runs only the trusted oracle and nop agents",

@@ -176,6 +176,7 @@ def build_report(
         timeouts=sum(1 for a in attempts if a.outcome == "timeout"),
         timeouts_verified=sum(1 for a in attempts if a.outcome == "timeout" and a.verified is True),
         **efficiency,
+        **setup_figures(attempts),
     )
 
 
@@ -183,6 +184,14 @@ def _first_try(record: AttemptRecord) -> AttemptRecord:
     if not record.retries:
         return record
     return record.model_copy(update={"outcome": "error", "verified": None})
+
+
+def setup_figures(attempts: Sequence[AttemptRecord]) -> dict[str, float | None]:
+    """Time spent before the agents started (total and mean over the attempts that recorded it): setup is paid once
+    per slot, so the mean says what it cost an attempt on average, not what one setup takes."""
+    timed = [a.setup_secs for a in attempts if a.setup_secs is not None]
+    total = math.fsum(timed) if timed else None
+    return {"setup_secs": total, "mean_setup_secs_per_attempt": total / len(timed) if total is not None else None}
 
 
 def efficiency_figures(attempts: Sequence[AttemptRecord]) -> dict[str, float | int | None]:

@@ -6,10 +6,13 @@ Like ``cli.py``, this only parses flags, calls the library and prints; findings 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from pydantic import BaseModel
@@ -21,6 +24,7 @@ from worktrial.analysis.compare import LoadedEnvelope, compare_runs
 from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
 from worktrial.cli.common import emit, ensure_trust, err
 from worktrial.cli.options import (
+    jobs_option,
     output_option,
     quiet_option,
     report_format_option,
@@ -38,6 +42,9 @@ from worktrial.render.check_markdown import render_check_markdown
 from worktrial.render.compare_markdown import render_comparison_markdown
 from worktrial.state.history import resolve_envelope, store_problems
 from worktrial.state.roots import state_root
+
+if TYPE_CHECKING:  # the engine's observer is imported only by the command that runs attempts
+    from worktrial.cli.progress import ProgressReporter
 
 EXIT_FINDINGS = 1
 
@@ -135,6 +142,7 @@ def power_cmd(
     help="Verifier re-runs on the oracle's result, to find flaky verifiers.",
 )
 @workspace_option()
+@jobs_option()
 @trust_option
 @selection_options
 @sandbox_option
@@ -145,6 +153,7 @@ def check_cmd(
     suite_path: Path,
     repeats: int,
     workspace: Path | None,
+    jobs: int | None,
     trust: bool,
     task_patterns: tuple[str, ...],
     categories: tuple[str, ...],
@@ -169,6 +178,8 @@ def check_cmd(
         on_progress=None if quiet else lambda message: err(f"worktrial: {message}"),
         on_warning=lambda message: err(f"worktrial: warning: {message}"),
         sandbox=SandboxChoice(mode=sandbox),
+        jobs=jobs,
+        observer=lambda _agent: _progress(quiet),
     )
     report = check_suite(loaded, options)
     emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output, fmt=fmt)
@@ -197,6 +208,18 @@ def audit_cmd(envelope_path: Path, suite_path: Path, workspace: Path | None, no_
     click.echo(_as_json(report) if fmt == "json" else render_audit(report), nl=False)
     if not report.ok:
         sys.exit(EXIT_FINDINGS)
+
+
+@contextlib.contextmanager
+def _progress(quiet: bool) -> Iterator[ProgressReporter]:
+    """eval's progress (a live bar with an ETA on a terminal, a line per attempt elsewhere) for one of check's runs."""
+    from worktrial.cli.progress import ProgressReporter  # it observes the engine's runs: imported with them
+
+    progress = ProgressReporter(quiet=quiet, on_warning=lambda message: err(f"worktrial: warning: {message}"))
+    try:
+        yield progress
+    finally:
+        progress.close()
 
 
 COMMANDS = (compare_cmd, power_cmd, check_cmd, audit_cmd)

@@ -115,7 +115,7 @@ class ProgressReporter(RunObserver):
         self.running.pop((record.task_id, record.attempt), None)
         self.counts[record.outcome] += 1
         self.done += 1
-        self.durations.append(record.duration_secs)
+        self.durations.append(record.duration_secs + (record.setup_secs or 0.0))  # both are the run's wall time
         if record.cost_usd is not None and self.max_cost is None:  # under a budget, ``spend`` says the run's total
             self.spent += record.cost_usd
             self.priced = True
@@ -167,9 +167,10 @@ class ProgressReporter(RunObserver):
         why = f" — {for_terminal(record.reason or '')}" if show_reason else ""
         retried = f" (after {plural(record.retries, 'retry', 'retries')})" if record.retries else ""
         spend = f" · spent ${self.spent:.4f} of ${self.max_cost:g}" if self.max_cost is not None else ""
+        setup = f" + setup {record.setup_secs:.1f}s" if record.setup_secs is not None and record.setup_secs >= 1 else ""
         return (
             f"[{self.done}/{self.total}] {record.outcome:>7} {for_terminal(record.task_id)} #{record.attempt} "
-            f"({record.duration_secs:.1f}s){retried}{spend}{why}"
+            f"({record.duration_secs:.1f}s{setup}){retried}{spend}{why}"
         )
 
     def _line(self, text: str) -> None:

@@ -236,6 +236,8 @@ class _Progress:
     patch: PatchData | None = None
     agent_ran: bool = False
     agent_ended: str | None = None
+    agent_start: float | None = None
+    """When the agent started (monotonic): setup is everything before, the attempt's duration everything after."""
 
 
 def run_attempt(
@@ -298,7 +300,9 @@ def run_attempt(
             # A kept worktree is the user's to inspect: back to the harness's uid (the kernel clears any set-uid
             # bit the agent left on a file whose owner changes), so git there needs no safe.directory.
             ownership.hand_over(root, os.geteuid())
-    duration = round(time.monotonic() - start, 3)
+    end = time.monotonic()
+    setup_end = progress.agent_start if progress.agent_start is not None else end
+    setup_secs, duration = round(setup_end - start, 3), round(end - setup_end, 3)
     _sanitise(progress, attempt_redactor(spec, env))
     usage = progress.usage
     trace = build_trace(
@@ -309,6 +313,7 @@ def run_attempt(
         agent_secs=round(progress.agent_secs, 3),
         verify_secs=round(progress.verify_secs, 3),
         usage=usage,
+        setup_secs=setup_secs,
     )
     record = AttemptRecord(
         task_id=task.id,
@@ -320,6 +325,7 @@ def run_attempt(
         duration_secs=duration,
         agent_secs=round(progress.agent_secs, 3),
         verify_secs=round(progress.verify_secs, 3),
+        setup_secs=setup_secs,
         cost_usd=usage.cost_usd,
         tokens=usage.tokens,
         turns=usage.turns,
@@ -459,8 +465,8 @@ def _run_in(
         )
         return
     on_phase("agent")
-    agent_start = time.monotonic()
-    deadline = agent_start + task.timeout_secs
+    agent_start = progress.agent_start = time.monotonic()
+    deadline = agent_start + task.timeout_secs  # the agent's timeout starts now, after every setup
     ctx = AgentContext(
         task=task,
         attempt=job.attempt,

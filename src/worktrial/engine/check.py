@@ -9,6 +9,7 @@ the files shows up as flaky, and the classic mistakes of suites for real reposit
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,10 @@ class CheckOptions:
     on_progress: Callable[[str], None] | None = None
     on_warning: Callable[[str], None] | None = None
     sandbox: SandboxChoice = field(default_factory=SandboxChoice)
+    jobs: int | None = None
+    """Attempts of the oracle and nop runs to run at once (default: as eval's)."""
+    observer: Callable[[str], contextlib.AbstractContextManager[RunObserver]] | None = None
+    """Watches the oracle's and the nop's run (given the agent's name), e.g. a progress bar with an ETA."""
 
 
 def _flaky(task: Task, repeats: Rebuild, oracle_verified: bool | None) -> list[str]:
@@ -132,8 +137,14 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
 
     def run(agent: str) -> Envelope:
         say(f"running the {agent} agent on {plural(len(loaded.suite.tasks), 'task')}")
-        opts = RunOptions(agent=agent, attempts=1, k=1, workspace=options.workspace, sandbox=options.sandbox)
-        return run_suite(loaded, opts, _Warnings(options.on_warning)).envelope
+        opts = RunOptions(
+            agent=agent, attempts=1, k=1, workspace=options.workspace, sandbox=options.sandbox, jobs=options.jobs
+        )
+        watching = (
+            options.observer(agent) if options.observer else contextlib.nullcontext(_Warnings(options.on_warning))
+        )
+        with watching as observer:
+            return run_suite(loaded, opts, observer).envelope
 
     oracle, nop = run("oracle"), run("nop")
     oracle_tasks, nop_tasks = _by_id(oracle), _by_id(nop)

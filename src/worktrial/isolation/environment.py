@@ -3,8 +3,9 @@
 Creating a virtual environment or running ``npm ci`` for every attempt costs seconds to minutes each time, and
 files written by setup would show up to the agent as uncommitted changes (``git status`` would give a planted bug
 away). So setup runs once per slot, on the pinned commit, and everything it left in the tree — ignored files
-included — is committed on top of that commit in the slot's private repository. Every attempt then starts from
-that commit: a clean ``git status``, the setup's files part of the base, and the slot's reset restoring them.
+included — is committed in the slot's private repository as a commit without parent (its history would show what
+setup changed). Every attempt then starts from that commit: a clean ``git status``, the setup's files part of the
+base, and the slot's reset restoring them.
 
 The commit's objects are moved out of the private repository's object store into ``<workspace>/env-objects``
 (linked through ``objects/info/alternates``), because a slot reset throws away every object written in the
@@ -23,13 +24,14 @@ from worktrial.isolation import safefs
 from worktrial.isolation.alternates import read_alternates, write_alternates
 from worktrial.isolation.env_cache import EnvironmentCache, entry_key
 from worktrial.isolation.proc import ProcessScope, ProcResult, run_command
-from worktrial.isolation.workspace import AttemptWorkspace, git, remove_tree
+from worktrial.isolation.workspace import ATTEMPT_BRANCH, AttemptWorkspace, git, remove_tree
 from worktrial.model.commands import display
 from worktrial.model.suite import Environment
 
 ENV_OBJECTS = "env-objects"
 OUTPUT_TAIL_CHARS = 2000
-COMMIT_MESSAGE = "worktrial: environment setup"
+COMMIT_MESSAGE = "task base"
+BASE_REF = "refs/worktrial/base"
 _IDENTITY = ["-c", "user.name=worktrial", "-c", "user.email=environment@worktrial.invalid"]
 _CONFIG_LIMIT = 1024 * 1024
 
@@ -78,7 +80,7 @@ def run_setup(
     pinned = ""
     if cache is not None and environment is not None:
         pinned = _head(ws)
-        key = entry_key(pinned, environment, hide)
+        key = entry_key(ws, environment, hide)
         if key is not None and cache.restore(key, ws):
             _log(log, f"restored from the environment cache ({key[:12]}), setup commands not run\n")
             return commit_result(ws, scope)
@@ -100,7 +102,7 @@ def run_setup(
     _restore_config(ws, harness_config)
     commit = commit_result(ws, scope)
     if cache is not None and key is not None:
-        cache.store(key, ws, pinned, commit)
+        cache.store(key, ws, pinned, commit, hide, ws.root / ENV_OBJECTS)
     return commit
 
 
@@ -127,23 +129,23 @@ def _restore_config(ws: AttemptWorkspace, config: bytes | None) -> None:
 def commit_result(ws: AttemptWorkspace, scope: ProcessScope | None = None) -> str:
     """Commit everything in the worktree (ignored files too) as the new base, with objects kept out of reach.
 
+    The commit has no parent: a child of the pinned commit would show what setup changed (``git show HEAD`` of a
+    planted bug is its fix; of a hidden suite directory, the hidden tests), so the agent's repository holds one
+    commit whose diff is the whole tree. The branch and ``refs/worktrial/base`` name it; no reflog remembers the
+    pinned commit.
+
     With a sandboxed ``scope`` git runs inside the sandbox: the tree is what the repository's setup left (its
     ``.gitattributes`` included), so whatever it makes git run stays contained."""
     quiet = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false", "-C", str(ws.worktree)]
-    steps = (
-        ["add", "--all", "--force", "."],
-        [*_IDENTITY, "commit", "--quiet", "--no-verify", "--allow-empty", "--no-gpg-sign", "-m", COMMIT_MESSAGE],
-        ["rev-parse", "HEAD"],
+    tree = _git_line(ws, scope, [*quiet, "add", "--all", "--force", "."], [*quiet, "write-tree"])
+    commit = _git_line(ws, scope, [*quiet, *_IDENTITY, "commit-tree", "--no-gpg-sign", "-m", COMMIT_MESSAGE, tree])
+    _git_line(
+        ws,
+        scope,
+        [*quiet, "update-ref", "--no-deref", f"refs/heads/{ATTEMPT_BRANCH}", commit],
+        [*quiet, "update-ref", "--no-deref", BASE_REF, commit],
     )
-    result: ProcResult | None = None
-    for args in steps:
-        result = git([*quiet, *args], ws.worktree, foreign_owner=True, scope=scope)
-        if not result.ok:
-            detail = result.stderr_tail.decode("utf-8", "replace").strip().splitlines()
-            message = f"cannot commit the environment setup's result: {detail[-1] if detail else 'git failed'}"
-            raise EnvironmentSetupError(message, "\n".join(detail[-20:]))
-    assert result is not None
-    commit = result.stdout_tail.decode().strip()
+    _forget_reflogs(ws)
     _move_objects(ws)
     status = git(
         [*quiet, "status", "--porcelain", "--untracked-files=all"], ws.worktree, foreign_owner=True, scope=scope
@@ -152,6 +154,28 @@ def commit_result(ws: AttemptWorkspace, scope: ProcessScope | None = None) -> st
         first = status.stdout_tail.decode("utf-8", "replace").splitlines()[0]
         raise EnvironmentSetupError(f"environment setup left files git cannot commit (e.g. {first.strip()})", "")
     return commit
+
+
+def _git_line(ws: AttemptWorkspace, scope: ProcessScope | None, *steps: list[str]) -> str:
+    """Run git ``steps`` in order for the environment's commit; the last one's first line of output."""
+    result: ProcResult | None = None
+    for args in steps:
+        result = git(args, ws.worktree, foreign_owner=True, scope=scope)
+        if not result.ok:
+            detail = result.stderr_tail.decode("utf-8", "replace").strip().splitlines()
+            message = f"cannot commit the environment setup's result: {detail[-1] if detail else 'git failed'}"
+            raise EnvironmentSetupError(message, "\n".join(detail[-20:]))
+    assert result is not None
+    return result.stdout_tail.decode().strip()
+
+
+def _forget_reflogs(ws: AttemptWorkspace) -> None:
+    """Reflogs (and ORIG_HEAD) would name the pinned commit, whose diff to the base is what setup changed."""
+    with safefs.opened_dir(ws.git_dir, ws.git_dir_id) as git_fd:
+        safefs.remove_at(git_fd, "logs")
+        safefs.remove_at(git_fd, "ORIG_HEAD")
+        safefs.remove_at(git_fd, f"worktrees/{ws.admin}/logs")
+        safefs.remove_at(git_fd, f"worktrees/{ws.admin}/ORIG_HEAD")
 
 
 def _move_objects(ws: AttemptWorkspace) -> None:

@@ -100,6 +100,14 @@ class Report(BaseModel):
     mean_cost_per_attempt: float | None
     mean_tokens_per_attempt: float | None
     mean_turns_per_attempt: float | None
+    setup_secs: float | None = Field(
+        default=None,
+        description="Seconds spent before agents started, summed over attempts (environment setup, slot resets, "
+        "setup_commands); null when no attempt recorded it.",
+    )
+    mean_setup_secs_per_attempt: float | None = Field(
+        default=None, description="setup_secs over the attempts that recorded it."
+    )
     honesty: Honesty = Field(default_factory=Honesty)
     timeouts: int = Field(default=0, description="Attempts that ended in timeout.")
     timeouts_verified: int = Field(

@@ -145,9 +145,17 @@ class AttemptRecord(BaseModel):
     claimed: bool | None
     verified: bool | None
     reason: str | None = None
-    duration_secs: float
+    duration_secs: float = Field(
+        description="From the agent's start to the verdict (agent, patch, verification); setup is not in it (runs "
+        "recorded before setup_secs existed include it)."
+    )
     agent_secs: float
     verify_secs: float
+    setup_secs: float | None = Field(
+        default=None,
+        description="Before the agent started: the workspace (a slot's build with its environment setup, or its "
+        "reset), the task's setup_commands; null in runs recorded before it was measured.",
+    )
     cost_usd: float | None = None
     tokens: Tokens = Field(default_factory=Tokens)
     turns: int | None = None

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -65,6 +66,16 @@ def _coerce_command(value: Any) -> Any:
 
 CommandField = Annotated[Command, BeforeValidator(_coerce_command)]
 NonEmptyId = Annotated[str, StringConstraints(strip_whitespace=False, pattern=r"\S")]
+
+
+def _repo_path(value: str) -> str:
+    parts = value.split("/")
+    if not value or value.startswith(("/", ":")) or ".." in parts:
+        raise ValueError(f"{value!r} is not a path inside the repository (relative, with / and no '..')")
+    return value.rstrip("/")
+
+
+RepoPath = Annotated[str, AfterValidator(_repo_path)]
 PositiveInt = Annotated[StrictInt, Field(gt=0)]
 TimeoutSecs = Annotated[StrictInt, Field(gt=0, le=MAX_TIMEOUT_SECS)]
 
@@ -79,6 +90,11 @@ class Environment(BaseModel):
     )
     cache_key: str | None = Field(
         default=None, description="Opt in to reusing the result across runs; change it to force a fresh setup."
+    )
+    cache_files: list[RepoPath] | None = Field(
+        default=None,
+        description="Files or directories setup depends on (lock files, manifests): their content at the pinned "
+        "commit is part of the cache key. Default: every tracked file outside the suite's own directory.",
     )
 
 

@@ -28,6 +28,7 @@ class Trace(BaseModel):
     duration_secs: float
     agent_secs: float
     verify_secs: float
+    setup_secs: float | None = None
     turns: int | None
     tool_calls: int
     tool_counts: dict[str, int]
@@ -72,6 +73,7 @@ def build_trace(
     agent_secs: float,
     verify_secs: float,
     usage: Usage,
+    setup_secs: float | None = None,
 ) -> Trace:
     return Trace(
         task_id=task_id,
@@ -80,6 +82,7 @@ def build_trace(
         duration_secs=duration_secs,
         agent_secs=agent_secs,
         verify_secs=verify_secs,
+        setup_secs=setup_secs,
         turns=usage.turns,
         tool_calls=usage.tool_calls,
         tool_counts=dict(usage.tool_counts),

@@ -62,3 +62,10 @@ def interval_note(method: str | None, clusters: int | None) -> str | None:
     if clusters is not None:
         text += f"; errors are cluster-robust over {clusters} clusters of tasks"
     return f"95% CIs: {text}. See docs/statistics.md."
+
+
+def setup_time(total: float | None, mean: float | None) -> str | None:
+    """Time spent before the agents started, total and per attempt; None for runs that did not record it."""
+    if total is None or mean is None:
+        return None
+    return f"{total:.1f}s in total · {mean:.1f}s per attempt (not in any attempt's duration or timeout)"

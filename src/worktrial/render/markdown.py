@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from worktrial.model.artifacts import AttemptArtifacts, last_lines
 from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
-from worktrial.render.format import ci, interval_note, num, rate, usd
+from worktrial.render.format import ci, interval_note, num, rate, setup_time, usd
 from worktrial.safe_text import for_markdown, markdown_block, markdown_code
 from worktrial.util import plural
 
@@ -96,6 +96,8 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
             f"| {num(t.pass_at_k)} | {num(t.pass_power_k)} | {outcome_summary(t)} | {mean_secs} |"
         )
     lines += ["", _efficiency_line(envelope), "", _honesty_line(envelope)]
+    if (setup := setup_time(report.setup_secs, report.mean_setup_secs_per_attempt)) is not None:
+        lines += ["", f"**Setup:** {setup}"]
     if (retries := _retry_line(envelope)) is not None:
         lines += ["", retries]
     if (timeouts := _timeout_line(envelope)) is not None:

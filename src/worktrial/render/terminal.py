@@ -18,7 +18,7 @@ from rich.text import Text
 from worktrial.model.artifacts import AttemptArtifacts, StreamTail
 from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import AttemptRecord
-from worktrial.render.format import ci, num, usd
+from worktrial.render.format import ci, num, setup_time, usd
 from worktrial.render.markdown import outcome_summary
 from worktrial.safe_text import for_markdown_listing, for_terminal, terminal_text
 from worktrial.util import plural
@@ -51,6 +51,8 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
         Text(f"{plural(run.attempts, 'attempt')} per task · k = {k}" + ("" if run.complete else " · incomplete")),
     )
     facts.add_row("cost", Text(f"{usd(report.cost_usd)} · per solve {usd(report.cost_per_solve)}"))
+    if (setup := setup_time(report.setup_secs, report.mean_setup_secs_per_attempt)) is not None:
+        facts.add_row("setup", Text(setup))
     if (containment := envelope.sandbox_summary()) is not None:
         facts.add_row("sandbox", terminal_text(containment))
     groups = Table(title=None, show_edge=False, header_style="bold")
@@ -133,7 +135,8 @@ def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> R
         head.append(terminal_text(f" — {record.reason}", multiline=True))
     facts = Text(
         f"claimed {_yes_no(record.claimed)} · verified {_yes_no(record.verified)} · total {record.duration_secs:.1f}s"
-        f" · agent {record.agent_secs:.1f}s · verify {record.verify_secs:.1f}s · cost {usd(record.cost_usd)}",
+        f" · agent {record.agent_secs:.1f}s · verify {record.verify_secs:.1f}s · cost {usd(record.cost_usd)}"
+        + ("" if record.setup_secs is None else f" · setup before it {record.setup_secs:.1f}s"),
         style="dim",
     )
     parts: list[RenderableType] = [head, facts]
