@@ -35,8 +35,7 @@ def _load(ref: str, workspace: Path | None) -> tuple[LoadedEnvelope, ViewRun]:
     env = loaded.envelope
     keys = [(t.task_id, a.attempt) for t in env.report.tasks for a in t.attempts]
     artifacts = artifacts_for_envelope(loaded.source, keys)
-    label = env.run.label or (ref if Path(ref).is_file() else env.run.id)
-    return loaded, ViewRun(label=label, envelope=env, artifacts=artifacts)
+    return loaded, ViewRun(label=ref, envelope=env, artifacts=artifacts)
 
 
 @click.command("show")
