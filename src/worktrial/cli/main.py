@@ -54,7 +54,7 @@ from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
 from worktrial.render.check_markdown import render_lints
 from worktrial.state.artifacts import read_run_artifacts
-from worktrial.state.history import list_runs, stored_envelope
+from worktrial.state.history import list_runs, problem_note, stored_envelope
 from worktrial.state.roots import state_root
 from worktrial.state.store import runs_dir
 from worktrial.util import plural
@@ -380,18 +380,29 @@ def resume_cmd(
 @main.command("runs")
 @workspace_option()
 def runs_cmd(workspace: Path | None) -> None:
-    """List stored runs: id, suite, agent/model, date, done/total, pass@1."""
+    """List stored runs: id, suite, agent/model, date, done/total, pass@1.
+
+    Every run is listed; one whose records cannot be verified here (its signing key is under another HOME or
+    user, or its run.json was changed) is marked, with what that means under the table.
+    """
     rows = list_runs(state_root(workspace))
     if not rows:
         click.echo("no runs yet; `worktrial eval --suite SUITE ...` stores one")
         return
+    problems = {row.problem for row in rows if row.problem}
     table = Table(box=None, pad_edge=False)
     for column in ("run", "suite", "agent/model", "started", "done/total", "pass@1"):
         table.add_column(column)
+    if problems:
+        table.add_column("verified")
     for row in rows:
         pass1 = "—" if row.pass_at_1 is None else f"{row.pass_at_1:.3f}"
-        table.add_row(row.id, row.suite, row.agent, row.started_at, f"{row.done}/{row.total}", pass1)
+        done = f"{'?' if row.done is None else row.done}/{'?' if row.total is None else row.total}"
+        cells = [row.id, row.suite, row.agent, row.started_at, done, pass1]
+        table.add_row(*cells, *([f"no: {row.problem}" if row.problem else "yes"] if problems else []))
     Console(width=200).print(table)
+    for problem in sorted(problems):
+        click.echo(problem_note(problem, sum(1 for row in rows if row.problem == problem)))
 
 
 @main.command("report")

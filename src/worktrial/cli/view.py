@@ -24,7 +24,7 @@ from worktrial.util import atomic_write_text
 
 
 def _latest_run_id(workspace: Path | None) -> str:
-    rows = list_runs(state_root(workspace))
+    rows = [r for r in list_runs(state_root(workspace)) if r.problem in (None, "key missing")]
     if not rows:
         raise BadInputError("no runs yet; `worktrial eval --suite SUITE ...` stores one")
     return rows[-1].id
