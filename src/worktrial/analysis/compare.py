@@ -293,7 +293,7 @@ def compare_runs(runs: Sequence[LoadedEnvelope], *, allow_different_suites: bool
     digests = {r.envelope.bundle_digest for r in runs}
     if len(digests) > 1 and not allow_different_suites:
         listing = "\n".join(
-            f"{r.label}: suite {r.envelope.suite_path} sha256 {r.envelope.bundle_digest[:12]}" for r in runs
+            f"{r.label}: suite {r.envelope.suite_path} bundle sha256 {r.envelope.bundle_digest[:12]}" for r in runs
         )
         raise BadInputError(
             "these runs used different suite files, so their numbers are not comparable:\n"

@@ -252,7 +252,7 @@ def _rankable(c: Contender) -> bool:
 def _notes(envelopes: Sequence[Envelope], k: int | None) -> list[str]:
     notes = []
     for what, values in (
-        ("suite files (sha256)", {e.bundle_digest[:12] for e in envelopes}),
+        ("suite bundle sha256", {e.bundle_digest[:12] for e in envelopes}),
         ("base commits", {e.run.workspace.base_commit[:12] for e in envelopes}),
     ):
         if len(values) > 1:

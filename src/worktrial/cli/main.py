@@ -502,7 +502,7 @@ def validate_cmd(suite_path: Path) -> None:
     counts = f"{plural(len(tasks), 'task')}, {plural(loaded.suite.attempts, 'attempt')}"
     verdict = f"{plural(problems, 'problem')} found" if problems else "ok"
     found = f"; {plural(warnings, 'warning')} (see Lints)" if warnings else ""
-    click.echo(f"{suite_path}: {verdict} — {counts}, sha256 {loaded.sha256}{found}")
+    click.echo(f"{suite_path}: {verdict} — {counts}, suite file sha256 {loaded.sha256}{found}")
     if lints:
         click.echo("\n" + "\n".join(render_lints(lints)))
     if problems:

@@ -64,7 +64,7 @@ def render_check_markdown(report: CheckReport) -> str:
     lines = [
         f"# worktrial check: `{report.suite_id}`",
         "",
-        f"- suite: `{report.suite_path}` · sha256 `{report.suite_sha256[:16]}…`",
+        f"- suite: `{report.suite_path}` · suite file sha256 `{report.suite_sha256[:16]}…`",
         f"- base commit `{report.base_commit[:12]}` · verifier re-runs per task: {report.repeats} "
         "(plus the oracle's own verification)",
         "",
