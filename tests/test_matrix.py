@@ -164,7 +164,7 @@ def test_interrupted_and_mismatched_runs_are_flagged_not_ranked() -> None:
         (None, "partial", "interrupted"),
     ]
     assert board.rows[1].vs_best is None  # different suite files are never paired
-    assert any("suite files" in note for note in board.notes)
+    assert any("suite bundle sha256" in note for note in board.notes)
     text = render_leaderboard_markdown(board)
     assert "## Not ranked" in text and "worktrial resume partial" in text
 
