@@ -61,7 +61,7 @@ def test_edited_suite_is_caught(cli, published: tuple[Path, Path]) -> None:
     edit(suite, lambda data: data["tasks"][1].update(category="regression"))
     result = cli(["audit", str(envelope), "--suite", str(suite)])
     assert result.exit_code == 1
-    assert "suite_sha256: the envelope was produced from suite sha256" in result.stdout
+    assert "suite_sha256: the envelope was produced from suite file sha256" in result.stdout
     assert 'report.tasks[b].category: published "capability", recomputed "regression"' in result.stdout
     assert "report.categories.regression: missing from the envelope" in result.stdout
 

@@ -125,7 +125,9 @@ def test_ranking_ties_and_paired_difference_on_synthetic_envelopes() -> None:
     assert top.over_claim_rate == 0.0 and second.over_claim_rate == pytest.approx(8 / 32)
     assert top.under_claim_rate is None and top.verify_always is False
     assert failed.status == "failed" and failed.error == "HTTP 401" and failed.label == "broken (m/x)"
-    assert board.notes == []
+    # The runs agree on suite, commit and attempts; the one note is that 8 tasks are too few for close calls.
+    (note,) = board.notes
+    assert note.startswith("With 8 tasks, differences below 0.56 in pass rate cannot be told apart")
 
 
 def test_cost_per_solve_breaks_a_full_tie_and_unknown_cost_sorts_last() -> None:
@@ -162,7 +164,7 @@ def test_interrupted_and_mismatched_runs_are_flagged_not_ranked() -> None:
         (None, "partial", "interrupted"),
     ]
     assert board.rows[1].vs_best is None  # different suite files are never paired
-    assert any("suite files" in note for note in board.notes)
+    assert any("suite bundle sha256" in note for note in board.notes)
     text = render_leaderboard_markdown(board)
     assert "## Not ranked" in text and "worktrial resume partial" in text
 
@@ -287,7 +289,11 @@ def test_agent_matrix_ranks_marks_ties_and_reports_cost_and_honesty(
     assert math.isclose(modest["under_claim_rate"], 4 / 6)
     # One stored run and one envelope per configuration, in the order they ran.
     envelopes = document["envelopes"]
-    assert document["notes"] == []  # same suite, base commit, attempts and k throughout
+    # Same suite, base commit, attempts and k throughout; with 6 tasks and 3 rows against #1 nothing can separate.
+    assert document["notes"] == [
+        "With 6 tasks, no difference can be told apart: even a run better on every task gets p = 0.0938 "
+        "(after correcting for 3 comparisons), not below 0.05; not separated does not mean equal."
+    ]
     assert [e["agent"]["name"] for e in envelopes] == ["nop", "modest", "pricey", "good"]
     assert sorted(p.parent.name for p in stored_runs(repo)) == sorted(r["run_id"] for r in rows)
     assert len({e["run"]["workspace"]["base_commit"] for e in envelopes}) == 1
@@ -328,7 +334,7 @@ def test_every_configuration_starts_from_the_first_ones_base_commit(
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert [e["run"]["workspace"]["base_commit"] for e in document["envelopes"]] == [base.stdout.strip()] * 2
-    assert document["notes"] == []
+    assert [n for n in document["notes"] if "told apart" not in n] == []  # same suite, commit and attempts
     moved = subprocess.run(["git", "log", "-1", "--format=%s"], cwd=repo, check=True, capture_output=True, text=True)
     assert moved.stdout.strip() == "moved by an agent"
 

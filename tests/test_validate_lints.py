@@ -23,7 +23,7 @@ def test_validate_prints_warnings_and_still_passes(cli, tmp_path: Path, write_su
     suite = write_suite([task(timeout_secs=120, verify_commands=["python3 check.py"])])
     result = cli(["validate", str(suite)], cwd=tmp_path)
     assert result.exit_code == 0, result.output
-    assert result.stdout.startswith(f"{suite}: ok — 1 task, 1 attempt, sha256 ")
+    assert result.stdout.startswith(f"{suite}: ok — 1 task, 1 attempt, suite file sha256 ")
     assert "1 warning (see Lints)" in result.stdout
     assert "- **warning** `$.tasks[0].verify_commands[0]`: runs code the agent controls" in result.stdout
 

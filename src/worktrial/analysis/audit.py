@@ -219,12 +219,12 @@ def audit_envelope(
     notes: list[str] = []
     if envelope.suite_sha256 != loaded.sha256:
         mismatches.append(
-            f"suite_sha256: the envelope was produced from suite sha256 {envelope.suite_sha256}, "
-            f"but {loaded.path} has sha256 {loaded.sha256} (the suite file differs)"
+            f"suite_sha256: the envelope was produced from suite file sha256 {envelope.suite_sha256}, "
+            f"but {loaded.path} has file sha256 {loaded.sha256} (the suite file differs)"
         )
     elif envelope.bundle_digest != loaded.digest:
         mismatches.append(
-            f"suite_bundle_sha256: the envelope was produced from suite bundle {envelope.bundle_digest}, "
+            f"suite_bundle_sha256: the envelope was produced from suite bundle sha256 {envelope.bundle_digest}, "
             f"but {loaded.path} and its declared files now digest to {loaded.digest} "
             f"({_bundle_change(envelope, loaded)})"
         )

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from worktrial.analysis import stats
 from worktrial.analysis.metrics import efficiency_figures, pass_at_k, pass_power_k
+from worktrial.analysis.power import small_suite_note
 from worktrial.errors import BadInputError
 from worktrial.model.envelope import Envelope, Selection, TaskReport
 from worktrial.model.suite import CATEGORIES
@@ -292,13 +293,17 @@ def compare_runs(runs: Sequence[LoadedEnvelope], *, allow_different_suites: bool
     digests = {r.envelope.bundle_digest for r in runs}
     if len(digests) > 1 and not allow_different_suites:
         listing = "\n".join(
-            f"{r.label}: suite {r.envelope.suite_path} sha256 {r.envelope.bundle_digest[:12]}" for r in runs
+            f"{r.label}: suite {r.envelope.suite_path} bundle sha256 {r.envelope.bundle_digest[:12]}" for r in runs
         )
         raise BadInputError(
             "these runs used different suite files, so their numbers are not comparable:\n"
             f"{listing}\npass --allow-different-suites to compare only the task ids they share"
         )
     pairs = [compare_pair(a, b) for a, b in itertools.combinations(runs, 2)]
+    for pair in pairs:
+        clusters = pair.overall.pass_at_1.clusters
+        if (small := small_suite_note(pair.overall.tasks, pair.k, clusters=clusters)) is not None:
+            pair.notes.append(small)
     if len(digests) > 1:
         for pair in pairs:
             pair.notes.insert(0, "the suites differ (--allow-different-suites): only shared task ids are compared")

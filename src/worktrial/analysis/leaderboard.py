@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from worktrial.analysis import stats
 from worktrial.analysis.metrics import headline_interval, pass_at_k, pass_power_k
+from worktrial.analysis.power import small_suite_note
 from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import ErrorCategory
 
@@ -251,7 +252,7 @@ def _rankable(c: Contender) -> bool:
 def _notes(envelopes: Sequence[Envelope], k: int | None) -> list[str]:
     notes = []
     for what, values in (
-        ("suite files (sha256)", {e.bundle_digest[:12] for e in envelopes}),
+        ("suite bundle sha256", {e.bundle_digest[:12] for e in envelopes}),
         ("base commits", {e.run.workspace.base_commit[:12] for e in envelopes}),
     ):
         if len(values) > 1:
@@ -288,6 +289,12 @@ def build_leaderboard(contenders: Sequence[Contender], alpha: float = stats.ALPH
     envelopes = [c.envelope for c in contenders if c.envelope is not None]
     first = ranked[0].contender.envelope if ranked else (envelopes[0] if envelopes else None)
     clusters = stats.cluster_count([t.cluster for t in ranked[0].tasks]) if ranked else None
+    notes = _notes([c.envelope for c in rankable if c.envelope is not None], k)
+    if ranked and k is not None:
+        # Holm's family is every row paired with the top one: the more rows, the harder any one is to separate.
+        family = sum(1 for p in corrected if p is not None)
+        small = small_suite_note(len(ranked[0].tasks), k, comparisons=family, clusters=clusters, alpha=alpha)
+        notes += [small] if small else []
     return Leaderboard(
         suite_id=first.report.suite_id if first else None,
         suite_name=first.report.suite_name if first else None,
@@ -296,6 +303,6 @@ def build_leaderboard(contenders: Sequence[Contender], alpha: float = stats.ALPH
         attempts=first.run.attempts if first else None,
         k=k if k is not None else (first.report.k if first else None),
         rows=rows,
-        notes=_notes([c.envelope for c in rankable if c.envelope is not None], k),
+        notes=notes,
         clusters=clusters,
     )

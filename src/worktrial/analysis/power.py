@@ -218,3 +218,47 @@ def render_plan(p: PowerPlan) -> str:
     if p.minimum_detectable_difference is None and p.delta is None:
         lines.append("give --tasks (for the detectable difference) and/or --delta (for the tasks needed)")
     return "\n".join(lines) + "\n"
+
+
+SMALL_SUITE_DIFFERENCE = 0.10
+"""A design that would miss a true 10-point difference in pass rate is small enough to say so next to its table."""
+
+
+def small_suite_note(
+    tasks: int,
+    attempts: int,
+    *,
+    comparisons: int = 1,
+    clusters: int | None = None,
+    alpha: float = stats.ALPHA,
+    power: float = stats.POWER,
+) -> str | None:
+    """One plain sentence for a leaderboard or comparison whose suite is too small to tell close runs apart.
+
+    Two limits, whichever bites: the exact paired tests cannot give a p-value below ``2 / 2^units`` (every unit
+    changed the same way), so with Holm over ``comparisons`` rows a small enough suite separates nothing at all;
+    otherwise the minimum detectable difference of this design under the assumed default variances (what
+    ``worktrial power --tasks N --attempts K`` prints). None when neither is worth a sentence.
+    """
+    units = clusters if clusters is not None else tasks
+    if units < 1 or attempts < 1 or comparisons < 1:
+        return None
+    what = f"{_n(tasks, 'task')}" + (f" in {_n(clusters, 'cluster')}" if clusters is not None else "")
+    floor = min(1.0, comparisons * 2.0 ** (1 - units))
+    if floor >= alpha:
+        corrected = f" (after correcting for {comparisons} comparisons)" if comparisons > 1 else ""
+        return (
+            f"With {what}, no difference can be told apart: even a run better on every task gets "
+            f"p = {floor:.3g}{corrected}, not below {alpha:g}; not separated does not mean equal."
+        )
+    variance = VarianceModel(
+        omega2=DEFAULT_OMEGA2, sigma2_a=DEFAULT_SIGMA2, sigma2_b=DEFAULT_SIGMA2, source="assumed defaults"
+    )
+    mdd = plan(variance, tasks=units, attempts=attempts, delta=None, alpha=alpha, power=power)
+    if mdd.minimum_detectable_difference is None or mdd.minimum_detectable_difference < SMALL_SUITE_DIFFERENCE:
+        return None
+    return (
+        f"With {what}, differences below {mdd.minimum_detectable_difference:.2f} in pass rate cannot be told apart "
+        f"({power:.0%} power at α = {alpha:g} with typical per-task variances, as "
+        f"`worktrial power --tasks {units} --attempts {attempts}` plans); not separated does not mean equal."
+    )

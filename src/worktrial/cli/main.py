@@ -44,7 +44,7 @@ from worktrial.render import render_json, render_markdown
 from worktrial.render.check_markdown import render_lints
 from worktrial.safe_text import for_terminal, terminal_text
 from worktrial.state.artifacts import read_run_artifacts
-from worktrial.state.history import list_runs, stored_envelope
+from worktrial.state.history import list_runs, problem_note, stored_envelope
 from worktrial.state.roots import state_root
 from worktrial.state.store import runs_dir
 from worktrial.util import plural
@@ -383,19 +383,30 @@ def resume_cmd(
 @main.command("runs")
 @workspace_option()
 def runs_cmd(workspace: Path | None) -> None:
-    """List stored runs: id, suite, agent/model, date, done/total, pass@1."""
+    """List stored runs: id, suite, agent/model, date, done/total, pass@1.
+
+    Every run is listed; one whose records cannot be verified here (its signing key is under another HOME or
+    user, or its run.json was changed) is marked, with what that means under the table.
+    """
     rows = list_runs(state_root(workspace))
     if not rows:
         click.echo("no runs yet; `worktrial eval --suite SUITE ...` stores one")
         return
+    problems = {row.problem for row in rows if row.problem}
     table = Table(box=None, pad_edge=False)
     for column in ("run", "suite", "agent/model", "started", "done/total", "pass@1"):
         table.add_column(column)
+    if problems:
+        table.add_column("verified")
     for row in rows:
         pass1 = "—" if row.pass_at_1 is None else f"{row.pass_at_1:.3f}"
-        cells = (row.id, row.suite, row.agent, row.started_at, f"{row.done}/{row.total}", pass1)
-        table.add_row(*(terminal_text(c) for c in cells))
+        done = f"{'?' if row.done is None else row.done}/{'?' if row.total is None else row.total}"
+        cells = [row.id, row.suite, row.agent, row.started_at, done, pass1]
+        verified = [f"no: {row.problem}" if row.problem else "yes"] if problems else []
+        table.add_row(*(terminal_text(c) for c in [*cells, *verified]))
     Console(width=200).print(table)
+    for problem in sorted(problems):
+        click.echo(problem_note(problem, sum(1 for row in rows if row.problem == problem)))
 
 
 @main.command("report")
@@ -495,7 +506,7 @@ def validate_cmd(suite_path: Path) -> None:
     counts = f"{plural(len(tasks), 'task')}, {plural(loaded.suite.attempts, 'attempt')}"
     verdict = f"{plural(problems, 'problem')} found" if problems else "ok"
     found = f"; {plural(warnings, 'warning')} (see Lints)" if warnings else ""
-    click.echo(for_terminal(f"{suite_path}: {verdict} — {counts}, sha256 {loaded.sha256}{found}"))
+    click.echo(for_terminal(f"{suite_path}: {verdict} — {counts}, suite file sha256 {loaded.sha256}{found}"))
     if lints:
         click.echo("\n" + for_terminal("\n".join(render_lints(lints)), multiline=True))
     if problems:

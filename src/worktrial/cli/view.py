@@ -26,7 +26,7 @@ from worktrial.util import atomic_write_text
 
 
 def _latest_run_id(workspace: Path | None) -> str:
-    rows = list_runs(state_root(workspace))
+    rows = [r for r in list_runs(state_root(workspace)) if r.problem in (None, "key missing")]
     if not rows:
         raise BadInputError("no runs yet; `worktrial eval --suite SUITE ...` stores one")
     return rows[-1].id
@@ -37,8 +37,7 @@ def _load(ref: str, workspace: Path | None) -> tuple[LoadedEnvelope, ViewRun]:
     env = loaded.envelope
     keys = [(t.task_id, a.attempt) for t in env.report.tasks for a in t.attempts]
     artifacts = artifacts_for_envelope(loaded.source, keys)
-    label = env.run.label or (ref if Path(ref).is_file() else env.run.id)
-    return loaded, ViewRun(label=label, envelope=env, artifacts=artifacts)
+    return loaded, ViewRun(label=ref, envelope=env, artifacts=artifacts)
 
 
 @click.command("show")

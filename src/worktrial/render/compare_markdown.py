@@ -135,7 +135,8 @@ def _pair_section(pair: PairComparison) -> list[str]:
 
 
 def render_comparison_markdown(comparison: Comparison) -> str:
-    lines = ["# worktrial compare", "", "| run | agent | model | run id | suite | tasks | attempts | k |"]
+    header = "| run | agent | model | run id | suite · bundle sha256 | tasks | attempts | k |"
+    lines = ["# worktrial compare", "", header]
     lines.append("|---|---|---|---|---|---:|---:|---:|")
     for r in comparison.runs:
         lines.append(

@@ -19,9 +19,10 @@ from worktrial.analysis.compare import Comparison, LoadedEnvelope, compare_runs
 from worktrial.analysis.leaderboard import Contender, Leaderboard, build_leaderboard
 from worktrial.errors import BadInputError
 from worktrial.model.artifacts import AttemptArtifacts, last_lines
-from worktrial.model.envelope import Envelope, Metrics, TaskReport
+from worktrial.model.envelope import BudgetInfo, Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
-from worktrial.render.format import ci, num, usd
+from worktrial.render.format import ci, num, p_value, usd
+from worktrial.render.naming import model_name, run_names
 from worktrial.render.svg import PALETTE, Bar, Series, bars_chart, curves_chart
 
 # What one page shows of each text: enough to see why, small enough that a big run still opens quickly.
@@ -31,7 +32,7 @@ MAX_LOG_LINES = 400
 
 @dataclass(frozen=True)
 class ViewRun:
-    """One run to show: its envelope, the name the user gave it and, optionally, its stored artifacts."""
+    """One run to show: its envelope, how the user referred to it (run id or file) and, optionally, its artifacts."""
 
     label: str
     envelope: Envelope
@@ -59,8 +60,38 @@ def diff_lines(diff: str, limit: int = MAX_DIFF_LINES) -> list[tuple[str, str]]:
     return out
 
 
-def _model(envelope: Envelope) -> str:
-    return f"{envelope.provider}/{envelope.model}" if envelope.provider else (envelope.model or "—")
+def _sandbox_facts(envelope: Envelope) -> list[tuple[str, str]]:
+    """(term, text) rows saying what contained the run's attempts, from ``run.sandbox`` and ``run.sandboxes``."""
+    run = envelope.run
+    summary = envelope.sandbox_summary()
+    if summary is None:
+        return [("sandbox", "not recorded (the run was stored before worktrial recorded its sandbox)")]
+    rows = [("sandbox", summary)]
+    if run.sandbox is not None:
+        details = [run.sandbox.network_detail, run.sandbox.uid and f"processes as {run.sandbox.uid}"]
+        if any(details):
+            rows.append(("containment", " · ".join(d for d in details if d)))
+        if run.sandbox.shown is not None:
+            rows.append(("shown to attempts", "; ".join(run.sandbox.shown)))
+    if run.sandboxes and len(run.sandboxes) > 1:
+        listing = "; ".join(f"{i + 1}. {box.summary()}" for i, box in enumerate(run.sandboxes))
+        rows.append(("sessions", f"the run's sessions used {len(run.sandboxes)} containments: {listing}"))
+    return rows
+
+
+def _budget(budget: BudgetInfo | None) -> str | None:
+    """The run's spending limits and what they did, in one line."""
+    if budget is None:
+        return None
+    limits = [f"--max-cost {usd(budget.max_cost)}" if budget.max_cost is not None else None]
+    limits.append(f"--max-cost-per-attempt {usd(budget.max_cost_per_attempt)}" if budget.max_cost_per_attempt else None)
+    text = f"{', '.join(x for x in limits if x) or 'no limit'}; spent {usd(budget.spent)}"
+    if budget.unpriced_attempts:
+        text += f" ({budget.unpriced_attempts} attempt(s) of unknown cost not included"
+        text += ", counted as $0 by --allow-unpriced)" if budget.allow_unpriced else ")"
+    if budget.stopped:
+        text += f"; it stopped the run: {budget.reason or 'limit reached'}"
+    return text
 
 
 def _metrics_rows(envelope: Envelope) -> list[dict[str, Any]]:
@@ -110,12 +141,12 @@ def _task_row(task: TaskReport, artifacts: Mapping[tuple[str, int], AttemptArtif
     }
 
 
-def _curves(runs: Sequence[ViewRun]) -> str:
+def _curves(runs: Sequence[ViewRun], names: Sequence[str]) -> str:
     series = []
-    for i, run in enumerate(runs):
+    for i, (run, name) in enumerate(zip(runs, names, strict=True)):
         colour = PALETTE[i % len(PALETTE)]
         curves = run.envelope.report.overall.curves
-        prefix = f"{run.label}: " if len(runs) > 1 else ""
+        prefix = f"{name}: " if len(runs) > 1 else ""
         series.append(Series(f"{prefix}pass@k", {int(k): v for k, v in curves.pass_at.items()}, colour))
         series.append(Series(f"{prefix}pass^k", {int(k): v for k, v in curves.pass_power.items()}, colour, True))
     return curves_chart(series)
@@ -132,10 +163,12 @@ def _group_bars(run: ViewRun) -> str:
     return bars_chart(bars, f"pass@{k} and pass^{k} per group with 95% CI")
 
 
-def _comparison(runs: Sequence[ViewRun]) -> tuple[Comparison | None, Leaderboard | None, list[str]]:
+def _comparison(
+    runs: Sequence[ViewRun], names: Sequence[str]
+) -> tuple[Comparison | None, Leaderboard | None, list[str]]:
     if len(runs) < 2:
         return None, None, []
-    loaded = [LoadedEnvelope(r.label, r.envelope.run.id, r.envelope) for r in runs]
+    loaded = [LoadedEnvelope(name, r.label, r.envelope) for r, name in zip(runs, names, strict=True)]
     notes: list[str] = []
     try:
         comparison: Comparison | None = compare_runs(loaded, allow_different_suites=True)
@@ -143,12 +176,12 @@ def _comparison(runs: Sequence[ViewRun]) -> tuple[Comparison | None, Leaderboard
         comparison, notes = None, [str(exc)]
     contenders = [
         Contender(
-            agent=r.label,
+            agent=name,
             model=None,
             status="complete" if r.envelope.run.complete else "interrupted",
             envelope=r.envelope,
         )
-        for r in runs
+        for r, name in zip(runs, names, strict=True)
     ]
     return comparison, build_leaderboard(contenders), notes
 
@@ -164,6 +197,7 @@ def _environment() -> Environment:
     env.filters["num"] = num
     env.filters["ci"] = ci
     env.filters["usd"] = usd
+    env.filters["pvalue"] = p_value
     env.filters["secs"] = lambda v: "—" if v is None else f"{v:.1f}s"
     return env
 
@@ -172,16 +206,21 @@ def render_html(runs: Sequence[ViewRun], *, title: str | None = None) -> str:
     """The page for one run (details) or several (each run's details plus comparison and leaderboard)."""
     if not runs:
         raise BadInputError("view needs at least one run id or envelope file")
-    comparison, leaderboard, notes = _comparison(runs)
+    names = run_names([r.envelope for r in runs])
+    comparison, leaderboard, notes = _comparison(runs, names)
     views = []
-    for index, run in enumerate(runs):
+    for index, (run, name) in enumerate(zip(runs, names, strict=True)):
         env = run.envelope
         views.append(
             {
                 "index": index,
-                "label": run.label,
+                "name": name,
+                "source": run.label if run.label != env.run.id else None,
+                "fragment": "" if index == 0 else f"run-{index}/",
                 "env": env,
-                "model": _model(env),
+                "model": model_name(env) or "—",
+                "sandbox": _sandbox_facts(env),
+                "budget": _budget(env.run.budget),
                 "metrics": _metrics_rows(env),
                 "bars": Markup(_group_bars(run)),
                 "tasks": [_task_row(t, run.artifacts) for t in env.report.tasks],
@@ -190,13 +229,13 @@ def render_html(runs: Sequence[ViewRun], *, title: str | None = None) -> str:
         )
     first = runs[0].envelope
     page_title = title or (
-        f"worktrial: {first.report.suite_name}" + (f" — {len(runs)} runs" if len(runs) > 1 else f" — {runs[0].label}")
+        f"worktrial: {first.report.suite_name}" + (f" — {len(runs)} runs" if len(runs) > 1 else f" — {names[0]}")
     )
     template = _environment().get_template("view.html.j2")
     return template.render(
         title=page_title,
         runs=views,
-        curves=Markup(_curves(runs)),
+        curves=Markup(_curves(runs, names)),
         comparison=comparison,
         leaderboard=leaderboard,
         comparison_notes=notes,

@@ -65,7 +65,7 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
         f"- agent: {markdown_code(str(envelope.agent.get('name', '?')))} · model: {markdown_code(model)}",
         f"- base commit: {markdown_code(run.workspace.base_commit[:12])}{dirty}",
         f"- attempts per task: {run.attempts} · headline k = {k} · run {markdown_code(run.id)}",
-        f"- suite sha256: {markdown_code(envelope.suite_sha256[:16])}…",
+        f"- suite file sha256: {markdown_code(envelope.suite_sha256[:16])}…" + _bundle_digest(envelope),
     ]
     if (containment := envelope.sandbox_summary()) is not None:
         lines.append(f"- sandbox: {for_markdown(containment)}")
@@ -141,6 +141,14 @@ def _timeout_line(envelope: Envelope) -> str | None:
         f"**Timeouts:** {r.timeouts_verified} of {plural(len(verified), 'timed-out attempt')} verified had solved the "
         f"task when the deadline came; pass@{r.k} counts only passes"
     )
+
+
+def _bundle_digest(envelope: Envelope) -> str:
+    """The bundle digest, named apart from the file's, when the suite declares files (else the two are equal)."""
+    if envelope.bundle_digest == envelope.suite_sha256:
+        return ""
+    files = plural(len(envelope.suite_files), "declared file")
+    return f" · suite bundle sha256 (with {files}): `{envelope.bundle_digest[:16]}…`"
 
 
 def _budget_line(envelope: Envelope) -> str | None:

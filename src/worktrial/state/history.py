@@ -26,6 +26,7 @@ from worktrial.model.envelope import (
 )
 from worktrial.model.records import AttemptRecord
 from worktrial.safe_read import InputFileError, read_input
+from worktrial.state import signing
 from worktrial.state.store import (
     ENVELOPE_FILE,
     RUN_FILE,
@@ -39,6 +40,21 @@ from worktrial.state.store import (
 from worktrial.util import utc_now
 from worktrial.version import __version__
 
+Problem = Literal["key missing", "changed", "unreadable"]
+
+_MEANING: dict[Problem, str] = {
+    "key missing": "their signing keys are not in {keys} (stored by another user or under another HOME); `report`, "
+    "`view` and `compare` show what their envelopes say, unverified",
+    "changed": "their run.json does not match its signature (changed outside worktrial); `resume` refuses them and "
+    "their numbers come only from an envelope whose signature still holds",
+    "unreadable": "their run.json cannot be read",
+}
+
+
+def problem_note(problem: Problem, count: int) -> str:
+    """One line under a listing saying what a problem of ``count`` listed runs means."""
+    return f"{problem}: {count} run(s) cannot be verified here: " + _MEANING[problem].format(keys=signing.key_dir())
+
 
 @dataclass(frozen=True)
 class RunRow:
@@ -46,20 +62,24 @@ class RunRow:
     suite: str
     agent: str
     started_at: str
-    done: int
-    total: int
+    done: int | None
+    total: int | None
     pass_at_1: float | None
+    problem: Problem | None = None
+    """Why the run cannot be verified here; None when its records are the harness's own (or predate signing)."""
 
 
 def list_runs(state_root: Path) -> list[RunRow]:
+    """Every stored run, oldest first; runs whose records cannot be verified here are listed with the reason."""
     rows = []
     for directory in list_run_dirs(state_root):
         store = RunStore(directory)
         try:
             meta = store.meta()
-        except Exception:  # one unreadable run must not hide the others
+            records = store.records()
+        except BadInputError:
+            rows.append(_unverified_row(store))
             continue
-        records = store.records()
         by_task: dict[str, list[bool]] = {}
         for record in records:
             by_task.setdefault(record.task_id, []).append(record.outcome == "pass")
@@ -68,9 +88,7 @@ def list_runs(state_root: Path) -> list[RunRow]:
             RunRow(
                 id=meta.id,
                 suite=meta.suite_display_path,
-                agent=(f"{meta.label} — " if meta.label else "")
-                + meta.agent
-                + (f" / {meta.model}" if meta.model else ""),
+                agent=_agent(meta),
                 started_at=meta.started_at,
                 done=len(records),
                 total=meta.attempts * len(meta.tasks),
@@ -78,6 +96,35 @@ def list_runs(state_root: Path) -> list[RunRow]:
             )
         )
     return rows
+
+
+def _agent(meta: RunMeta) -> str:
+    return (f"{meta.label} — " if meta.label else "") + meta.agent + (f" / {meta.model}" if meta.model else "")
+
+
+def _unverified_row(store: RunStore) -> RunRow:
+    """A run whose run.json does not verify here: what its files say, marked, never silently left out."""
+    run_id = store.dir.name
+    try:
+        meta = store.unverified_meta()
+    except BadInputError:
+        return RunRow(run_id, "?", "?", "?", None, None, None, problem="unreadable")
+    problem: Problem = "key missing" if signing.load_key(run_id) is None else "changed"
+    envelope = store.envelope()  # unverified without a key; with one, None unless its signature holds
+    done = pass1 = None
+    if envelope is not None:
+        done = envelope.report.overall.total_runs
+        pass1 = envelope.report.overall.curves.pass_at.get("1")
+    return RunRow(
+        id=run_id,
+        suite=meta.suite_display_path,
+        agent=_agent(meta),
+        started_at=meta.started_at,
+        done=done,
+        total=meta.attempts * len(meta.tasks),
+        pass_at_1=pass1,
+        problem=problem,
+    )
 
 
 def stored_envelope(state_root: Path, run_id: str) -> Envelope:

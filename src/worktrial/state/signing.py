@@ -28,10 +28,15 @@ _KEY_BYTES = 32
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
+def key_dir() -> Path:
+    """Where this user's run keys live: a run stored under another HOME or user has its key elsewhere."""
+    return config_dir() / KEY_DIR
+
+
 def key_path(run_id: str) -> Path:
     if not _SAFE_ID.match(run_id) or run_id.startswith("."):
         raise ValueError(f"not a run id: {run_id!r}")
-    return config_dir() / KEY_DIR / f"{run_id}.key"
+    return key_dir() / f"{run_id}.key"
 
 
 def create_key(run_id: str) -> bytes:

@@ -227,13 +227,20 @@ class RunStore:
             raise HarnessError(f"{self.dir / ATTEMPTS_FILE} is not a regular file; the run store was tampered with")
         self._append_fd = fd
 
-    def meta(self) -> RunMeta:
+    def _read_meta(self) -> tuple[bytes, RunMeta]:
         try:
             data = read_regular(self.dir / RUN_FILE, _MAX_META_BYTES)
             loads_limited(data)  # the limits every JSON input gets (depth, number range), before the model's
-            meta = RunMeta.model_validate_json(data)
+            return data, RunMeta.model_validate_json(data)
         except (OSError, ValueError, ValidationError) as exc:
             raise BadInputError(f"{self.dir / RUN_FILE}: unreadable run record ({type(exc).__name__})") from None
+
+    def unverified_meta(self) -> RunMeta:
+        """``run.json`` as it stands, signature unchecked: only to list a run that cannot be verified here."""
+        return self._read_meta()[1]
+
+    def meta(self) -> RunMeta:
+        data, meta = self._read_meta()
         if self._key is None:
             if meta.signed:
                 raise BadInputError(

@@ -96,11 +96,11 @@ def ensure_trusted(
         return
     if not interactive:
         raise TrustError(
-            f"{loaded.path} has not been trusted to run commands in {workspace} (suite sha256 "
+            f"{loaded.path} has not been trusted to run commands in {workspace} (suite bundle sha256 "
             f"{loaded.digest[:12]}). Review its commands, then rerun with --trust or WORKTRIAL_TRUST=1."
         )
     question = (
-        f"{loaded.path} (sha256 {loaded.digest[:12]}{_files_note(loaded)}) will run these commands "
+        f"{loaded.path} (suite bundle sha256 {loaded.digest[:12]}{_files_note(loaded)}) will run these commands "
         f"in worktrees of {workspace}:\n"
         f"{commands_summary(loaded)}\nplus whatever the agent decides to run. Trust this suite?"
     )
