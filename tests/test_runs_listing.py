@@ -39,8 +39,8 @@ def test_runs_lists_runs_signed_under_another_home(
     runs = repo / ".worktrial" / "runs"
     with (runs / edited / "run.json").open("a") as fh:
         fh.write(" ")  # still valid JSON, no longer the bytes the harness signed
-    (runs / "20200101T000000Z-broken").mkdir()
-    (runs / "20200101T000000Z-broken" / "run.json").write_text("{not json")
+    (runs / "20200101T000000Z-0bad00").mkdir()
+    (runs / "20200101T000000Z-0bad00" / "run.json").write_text("{not json")
 
     listing = cli(["runs"], cwd=repo)
     assert listing.exit_code == 0, listing.output
@@ -49,7 +49,7 @@ def test_runs_lists_runs_signed_under_another_home(
     row = _row(text, elsewhere)
     assert "from the other home — oracle" in row and row.split()[-5:] == ["4/4", "1.000", "no:", "key", "missing"]
     assert _row(text, edited).split()[-4:] == ["4/4", "1.000", "no:", "changed"]
-    assert _row(text, "20200101T000000Z-broken").endswith("no: unreadable")
+    assert _row(text, "20200101T000000Z-0bad00").endswith("no: unreadable")
     keys = tmp_path / "another-home" / "config" / "run-keys"
     assert f"key missing: 1 run(s) cannot be verified here: their signing keys are not in {keys}" in text
     assert "changed: 1 run(s)" in text and "unreadable: 1 run(s)" in text

@@ -101,7 +101,7 @@ def render_leaderboard_markdown(board: Leaderboard, wide: bool = False) -> str:
     if board.base_commit:
         facts.append(f"base commit {markdown_code(board.base_commit[:12])}")
     if board.suite_sha256:
-        facts.append(f"suite bundle sha256 {markdown_code(board.suite_sha256[:16])}…")
+        facts.append(f"suite bundle sha256 {markdown_code(board.suite_sha256[:16] + '…')}")
     lines.append("- " + " · ".join(facts))
     lines += [f"- note: {for_markdown(note)}" for note in board.notes]
     ranked = [r for r in board.rows if r.rank is not None]

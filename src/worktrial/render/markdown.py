@@ -65,7 +65,7 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
         f"- agent: {markdown_code(str(envelope.agent.get('name', '?')))} · model: {markdown_code(model)}",
         f"- base commit: {markdown_code(run.workspace.base_commit[:12])}{dirty}",
         f"- attempts per task: {run.attempts} · headline k = {k} · run {markdown_code(run.id)}",
-        f"- suite file sha256: {markdown_code(envelope.suite_sha256[:16])}…" + _bundle_digest(envelope),
+        f"- suite file sha256: {markdown_code(envelope.suite_sha256[:16] + '…')}" + _bundle_digest(envelope),
     ]
     if (containment := envelope.sandbox_summary()) is not None:
         lines.append(f"- sandbox: {for_markdown(containment)}")

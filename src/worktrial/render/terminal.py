@@ -40,10 +40,10 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
     facts.add_column(style="dim")
     facts.add_column()
     facts.add_row("suite", terminal_text(f"{report.suite_name} ({report.suite_id}) · {envelope.suite_path}"))
-    facts.add_row("suite file sha256", Text(f"{envelope.suite_sha256[:16]}…"))
+    facts.add_row("suite file sha256", terminal_text(f"{envelope.suite_sha256[:16]}…"))
     if envelope.bundle_digest != envelope.suite_sha256:
         files = plural(len(envelope.suite_files), "declared file")
-        facts.add_row("suite bundle sha256", Text(f"{envelope.bundle_digest[:16]}… (with {files})"))
+        facts.add_row("suite bundle sha256", terminal_text(f"{envelope.bundle_digest[:16]}… (with {files})"))
     facts.add_row("agent", terminal_text(f"{envelope.agent.get('name', '?')} · model {model}"))
     facts.add_row("run", terminal_text(f"{run.id}" + (f" · {run.label}" if run.label else "") + f" · {run.started_at}"))
     facts.add_row(
