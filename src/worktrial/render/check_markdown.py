@@ -64,7 +64,8 @@ def render_check_markdown(report: CheckReport) -> str:
     lines = [
         f"# worktrial check: {markdown_code(report.suite_id)}",
         "",
-        f"- suite: {markdown_code(report.suite_path)} · suite file sha256 {markdown_code(report.suite_sha256[:16] + '…')}",
+        f"- suite: {markdown_code(report.suite_path)} · "
+        f"suite file sha256 {markdown_code(report.suite_sha256[:16] + '…')}",
         f"- base commit {markdown_code(report.base_commit[:12])} · verifier re-runs per task: {report.repeats} "
         "(plus the oracle's own verification)",
         "",
