@@ -283,7 +283,8 @@ def test_traces_hold_no_transcript_content(cli, repo: Path, write_suite) -> None
         data = json.loads(text)
         assert data["output_bytes"] > 0
         assert set(data) == {
-            "task_id", "attempt", "outcome", "duration_secs", "agent_secs", "verify_secs", "turns", "tool_calls",
+            "task_id", "attempt", "outcome", "duration_secs", "setup_secs", "agent_secs", "verify_secs", "turns",
+            "tool_calls",
             "tool_counts", "error_counts", "repeated_tool_calls", "latency_ms", "tokens", "cost_usd",
             "output_bytes", "notes",
         }  # fmt: skip

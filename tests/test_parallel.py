@@ -32,9 +32,11 @@ def mixed_suite(write_suite: SuiteWriter, attempts: int = 3) -> Path:
 def comparable(envelope: dict[str, Any]) -> dict[str, Any]:
     """The report without what legitimately differs between runs: timings and run-specific paths."""
     report: dict[str, Any] = json.loads(json.dumps(envelope["report"]))
+    for key in ("setup_secs", "mean_setup_secs_per_attempt"):
+        report.pop(key, None)
     for t in report["tasks"]:
         for a in t["attempts"]:
-            for key in ("duration_secs", "agent_secs", "verify_secs", "trace"):
+            for key in ("duration_secs", "setup_secs", "agent_secs", "verify_secs", "trace"):
                 a.pop(key)
     return report
 
