@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import task
+from tests.test_stats import kept_by_the_exact_test
 from worktrial.analysis import planning, stats
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.model.envelope import Envelope, RunInfo, WorkspaceInfo
@@ -68,19 +68,6 @@ def make_envelope(
     )
 
 
-def _kept_by_the_exact_test(diffs: list[float]) -> tuple[float, float]:
-    """The exact sign-flip test's interval by brute force: the subset means that keep both one-sided tails >= 2.5%."""
-    means = sorted(
-        sum(diffs[i] for i in s) / len(s)
-        for r in range(1, len(diffs) + 1)
-        for s in itertools.combinations(range(len(diffs)), r)
-    )
-    need = 0.05 * 2 ** (len(diffs) - 1)  # subsets, the empty one included, at or below (above) the kept value
-    low = next(m for m in means if 1 + sum(x <= m + 1e-12 for x in means) >= need)
-    high = next(m for m in reversed(means) if 1 + sum(x >= m - 1e-12 for x in means) >= need)
-    return low, high
-
-
 def write(path: Path, envelope: Envelope) -> Path:
     path.write_text(envelope.model_dump_json(indent=2))
     return path
@@ -110,7 +97,7 @@ def test_compare_reports_the_known_difference(cli, tmp_path: Path) -> None:
     # the CI holds every difference the same exact test keeps (brute force over the 2^12 subsets' means), and
     # 0 with it, since p >= 0.05
     lo, hi = at1["ci95"]
-    kept = _kept_by_the_exact_test(diffs)
+    kept = kept_by_the_exact_test(diffs)
     assert lo <= min(0.0, kept[0]) + 1e-9 and hi >= kept[1] - 1e-9
     assert at1["role"] == "primary" and at1["p_value_holm"] is None
     se = stats.standard_error(diffs) or 0

@@ -300,6 +300,21 @@ def test_a_hard_suite_pass_at_1_interval_covers() -> None:
     assert covered / reps >= 0.93
 
 
+def kept_by_the_exact_test(sums: list[float], sizes: list[int] | None = None) -> tuple[float, float]:
+    """The exact sign-flip test's interval by brute force: the (size-weighted) subset means at which both one-sided
+    tails, counting the empty subset, hold at least 2.5% of the 2^N sign patterns (Hartigan 1969)."""
+    sizes = sizes or [1] * len(sums)
+    means = sorted(
+        sum(sums[i] for i in s) / sum(sizes[i] for i in s)
+        for r in range(1, len(sums) + 1)
+        for s in itertools.combinations(range(len(sums)), r)
+    )
+    need = 0.05 * 2 ** (len(sums) - 1)
+    low = next(m for m in means if 1 + sum(x <= m + 1e-12 for x in means) >= need)
+    high = next(m for m in reversed(means) if 1 + sum(x >= m - 1e-12 for x in means) >= need)
+    return low, high
+
+
 def test_the_exact_interval_matches_brute_force_and_agrees_with_the_p_value() -> None:
     """Hartigan's interval by enumerating every subset mean, for tasks and for unequal clusters; and over random
     data of every size the CI excludes 0 exactly when p < 0.05."""
@@ -310,16 +325,8 @@ def test_the_exact_interval_matches_brute_force_and_agrees_with_the_p_value() ->
             rng.choice([-1.0, -2 / 3, -1 / 3, 0.0, 1 / 3, 2 / 3, 1.0]) + rng.choice([0.0, 0.1]) for _ in range(units)
         ]
         sizes = [rng.randint(1, 3) for _ in range(units)] if trial % 2 else [1] * units
-        means = sorted(
-            sum(sums[i] for i in s) / sum(sizes[i] for i in s)
-            for r in range(1, units + 1)
-            for s in itertools.combinations(range(units), r)
-        )
-        need = 0.05 * 2 ** (units - 1)
-        low = next(m for m in means if 1 + sum(x <= m + 1e-12 for x in means) >= need)
-        high = next(m for m in reversed(means) if 1 + sum(x >= m - 1e-12 for x in means) >= need)
         result = sign_flip(sums, sizes, bounds=(-2.0, 2.0))
-        assert result.ci95 == pytest.approx((low, high), abs=1e-7)
+        assert result.ci95 == pytest.approx(kept_by_the_exact_test(sums, sizes), abs=1e-7)
     for _ in range(300):
         n, k = rng.choice([3, 6, 9, 15, 22, 23, 40, 120]), rng.choice([1, 2, 3, 10])
         rates = [rng.random() ** rng.choice([0.3, 1.0, 3.0]) for _ in range(n)]
