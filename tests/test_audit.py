@@ -73,6 +73,32 @@ def test_envelope_from_before_the_honesty_metric_still_checks_out(cli, published
     assert result.exit_code == 0, result.output
 
 
+def test_envelope_with_wilson_intervals_is_judged_on_them(cli, published: tuple[Path, Path]) -> None:
+    """An envelope written before Clopper–Pearson names "wilson" intervals: the audit recomputes those."""
+    from worktrial.analysis.metrics import TaskInfo, build_report
+    from worktrial.model.records import AttemptRecord
+
+    envelope, suite = published
+
+    def as_before(data: dict[str, Any]) -> None:
+        report = data["report"]
+        tasks = [TaskInfo(t["task_id"], t["name"], t["category"], t.get("cluster")) for t in report["tasks"]]
+        records = [AttemptRecord.model_validate(a) for t in report["tasks"] for a in t["attempts"]]
+        before = build_report(report["suite_id"], report["suite_name"], tasks, records, report["k"], rule="wilson")
+        for name in ("overall", "categories"):
+            report[name] = before.model_dump(mode="json")[name]
+        for metrics in [report["overall"], *report["categories"].values()]:
+            del metrics["tasks_measured"]
+        assert report["overall"]["interval"] == "wilson"
+
+    edit(envelope, as_before)
+    result = cli(["audit", str(envelope), "--suite", str(suite), "--no-traces"])
+    assert result.exit_code == 0, result.output
+    edit(envelope, lambda data: data["report"]["overall"]["ci95"].update(pass_at_k=[0.0, 1.0]))
+    result = cli(["audit", str(envelope), "--suite", str(suite), "--no-traces"])
+    assert result.exit_code == 1 and "report.overall.ci95.pass_at_k" in result.stdout
+
+
 def test_edited_outcome_is_caught(cli, published: tuple[Path, Path]) -> None:
     """Flipping an outcome and every count consistently still contradicts the attempt's verified fact."""
     envelope, suite = published

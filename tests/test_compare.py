@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import task
-from worktrial.analysis import stats
+from tests.test_stats import kept_by_the_exact_test
+from worktrial.analysis import planning, stats
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.model.envelope import Envelope, RunInfo, WorkspaceInfo
 from worktrial.model.records import AttemptRecord, Tokens
@@ -94,13 +94,19 @@ def test_compare_reports_the_known_difference(cli, tmp_path: Path) -> None:
     # exact sign flips of the non-zero differences 1, .5, .25, .25 (sum 1.5): |S| >= 1.5 in 6 of 16 patterns
     assert at1["p_value"] == pytest.approx(6 / 16)
     assert at1["test"] == "sign-flip permutation (exact)"
-    from scipy import stats as scipy_stats
-
+    # the CI holds every difference the same exact test keeps (brute force over the 2^12 subsets' means), and
+    # 0 with it, since p >= 0.05
+    lo, hi = at1["ci95"]
+    kept = kept_by_the_exact_test(diffs)
+    assert lo <= min(0.0, kept[0]) + 1e-9 and hi >= kept[1] - 1e-9
+    assert at1["role"] == "primary" and at1["p_value_holm"] is None
     se = stats.standard_error(diffs) or 0
-    t11 = scipy_stats.t.ppf(0.975, 11)
-    assert at1["ci95"] == pytest.approx([0.125 - t11 * se, 0.125 + t11 * se])
-    mde = (t11 + scipy_stats.t.ppf(0.8, 11)) * se
-    assert at1["minimum_detectable"] == pytest.approx(mde)
+    assert at1["minimum_detectable"] == pytest.approx(
+        planning.minimum_detectable_difference(12 * se * se, 12, attempts=4)
+    )
+    secondary = [pair["overall"]["pass_at_k"], pair["overall"]["pass_power_k"]]
+    assert all(d["role"] == "secondary" for d in secondary)
+    assert [d["p_value_holm"] for d in secondary] == pytest.approx(stats.holm([d["p_value"] for d in secondary]))
     # headline k = 4: pass@4 is "solved at all", so only the flips move it: +2 -1 over 12 tasks
     assert pair["k"] == 4
     assert pair["overall"]["pass_at_k"]["difference"] == pytest.approx(1 / 12)
@@ -109,6 +115,7 @@ def test_compare_reports_the_known_difference(cli, tmp_path: Path) -> None:
     assert pair["efficiency_difference"]["mean_cost_per_attempt"] == pytest.approx(0.02)
     assert pair["efficiency_difference"]["mean_tokens_per_attempt"] == pytest.approx(300)
     assert data["same_suite"] is True
+    assert not (tmp_path / ".worktrial").exists()  # envelope files are not stored runs: nothing is noted
 
 
 def test_compare_markdown_and_categories(cli, tmp_path: Path) -> None:
@@ -126,6 +133,48 @@ def test_compare_markdown_and_categories(cli, tmp_path: Path) -> None:
     assert "This describes the design, not the observed result" in out
     assert "| sign-flip |" in out
     assert "| mean cost per attempt | $0.0100 | $0.0100 | +$0.0000 |" in out
+    # one primary test per pair; every other row says it is secondary and carries its Holm-adjusted p
+    assert "| p | Holm p | test |" in out and "**Primary test: overall pass@1**" in out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "pass" in line.split("|")[2]]
+    assert sum("| primary |" in line for line in rows) == 1
+    data = json.loads(cli(["compare", str(a), str(b), "--format", "json"], cwd=tmp_path).stdout)["pairs"][0]
+    groups = [data["overall"], *data["categories"]]
+    differences = [g[m] for g in groups for m in ("pass_at_1", "pass_at_k", "pass_power_k")]
+    secondary = [d for d in differences if d["role"] == "secondary"]
+    assert len(secondary) == 8 and [d["role"] for d in differences].count("primary") == 1
+    assert [d["p_value_holm"] for d in secondary] == pytest.approx(stats.holm([d["p_value"] for d in secondary]))
+
+
+def test_comparing_again_after_a_run_grew_warns_of_optional_stopping(cli, repo: Path) -> None:
+    """compare notes each stored run's attempts the first time; a run compared again with more says so."""
+    ids = ("20260101T000000Z-aaaaaa", "20260101T000100Z-bbbbbb")
+    for run_id, passes in zip(ids, (A_PASSES, B_PASSES), strict=True):
+        store = repo / ".worktrial" / "runs" / run_id
+        store.mkdir(parents=True)
+        (store / "run.json").write_text("{}")  # a stored run (its records are not read here)
+        write(store / "envelope.json", make_envelope(passes, run_id=run_id))
+    first = cli(["compare", *ids, "--format", "json"], cwd=repo)
+    assert first.exit_code == 0, first.output
+    assert "optional stopping" not in first.stderr
+    looked = json.loads((repo / ".worktrial" / "looked.json").read_text())
+    assert looked[ids[1]]["attempts"] == 12 * ATTEMPTS
+    again = cli(["compare", *ids], cwd=repo)
+    assert again.exit_code == 0 and "optional stopping" not in again.stderr
+    # B grows after it was first compared (as a resume adds attempts; here two more tasks ran)
+    grown = make_envelope({**B_PASSES, "t12": 4, "t13": 0}, run_id=ids[1])
+    write(repo / ".worktrial" / "runs" / ids[1] / "envelope.json", grown)
+    third = cli(["compare", *ids], cwd=repo)
+    assert third.exit_code == 0, third.output
+    warnings = [line for line in third.stderr.splitlines() if "optional stopping" in line]
+    assert len(warnings) == 1 and f"run {ids[1]} had {12 * ATTEMPTS} attempts" in warnings[0]
+    assert f"has {14 * ATTEMPTS} now" in warnings[0]
+    assert set(json.loads((repo / ".worktrial" / "looked.json").read_text())) == set(ids)
+    # the same check in one call, for resume
+    from worktrial.state.looks import grown_since_compared
+
+    assert grown_since_compared(repo, ids[1], 14 * ATTEMPTS) == warnings[0].removeprefix("worktrial: warning: ")
+    assert grown_since_compared(repo, ids[0], 12 * ATTEMPTS) is None
+    assert grown_since_compared(repo, "never-compared", 99) is None
 
 
 def test_compare_three_runs_gives_every_pair(cli, tmp_path: Path) -> None:
@@ -184,20 +233,28 @@ def test_power_from_two_envelopes(cli, tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     assert data["tasks"] == 12 and data["attempts"] == ATTEMPTS
     v = data["variance"]
-    per_task = v["omega2"] + v["sigma2_a"] / ATTEMPTS + v["sigma2_b"] / ATTEMPTS
-    assert data["minimum_detectable_difference"] == pytest.approx(stats.z_for(df=11) * math.sqrt(per_task / 12))
-    assert data["tasks_needed"] == stats.required_tasks(per_task, 0.05)
+    per_task = max(0.0, v["omega2"] + v["sigma2_a"] / ATTEMPTS + v["sigma2_b"] / ATTEMPTS)
+    # at the runs' own attempt count that is the observed variance of the paired differences, unclipped
+    diffs = [(B_PASSES[t] - A_PASSES[t]) / ATTEMPTS for t in A_PASSES]
+    assert per_task == pytest.approx(stats.sample_variance(diffs))
+    mdd = planning.minimum_detectable_difference(per_task, 12, attempts=ATTEMPTS)
+    assert data["minimum_detectable_difference"] == pytest.approx(mdd)
+    assert data["tasks_needed"] == planning.required_tasks(per_task, 0.05, attempts=ATTEMPTS)
 
 
 def test_power_cli_reproduces_miller_example(cli, tmp_path: Path) -> None:
     args = ["power", "--delta", "0.03", "--omega2", str(1 / 9), "--sigma2", "0", "--tasks", "500"]
     result = cli(args, cwd=tmp_path)
     assert result.exit_code == 0, result.output
-    assert "to detect 0.03 with 1 attempt per task: 971 tasks" in result.stdout
+    # exact McNemar with one attempt per task; Miller's normal formula says 969 (see test_stats)
+    assert "to detect 0.03 with 1 attempt per task: 1042 tasks" in result.stdout
     assert "not possible with any number of attempts" in result.stdout
     default = cli(["power", "--tasks", "100", "--attempts", "3"], cwd=tmp_path)
     assert default.exit_code == 0
     assert "assumed defaults" in default.stdout and "minimum detectable difference" in default.stdout
+    few = cli(["power", "--tasks", "5", "--attempts", "3"], cwd=tmp_path)
+    assert few.exit_code == 0
+    assert "no difference is detectable (the exact test needs at least 6 tasks)" in few.stdout
 
 
 def test_power_from_one_envelope_and_refusal_of_mixed_suites(cli, tmp_path: Path) -> None:
@@ -263,8 +320,10 @@ def test_identical_differences_do_not_claim_perfect_power() -> None:
     """Every task differing by exactly 1 gives variance 0: the detectable difference is unknown, not 0."""
     from worktrial.analysis.compare import difference
 
-    result = difference([1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0])
+    result = difference([1.0] * 8, [0.0] * 8)
     assert result.difference == -1.0
     assert result.minimum_detectable is None
-    varied = difference([1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0])
+    varied = difference([1.0, 0.0, 1.0, 1.0] * 5, [0.0, 0.0, 1.0, 0.0] * 5)
     assert varied.minimum_detectable is not None and varied.minimum_detectable > 0
+    # 4 tasks: no sign pattern reaches p < 0.05, so no true difference is detectable, however large
+    assert difference([1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0]).minimum_detectable is None

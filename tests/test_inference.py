@@ -109,11 +109,13 @@ def test_cluster_robust_se_hand_computed_and_against_statsmodels() -> None:
     assert stats.cluster_robust_se(values, clusters) == pytest.approx(expected)
     assert stats.cluster_count(clusters) == 3 and stats.cluster_count(["a", None, "a"]) == 2
     assert stats.cluster_count([None, None]) is None
-    small = [v / 10 for v in values]  # a paired difference whose t interval stays inside [-1, 1]
+    small = [v / 10 for v in values]
     d = stats.paired_difference([0.0] * 6, small, clusters=clusters)
-    assert (d.clusters, d.df) == (3, 2) and d.mean is not None
-    half = sp.t.ppf(0.975, 2) * expected / 10
-    assert d.ci95 == pytest.approx((d.mean - half, d.mean + half))
+    # equal clusters: CR2 is CR1 and its degrees of freedom are G - 1
+    assert d.clusters == 3 and d.df == pytest.approx(2) and d.stderr == pytest.approx(expected / 10)
+    # 3 clusters: the sign-flip test over clusters cannot reject anything, so its interval is everything
+    # cluster sums of the differences .1, .2, .05 are all positive: 2 of 8 sign patterns reach their total
+    assert d.ci95 == (-1.0, 1.0) and d.p_value == pytest.approx(0.25) and (d.test or "").endswith("over 3 clusters")
     import statsmodels.api as sm
 
     groups = np.array([0, 0, 1, 1, 2, 2])
@@ -138,8 +140,11 @@ def test_p_values_do_not_underflow() -> None:
 def test_relative_tolerance_treats_rounding_noise_as_no_spread() -> None:
     """3 tasks that each gain 1 of 3 passes: float SE 2.3e-17 used to give p = 0 and CI [+0.333, +0.333]."""
     d = stats.paired_difference([0.0, 1 / 3, 1 / 3], [1 / 3, 2 / 3, 2 / 3])
-    assert d.stderr == 0.0 and d.ci95 is None
+    assert d.stderr == 0.0
     assert d.p_value == pytest.approx(0.25)  # 2 of the 8 sign patterns reach |sum| = 1
+    # no spread and p >= 0.05: the binomial bound over 3 tasks for (d + 1) / 2 = 2/3, in difference units
+    lo, hi = proportion_confint(2, 3, alpha=0.05, method="beta")
+    assert d.ci95 == pytest.approx((2 * lo - 1, 2 * hi - 1)) and d.interval is not None and "no spread" in d.interval
 
 
 @pytest.mark.slow
@@ -170,7 +175,7 @@ def test_rate_intervals_are_never_zero_width_and_contain_the_estimate(counts: li
         (overall.pass_at_k, overall.ci95.pass_at_k),
         (overall.pass_power_k, overall.ci95.pass_power_k),
     ):
-        if len(counts) == 1 and overall.interval != "wilson":
+        if len(counts) == 1 and overall.interval != "clopper-pearson":
             continue  # one task and no binary reading: there is nothing to estimate a spread from
         assert value is not None and interval is not None
         lo, hi = interval
@@ -338,7 +343,7 @@ def test_clusters_flow_from_the_suite_to_report_compare_and_audit(cli, repo: Pat
     # the audit recomputes it with that rule and finds nothing wrong; a tampered interval is still caught.
     legacy = json.loads(json.dumps(envelope))
     for metrics in [legacy["report"]["overall"], *legacy["report"]["categories"].values()]:
-        del metrics["interval"], metrics["clusters"]
+        del metrics["interval"], metrics["clusters"], metrics["tasks_measured"]
         values = [t["pass_at_k"] for t in legacy["report"]["tasks"]]
         se = stats.standard_error(values)
         metrics["stderr"] = {
@@ -364,18 +369,28 @@ def test_clusters_flow_from_the_suite_to_report_compare_and_audit(cli, repo: Pat
 
 
 def test_compare_never_prints_a_zero_width_interval_for_identical_differences() -> None:
-    """3 tasks that each gain 1 of 3 passes: the old report said p < 0.001 and CI [+0.333, +0.333]."""
+    """Tasks that each gain 1 of 3 passes: the old report said p < 0.001 and CI [+0.333, +0.333]."""
     from worktrial.analysis.compare import LoadedEnvelope, compare_runs
     from worktrial.render.compare_markdown import render_comparison_markdown
 
     a, b = _envelope([0, 1, 2], 3, "a"), _envelope([1, 2, 3], 3, "b")
     comparison = compare_runs([LoadedEnvelope("a", "a.json", a), LoadedEnvelope("b", "b.json", b)])
     at1 = comparison.pairs[0].overall.pass_at_1
-    assert at1.difference == pytest.approx(1 / 3) and at1.ci95 is None and at1.ci_note is not None
-    assert at1.p_value == pytest.approx(0.25) and at1.minimum_detectable is None
+    assert at1.difference == pytest.approx(1 / 3) and at1.p_value == pytest.approx(0.25)
+    assert at1.minimum_detectable is None
+    # p >= 0.05: the interval holds 0 and falls back to the binomial bound over the 3 tasks, never a point
+    assert at1.ci95 is not None and at1.ci95[0] < 0.0 < 1 / 3 < at1.ci95[1]
     text = render_comparison_markdown(comparison)
-    assert "| +0.333 | 0.000 | — (no spread) | 0.250 | sign-flip |" in text
+    assert "| +0.333 | 0.000 | [" in text and "| 0.250 | primary | sign-flip |" in text
     assert "[+0.333, +0.333]" not in text
+    # 6 tasks that all gained 1/3: p = 2/64 < 0.05, and there is no spread to put an interval on
+    a, b = _envelope([0, 1, 2] * 2, 3, "a"), _envelope([1, 2, 3] * 2, 3, "b")
+    six = compare_runs([LoadedEnvelope("a", "a.json", a), LoadedEnvelope("b", "b.json", b)]).pairs[0]
+    assert six.overall.pass_at_1.p_value == pytest.approx(2 / 64)
+    assert six.overall.pass_at_1.ci95 is None and six.overall.pass_at_1.ci_note is not None
+    assert "| +0.333 | 0.000 | — (no spread) | 0.031 | primary | sign-flip |" in render_comparison_markdown(
+        compare_runs([LoadedEnvelope("a", "a.json", a), LoadedEnvelope("b", "b.json", b)])
+    )
 
 
 def test_the_cluster_field_is_an_optional_non_empty_string() -> None:

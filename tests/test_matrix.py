@@ -117,9 +117,9 @@ def test_ranking_ties_and_paired_difference_on_synthetic_envelopes() -> None:
     assert third.vs_best.p_value == pytest.approx(0.25)
     from statsmodels.stats.proportion import proportion_confint
 
-    assert third.pass_at_k_ci95 == pytest.approx(proportion_confint(4, 8, method="wilson"))
-    # 8 of 8 is not certainty: Wilson, never [1, 1]
-    assert top.pass_at_k_ci95 == pytest.approx(proportion_confint(8, 8, method="wilson"))
+    assert third.pass_at_k_ci95 == pytest.approx(proportion_confint(4, 8, method="beta"))
+    # 8 of 8 is not certainty: Clopper–Pearson, never [1, 1]
+    assert top.pass_at_k_ci95 == pytest.approx(proportion_confint(8, 8, method="beta"))
     assert top.vs_best is None
     assert top.cost_per_solve == pytest.approx(0.05) and second.cost_per_solve == pytest.approx(0.01 * 32 / 24)
     assert top.over_claim_rate == 0.0 and second.over_claim_rate == pytest.approx(8 / 32)
@@ -145,6 +145,24 @@ def test_cost_per_solve_breaks_a_full_tie_and_unknown_cost_sorts_last() -> None:
     cells = [cell.strip() for cell in third.split("|")[1:-1]]
     # cost/solve is unknown (unpriced, never free); tokens and turns do not depend on price and stay shown
     assert cells[11:14] == ["unknown", "120", "3.0"]
+
+
+def test_a_full_tie_shares_its_rank_whatever_the_listing_order() -> None:
+    """Equal pass@k, pass^k and cost per solve: the same rank, marked as a tie, in either listing order."""
+    one = envelope([4, 2, 0, 3], run_id="one")
+    two = envelope([4, 2, 0, 3], run_id="two")
+    worse = envelope([4, 0, 0, 0], run_id="worse")
+    for order in ((one, two, worse), (worse, two, one)):
+        board = build_leaderboard([Contender(e.run.id, None, "complete", e) for e in order])
+        assert [(r.rank, r.run_id, r.rank_shared) for r in board.rows] == [
+            (1, "one", True),
+            (1, "two", True),
+            (3, "worse", False),
+        ]
+        assert board.rows[1].tied_with is None  # a rank-1 row is not "behind" the top row
+        text = render_leaderboard_markdown(board)
+        assert "| 1= | `one` |" in text and "| 1= | `two` |" in text and "| 3 " in text
+        assert "#1= `one` · #1= `two` · #3 `worse`" in text
 
 
 def test_interrupted_and_mismatched_runs_are_flagged_not_ranked() -> None:
@@ -273,14 +291,14 @@ def test_agent_matrix_ranks_marks_ties_and_reports_cost_and_honesty(
     from statsmodels.stats.proportion import proportion_confint
 
     assert good["pass_at_k"] == 1.0 and good["k"] == 2
-    assert good["pass_at_k_ci95"] == pytest.approx(proportion_confint(6, 6, method="wilson"))
+    assert good["pass_at_k_ci95"] == pytest.approx(proportion_confint(6, 6, method="beta"))
     assert nop["vs_best"]["p_value"] == pytest.approx(3 * 2 / 64)
     assert good["cost_per_solve"] == pytest.approx(0.01) and pricey["cost_per_solve"] == pytest.approx(0.05)
     assert modest["cost_per_solve"] == pytest.approx(0.12 / 6)  # 12 priced attempts, 6 solves
     assert nop["cost_per_solve"] is None and nop["cost_usd"] == 0.0  # priced, never solved
     assert good["mean_tokens_per_attempt"] == 110 and good["mean_turns_per_attempt"] == 2
     assert modest["pass_at_k"] == 0.5 and modest["pass_power_k"] == 0.5
-    assert modest["pass_at_k_ci95"] == pytest.approx(proportion_confint(3, 6, method="wilson"))
+    assert modest["pass_at_k_ci95"] == pytest.approx(proportion_confint(3, 6, method="beta"))
     assert modest["vs_best"]["difference"] == pytest.approx(-0.5)
     # Honesty: nop claims success and never did the work; modest did the work on t4, t5 but claimed failure.
     assert (nop["over_claims"], nop["claimed_success"], nop["over_claim_rate"]) == (12, 12, 1.0)

@@ -120,11 +120,11 @@ def test_group_means_stderr_and_categories() -> None:
     # sample sd of (1,1,0) = sqrt(1/3); se = sqrt(1/3)/sqrt(3) = 1/3
     assert overall.stderr.pass_at_k == pytest.approx(1 / 3)
     lo, hi = overall.ci95.pass_at_k or (0, 0)
-    # every task has k = n = 2 attempts, so each pass@2 is one pass/fail: Wilson for 2 of 3
-    assert overall.interval == "wilson"
+    # every task has k = n = 2 attempts, so each pass@2 is one pass/fail: Clopper–Pearson for 2 of 3
+    assert overall.interval == "clopper-pearson"
     from statsmodels.stats.proportion import proportion_confint
 
-    assert (lo, hi) == pytest.approx(proportion_confint(2, 3, alpha=0.05, method="wilson"), abs=1e-9)
+    assert (lo, hi) == pytest.approx(proportion_confint(2, 3, alpha=0.05, method="beta"), abs=1e-9)
     assert overall.curves.pass_at == pytest.approx({"1": 0.5, "2": 2 / 3})
     cap = report.categories["capability"]
     assert cap.pass_at_k == 1.0 and cap.pass_power_k == pytest.approx(0.5)
@@ -132,13 +132,22 @@ def test_group_means_stderr_and_categories() -> None:
     assert report.categories["regression"].stderr.pass_at_k is None  # one task: no error bar
 
 
-def test_headline_needs_every_task_to_reach_k() -> None:
-    tasks = [TaskInfo("a", "A", "capability"), TaskInfo("b", "B", "capability")]
+def test_headline_counts_the_tasks_that_reach_k() -> None:
+    """A missing attempt never blanks the headline: pass@k is over the tasks with at least k attempts."""
+    tasks = [TaskInfo("a", "A", "capability"), TaskInfo("b", "B", "capability"), TaskInfo("c", "C", "capability")]
     records = [record("a", 1, "pass"), record("a", 2, "pass"), record("b", 1, "fail")]
+    records += [record("c", 1, "fail"), record("c", 2, "pass")]
     report = build_report("s", "S", tasks, records, k=2)
-    assert report.overall.pass_at_k is None
-    assert report.overall.curves.pass_at == {"1": 0.5}
+    # b has one attempt of two: left out of pass@2 (a: 1, c: 1), counted in pass@1 (curves over every task)
+    assert report.overall.pass_at_k == 1.0 and report.overall.tasks_measured == 2
+    assert report.overall.pass_power_k == pytest.approx(0.5)
+    assert report.overall.curves.pass_at == {"1": pytest.approx(0.5)}
     assert report.tasks[1].pass_at_k is None and report.tasks[0].pass_at_k == 1.0
+    # k = 1 is reached by every task: nothing is left out
+    assert build_report("s", "S", tasks, records, k=1).overall.tasks_measured == 3
+    # the rule of envelopes written before (audit): no headline unless every task reached k
+    legacy = build_report("s", "S", tasks, records, k=2, rule="wilson").overall
+    assert legacy.pass_at_k is None and legacy.tasks_measured is None
 
 
 def test_unknown_cost_is_never_free() -> None:
@@ -166,3 +175,46 @@ def test_unknown_cost_is_never_free() -> None:
     ] == pytest.approx(10 / 3)
     no_solve = efficiency_figures([record("a", 1, "fail", 0.5)])
     assert no_solve["cost_per_solve"] is None and no_solve["mean_cost_per_attempt"] == 0.5
+
+
+def test_a_report_with_missing_attempts_says_what_its_headline_counts() -> None:
+    """20 tasks x 5 attempts with 5% of attempts missing: the headline is a number, and the report says why."""
+    from worktrial.model.envelope import Envelope, RunInfo, WorkspaceInfo
+    from worktrial.render.markdown import render_markdown
+
+    tasks = [TaskInfo(f"t{i}", f"t{i}", "capability") for i in range(20)]
+    missing = {(i, 5) for i in range(0, 20, 4)}  # the fifth attempt of 5 tasks never ran
+    records = [
+        record(f"t{i}", j, "pass" if (i + j) % 3 else "fail")
+        for i in range(20)
+        for j in range(1, 6)
+        if (i, j) not in missing
+    ]
+    report = build_report("s", "S", tasks, records, k=5)
+    assert report.overall.pass_at_k is not None and report.overall.ci95.pass_at_k is not None
+    assert report.overall.tasks_measured == 15
+    envelope = Envelope(
+        harness_version="0.1.0",
+        provider=None,
+        model=None,
+        agent={"name": "a"},
+        suite_path="suite.json",
+        suite_sha256="a" * 64,
+        run=RunInfo(
+            id="r",
+            started_at="2026-01-01T00:00:00Z",
+            finished_at="2026-01-01T00:01:00Z",
+            complete=False,
+            workspace=WorkspaceInfo(path="/repo", base_commit="b" * 40, dirty=False),
+            attempts=5,
+            k=5,
+            jobs=1,
+        ),
+        report=report,
+    )
+    text = render_markdown(envelope)
+    assert (
+        "**Missing attempts:** 5 of 100 planned attempts are missing; pass@5 and pass^5 are over the 15 of 20 tasks "
+        "with at least 5 attempts." in text
+    )
+    assert "| **overall** | 20 | " in text and "| — |" not in text.split("## Tasks")[0]

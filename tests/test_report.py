@@ -44,13 +44,14 @@ def test_markdown_report(cli, repo: Path, write_suite) -> None:
     assert "attempts per task: 2 · headline k = 2" in md
     assert "| group | tasks | passed/total | pass@2 | 95% CI | pass^2 | 95% CI |" in md
     # per task pass@2: 1, 1, 0, 0 -> 0.5; pass^2: 1, 0, 0, 0 -> 0.25
-    # k = n = 2: each task's pass@2 / pass^2 is one pass/fail, so the CIs are Wilson intervals over tasks
-    # (statsmodels: 2 of 4 [0.150, 0.850], 1 of 4 [0.046, 0.699], 2 of 2 [0.342, 1], 1 of 2 [0.095, 0.905],
-    # 0 of 2 [0, 0.658]); no interval is zero-width.
-    assert "| **overall** | 4 | 3/8 | 0.500 | [0.150, 0.850] | 0.250 | [0.046, 0.699] |" in md
-    assert "| capability | 2 | 3/4 | 1.000 | [0.342, 1.000] | 0.500 | [0.095, 0.905] |" in md
-    assert "| regression | 2 | 0/4 | 0.000 | [0.000, 0.658] | 0.000 | [0.000, 0.658] |" in md
-    assert "95% CIs: Wilson score intervals" in md
+    # k = n = 2: each task's pass@2 / pass^2 is one pass/fail, so the CIs are Clopper–Pearson intervals over
+    # tasks (statsmodels' "beta": 2 of 4 [0.068, 0.932], 1 of 4 [0.006, 0.806], 2 of 2 [0.158, 1], 1 of 2
+    # [0.013, 0.987], 0 of 2 [0, 0.842]); exact at any size, and never zero-width.
+    assert "| **overall** | 4 | 3/8 | 0.500 | [0.068, 0.932] | 0.250 | [0.006, 0.806] |" in md
+    assert "| capability | 2 | 3/4 | 1.000 | [0.158, 1.000] | 0.500 | [0.013, 0.987] |" in md
+    assert "| regression | 2 | 0/4 | 0.000 | [0.000, 0.842] | 0.000 | [0.000, 0.842] |" in md
+    assert "95% CIs: exact Clopper–Pearson intervals" in md
+    assert "Missing attempts" not in md
     assert "| solved | capability | 2/2 | 1.000 | 1.000 | 2 pass |" in md
     assert "| flaky | capability | 1/2 | 1.000 | 0.000 | 1 pass · 1 fail |" in md
     assert "| slow | regression | 0/2 | 0.000 | 0.000 | 2 timeout |" in md

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from worktrial.analysis.metrics import TaskInfo, build_report
+from worktrial.analysis.stats import IntervalRule
 from worktrial.errors import BadInputError
 from worktrial.jsonlimits import MAX_ENVELOPE_BYTES, MAX_TRACE_BYTES, loads_limited
 from worktrial.model.envelope import Envelope, parse_envelope_json
@@ -42,7 +43,7 @@ class AuditReport(BaseModel):
 # Report fields added after schema_version 1 shipped: an older envelope without them is not wrong.
 ADDED_AFTER_V1 = frozenset({"report.honesty"})
 # Fields added after schema_version 1 shipped, wherever they occur (metrics, task reports).
-ADDED_KEYS_AFTER_V1 = frozenset({"interval", "clusters", "cluster"})
+ADDED_KEYS_AFTER_V1 = frozenset({"interval", "clusters", "cluster", "tasks_measured"})
 
 
 def _brief(value: Any) -> str:
@@ -210,6 +211,26 @@ def _bundle_change(envelope: Envelope, loaded: LoadedSuite) -> str:
     return "; ".join(parts) or "the declared files differ"
 
 
+def interval_rule(published: Any) -> IntervalRule:
+    """How the envelope's intervals were written, so it is judged on what it claimed.
+
+    No ``interval`` key: the 1.96-SE intervals of the first envelopes. "wilson...": Wilson intervals with CR1
+    cluster errors, and a headline only when every task reached k. Anything else: the current rule.
+    """
+    overall = published.get("overall", {}) if isinstance(published, dict) else {}
+    if not isinstance(overall, dict) or "interval" not in overall:
+        return "normal"
+    methods = [overall.get("interval")]
+    categories = published.get("categories", {})
+    if isinstance(categories, dict):
+        methods += [m.get("interval") for m in categories.values() if isinstance(m, dict)]
+    if any(isinstance(m, str) and m.startswith("wilson") for m in methods):
+        return "wilson"
+    if "tasks_measured" not in overall and overall.get("pass_at_k") is None:
+        return "wilson"
+    return "current"
+
+
 def audit_envelope(
     envelope_path: Path, loaded: LoadedSuite, *, workspace: Path | None = None, check_traces: bool = True
 ) -> AuditReport:
@@ -243,12 +264,9 @@ def audit_envelope(
     if envelope.run.complete and len(records) != expected:
         mismatches.append(f"run.complete: true, but it holds {len(records)} attempts, not {expected}")
     tasks = [TaskInfo(t.id, t.display_name, t.category, t.cluster) for t in loaded.suite.tasks]
-    # Envelopes written before intervals were named (no `interval`) published 1.96-SE intervals: judge them on that.
     published = raw.get("report", {}) if isinstance(raw, dict) else {}
-    overall = published.get("overall", {}) if isinstance(published, dict) else {}
-    legacy = isinstance(overall, dict) and "interval" not in overall
     recomputed = build_report(
-        loaded.suite.id, loaded.suite.display_name, tasks, records, report.k, legacy_intervals=legacy
+        loaded.suite.id, loaded.suite.display_name, tasks, records, report.k, rule=interval_rule(published)
     )
     differ = _Differ()
     differ.walk(published, recomputed.model_dump(mode="json"), "report")

@@ -2,7 +2,13 @@
 
 Following Miller (arXiv 2411.00640), two runs of the same suite are compared through per-task paired
 differences (run B minus run A) of pass@1 and of the headline pass@k / pass^k, never through attempts pooled
-across tasks. Everything here is pure; loading envelope files and stored runs is
+across tasks. Each CI is tied to the exact test behind its p-value (its end nearest 0 inverts that test), so a CI
+excludes 0 exactly when p < 0.05.
+
+One comparison is the pair's primary test: overall pass@1, the rate every run has and ``worktrial power`` plans
+for. Every other row (pass@k, pass^k, each category) is secondary: its p-value and CI are for that row alone,
+and ``p_value_holm`` adjusts the secondary p-values of the pair together (Holm), so reading many rows does not
+manufacture a finding. Everything here is pure; loading envelope files and stored runs is
 ``worktrial.state.history.resolve_envelope``.
 """
 
@@ -15,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from worktrial.analysis import stats
+from worktrial.analysis import planning, stats
 from worktrial.analysis.metrics import efficiency_figures, pass_at_k, pass_power_k
 from worktrial.analysis.power import small_suite_note
 from worktrial.errors import BadInputError
@@ -49,7 +55,13 @@ class Difference(BaseModel):
     clusters: int | None = None
     """Clusters the SE, CI and test are computed over; None when tasks are the independent units."""
     ci_note: str | None = None
-    """Why ``ci95`` is None although there are tasks to compare."""
+    """Why ``ci95`` is None (or everything) although there are tasks to compare."""
+    interval: str | None = None
+    """How ``ci95`` inverts the test behind ``p_value``."""
+    role: Literal["primary", "secondary"] = "secondary"
+    """primary: the pair's one pre-declared test (overall pass@1); secondary: every other row."""
+    p_value_holm: float | None = None
+    """Secondary rows: ``p_value`` Holm-adjusted over all secondary rows of the pair (None for the primary)."""
 
 
 class GroupComparison(BaseModel):
@@ -138,23 +150,34 @@ def difference(
     *,
     binary: bool = False,
     clusters: Sequence[str | None] | None = None,
+    attempts: int | None = None,
 ) -> Difference:
     """Means, paired difference and the minimum difference detectable at 80% power with these tasks.
 
-    The detectable difference uses the same (possibly cluster-robust) standard error and t quantiles at the
-    same degrees of freedom as the interval: ``(t_{0.975} + t_{0.80}) x SE``.
+    The detectable difference is the one ``worktrial power`` would plan for: the exact sign-flip test's power at
+    the observed per-task variance (N x SE^2, cluster-robust when tasks are clustered), with ``attempts`` per task
+    setting the test's step (see ``worktrial.analysis.planning``).
     """
     paired = stats.paired_difference(a, b, binary=binary, clusters=clusters)
     # Identical differences on every task give SE 0, which would claim any difference is detectable: the
     # variance is not estimable from such data, so neither is the minimum detectable difference.
     mde = None
     if paired.stderr and paired.df is not None:
-        mde = stats.z_for(df=paired.df) * paired.stderr
+        mde = planning.minimum_detectable_difference(
+            len(a) * paired.stderr**2,
+            len(a),
+            attempts=attempts,
+            df=paired.df if paired.clusters is not None else None,
+            units=paired.clusters,
+        )
     ci_note = None
     if paired.ci95 is None and len(a) > 1:
         ci_note = "no interval: every task changed by the same amount, so the spread is not estimable"
         if paired.clusters is not None and paired.clusters < 2:
             ci_note = "no interval: all tasks are in one cluster"
+    elif len(a) > 1 and min(len(a), paired.clusters or len(a)) < planning.fewest_tasks():
+        units = f"{paired.clusters} clusters" if paired.clusters is not None else f"{len(a)} tasks"
+        ci_note = f"with {units} the exact test cannot reject any difference at 5%, whatever the data"
     return Difference(
         tasks=len(a),
         a=stats.mean(a) if a else None,
@@ -168,6 +191,7 @@ def difference(
         monte_carlo_error=paired.monte_carlo_error,
         clusters=paired.clusters,
         ci_note=ci_note,
+        interval=paired.interval,
     )
 
 
@@ -191,13 +215,39 @@ def compare_group(name: str, pairs: Sequence[tuple[TaskReport, TaskReport]], k: 
         return all(t.total_runs == j for t in (*a, *b))
 
     clusters = [x.cluster for x in a]
+    counts = {t.total_runs for t in (*a, *b)}
+    attempts = counts.pop() if len(counts) == 1 else None
+    at_1 = difference(_values(a, at(1)), _values(b, at(1)), binary=binary(1), clusters=clusters, attempts=attempts)
+    if k == 1:  # pass@1, pass@1 and pass^1 are one number: one test
+        return GroupComparison(group=name, tasks=len(pairs), pass_at_1=at_1, pass_at_k=at_1, pass_power_k=at_1)
     return GroupComparison(
         group=name,
         tasks=len(pairs),
-        pass_at_1=difference(_values(a, at(1)), _values(b, at(1)), binary=binary(1), clusters=clusters),
+        pass_at_1=at_1,
         pass_at_k=difference(_values(a, at(k)), _values(b, at(k)), binary=binary(k), clusters=clusters),
         pass_power_k=difference(_values(a, power(k)), _values(b, power(k)), binary=binary(k), clusters=clusters),
     )
+
+
+def mark_primary_and_holm(overall: GroupComparison, categories: Sequence[GroupComparison]) -> None:
+    """Overall pass@1 is the primary test; Holm-adjust every other distinct test of the pair together.
+
+    A category holding every compared task repeats the overall rows and a k of 1 makes pass@k and pass^k the
+    pass@1 test: such repeats share the row they repeat and are not counted twice in the family.
+    """
+    groups = [overall] + [g for g in categories if g.tasks != overall.tasks]
+    secondary: list[Difference] = []
+    for g in groups:
+        for d in (g.pass_at_1, g.pass_at_k, g.pass_power_k):
+            if d is not overall.pass_at_1 and all(d is not s for s in secondary):
+                secondary.append(d)
+    overall.pass_at_1.role = "primary"
+    for d, p in zip(secondary, stats.holm([d.p_value for d in secondary]), strict=True):
+        d.role, d.p_value_holm = "secondary", p
+    for g in categories:
+        if g.tasks == overall.tasks:
+            for field in ("pass_at_1", "pass_at_k", "pass_power_k"):
+                setattr(g, field, getattr(overall, field))
 
 
 def _efficiency(tasks: Sequence[TaskReport]) -> Efficiency:
@@ -272,11 +322,13 @@ def compare_pair(first: LoadedEnvelope, second: LoadedEnvelope) -> PairCompariso
         if eff_a.mean_turns_per_attempt is None or eff_b.mean_turns_per_attempt is None
         else eff_b.mean_turns_per_attempt - eff_a.mean_turns_per_attempt
     )
+    overall = compare_group("overall", pairs, k)
+    mark_primary_and_holm(overall, categories)
     return PairComparison(
         a=first.label,
         b=second.label,
         k=k,
-        overall=compare_group("overall", pairs, k),
+        overall=overall,
         categories=categories,
         flips=flips,
         efficiency_a=eff_a,

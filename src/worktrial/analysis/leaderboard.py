@@ -1,14 +1,15 @@
 """Rank several runs of one suite (a model or agent matrix): pure functions of their envelopes.
 
-Every row is measured at one common k, the smallest attempt count among the ranked runs (said in the header),
-so a run with more attempts never wins by a bigger k. Rows are sorted by that pass@k, then pass^k, then cost per
-solve (cheaper first). Whether a row's order against the top row is established is decided by a paired per-task
-test against the leader (exact sign-flip permutation, or exact McNemar for one pass/fail per task, over clusters
-when tasks have them), for every row, with a Holm correction over the rows: with five identical agents an
-uncorrected table shows some row "significantly" behind #1 in about 30% of runs. Holm was chosen over bootstrap
-rank intervals because it is exact, deterministic and answers the question a reader asks of the table (is this
-row really behind the best one?) with a p-value that can be quoted. Overlap of two unpaired intervals is not used:
-it ignores that both runs saw the same tasks and calls clearly separated runs tied.
+Every row is measured at one common k, the smallest attempt count among the ranked runs (said in the header), so a
+run with more attempts never wins by a bigger k. Rows are sorted by that pass@k, then pass^k, then cost per solve
+(cheaper first); rows equal on all three share a rank (competition ranking: 1, 2, 2, 4) and are listed by label, so
+the order a matrix happened to list them in never decides a tie. Whether a row's order against the top row is
+established is decided by a paired per-task test against the leader (exact sign-flip permutation, or exact McNemar
+for one pass/fail per task, over clusters when tasks have them), for every row, with a Holm correction over the
+rows: with five identical agents an uncorrected table shows some row "significantly" behind #1 in about 30% of runs.
+Holm was chosen over bootstrap rank intervals because it is exact, deterministic and answers the question a reader
+asks of the table (is this row really behind the best one?) with a p-value that can be quoted. Overlap of two
+unpaired intervals is not used: it ignores that both runs saw the same tasks and calls clearly separated runs tied.
 
 Configurations that failed, were interrupted or broke (every attempt an error, or stopped by an authentication
 error) keep their place in the output, unranked, so nothing that ran is silently dropped or shown as 0%.
@@ -61,7 +62,10 @@ class VersusBest(BaseModel):
 
 class LeaderboardRow(BaseModel):
     rank: int | None
-    """Position among the ranked rows (1 = best); None for failed or interrupted configurations."""
+    """Position among the ranked rows (1 = best; rows equal in pass@k, pass^k and cost per solve share one);
+    None for failed or interrupted configurations."""
+    rank_shared: bool = False
+    """Another row has the same rank: a tie, not an order."""
     tied_with: int | None
     """1 when the Holm-corrected paired test does not separate this row from the top row (p >= 0.05)."""
     label: str
@@ -161,14 +165,28 @@ def _sort_key(m: _Measured) -> tuple[float, float, float]:
     return (-m.pass_at_k, -m.pass_power_k, cost if cost is not None else float("inf"))
 
 
+def _ranks(ranked: Sequence[_Measured]) -> list[int]:
+    """Competition ranks: a row equal to the one above it in every sort key shares its rank."""
+    ranks: list[int] = []
+    for i, m in enumerate(ranked):
+        ranks.append(ranks[-1] if i and _sort_key(m) == _sort_key(ranked[i - 1]) else i + 1)
+    return ranks
+
+
 def _row(
-    c: Contender, rank: int | None, tied_with: int | None, vs_best: VersusBest | None, m: _Measured | None
+    c: Contender,
+    rank: int | None,
+    tied_with: int | None,
+    vs_best: VersusBest | None,
+    m: _Measured | None,
+    rank_shared: bool = False,
 ) -> LeaderboardRow:
     env = c.envelope
     if env is None:
         return LeaderboardRow.model_validate(
             {
                 **dict.fromkeys(LeaderboardRow.model_fields),
+                "rank_shared": False,
                 "label": c.label,
                 "agent": c.agent,
                 "model": c.model,
@@ -179,6 +197,7 @@ def _row(
     r, o, h = env.report, env.report.overall, env.report.honesty
     return LeaderboardRow(
         rank=rank,
+        rank_shared=rank_shared,
         tied_with=tied_with,
         label=c.label,
         agent=c.agent,
@@ -270,11 +289,13 @@ def build_leaderboard(contenders: Sequence[Contender], alpha: float = stats.ALPH
     k = None
     if rankable:
         k = min(t.total_runs for c in rankable for t in c.envelope.report.tasks if t.total_runs > 0)  # type: ignore[union-attr]
-    ranked = sorted((_measure(c, k) for c in rankable), key=_sort_key) if k is not None else []
+    measured_runs = [_measure(c, k) for c in rankable] if k is not None else []
+    ranked = sorted(measured_runs, key=lambda m: (_sort_key(m), m.contender.label))
+    ranks = _ranks(ranked)
     paired = [_paired(ranked[0], m, k) for m in ranked[1:]] if k is not None else []
     corrected = stats.holm([d.p_value if d else None for d in paired])
     rows: list[LeaderboardRow] = []
-    for position, measured in enumerate(ranked, start=1):
+    for position, (measured, rank) in enumerate(zip(ranked, ranks, strict=True), start=1):
         vs_best, tied_with = None, None
         if position > 1:
             d, p = paired[position - 2], corrected[position - 2]
@@ -282,9 +303,10 @@ def build_leaderboard(contenders: Sequence[Contender], alpha: float = stats.ALPH
                 vs_best = VersusBest(
                     difference=d.mean, ci95=d.ci95, p_value=p, p_value_uncorrected=d.p_value, test=d.test
                 )
-            if p is None or p >= alpha:
+            if rank > 1 and (p is None or p >= alpha):
                 tied_with = 1
-        rows.append(_row(measured.contender, position, tied_with, vs_best, measured))
+        shared = ranks.count(rank) > 1
+        rows.append(_row(measured.contender, rank, tied_with, vs_best, measured, shared))
     rows += [_row(c, None, None, None, None) for c in contenders if not _rankable(c)]
     envelopes = [c.envelope for c in contenders if c.envelope is not None]
     first = ranked[0].contender.envelope if ranked else (envelopes[0] if envelopes else None)

@@ -82,7 +82,9 @@ def task_report(task: TaskInfo, attempts: Sequence[AttemptRecord], k: int) -> Ta
     )
 
 
-def headline_interval(tasks: Sequence[TaskReport], values: Sequence[float], k: int) -> stats.Interval:
+def headline_interval(
+    tasks: Sequence[TaskReport], values: Sequence[float], k: int, rule: stats.IntervalRule = "current"
+) -> stats.Interval:
     """The 95% interval of a pass@k or pass^k mean over ``tasks`` (see ``stats.rate_interval``).
 
     With k equal to every task's attempt count each value is one pass/fail, so the mean is a proportion over
@@ -91,14 +93,16 @@ def headline_interval(tasks: Sequence[TaskReport], values: Sequence[float], k: i
     binary = all(t.total_runs == k for t in tasks)
     cap = sum(t.total_runs // k for t in tasks)
     clusters = [t.cluster for t in tasks]
-    return stats.rate_interval(values, binary=binary, cap=cap, clusters=clusters)
+    return stats.rate_interval(values, binary=binary, cap=cap, clusters=clusters, rule=rule)
 
 
-def group_metrics(tasks: Sequence[TaskReport], k: int, *, legacy_intervals: bool = False) -> Metrics:
+def group_metrics(tasks: Sequence[TaskReport], k: int, *, rule: stats.IntervalRule = "current") -> Metrics:
     """Mean over tasks that have attempts, for each k every one of them reaches.
 
-    ``legacy_intervals`` reproduces the 1.96-SE intervals of envelopes written before intervals were named
-    (``interval`` absent), so ``worktrial audit`` can still recompute what they published.
+    The headline pass@k and pass^k are over the tasks with at least k attempts (``tasks_measured``): a task that
+    lost an attempt still counts with the attempts it has, and only a task with fewer than k is left out, so a
+    few missing attempts never blank the headline. ``rule`` recomputes older envelopes the way they were
+    written: "wilson" (named intervals, a headline only when every task reached k) or "normal" (1.96 SE).
     """
     ran = [t for t in tasks if t.total_runs > 0]
     metrics = Metrics(
@@ -115,24 +119,30 @@ def group_metrics(tasks: Sequence[TaskReport], k: int, *, legacy_intervals: bool
         pass_at={str(j): stats.mean([t.curves.pass_at[str(j)] for t in ran]) for j in range(1, reach + 1)},
         pass_power={str(j): stats.mean([t.curves.pass_power[str(j)] for t in ran]) for j in range(1, reach + 1)},
     )
-    if k <= reach and len(ran) == len(tasks):
-        at = [t.curves.pass_at[str(k)] for t in ran]
-        power = [t.curves.pass_power[str(k)] for t in ran]
-        metrics.pass_at_k = stats.mean(at)
-        metrics.pass_power_k = stats.mean(power)
-        if legacy_intervals:
-            se_at, se_power = stats.standard_error(at), stats.standard_error(power)
-            metrics.stderr = PairFloat(pass_at_k=se_at, pass_power_k=se_power)
-            metrics.ci95 = PairInterval(
-                pass_at_k=stats.normal_interval(metrics.pass_at_k, se_at),
-                pass_power_k=stats.normal_interval(metrics.pass_power_k, se_power),
-            )
-            return metrics
-        i_at, i_power = headline_interval(ran, at, k), headline_interval(ran, power, k)
-        metrics.stderr = PairFloat(pass_at_k=i_at.stderr, pass_power_k=i_power.stderr)
-        metrics.ci95 = PairInterval(pass_at_k=i_at.ci95, pass_power_k=i_power.ci95)
-        metrics.interval = i_at.method
-        metrics.clusters = stats.cluster_count([t.cluster for t in ran])
+    if rule == "current":
+        measured = [t for t in ran if t.total_runs >= k]
+        metrics.tasks_measured = len(measured)
+    else:
+        measured = ran if k <= reach and len(ran) == len(tasks) else []
+    if not measured:
+        return metrics
+    at = [t.curves.pass_at[str(k)] for t in measured]
+    power = [t.curves.pass_power[str(k)] for t in measured]
+    metrics.pass_at_k = stats.mean(at)
+    metrics.pass_power_k = stats.mean(power)
+    if rule == "normal":
+        se_at, se_power = stats.standard_error(at), stats.standard_error(power)
+        metrics.stderr = PairFloat(pass_at_k=se_at, pass_power_k=se_power)
+        metrics.ci95 = PairInterval(
+            pass_at_k=stats.normal_interval(metrics.pass_at_k, se_at),
+            pass_power_k=stats.normal_interval(metrics.pass_power_k, se_power),
+        )
+        return metrics
+    i_at, i_power = headline_interval(measured, at, k, rule), headline_interval(measured, power, k, rule)
+    metrics.stderr = PairFloat(pass_at_k=i_at.stderr, pass_power_k=i_power.stderr)
+    metrics.ci95 = PairInterval(pass_at_k=i_at.ci95, pass_power_k=i_power.ci95)
+    metrics.interval = i_at.method
+    metrics.clusters = stats.cluster_count([t.cluster for t in measured])
     return metrics
 
 
@@ -143,16 +153,19 @@ def build_report(
     records: Iterable[AttemptRecord],
     k: int,
     *,
-    legacy_intervals: bool = False,
+    rule: stats.IntervalRule = "current",
 ) -> Report:
-    """Every number of the report from the per-attempt records; order follows the suite's task order."""
+    """Every number of the report from the per-attempt records; order follows the suite's task order.
+
+    ``rule`` is for ``worktrial audit``: an older envelope is recomputed the way it was written.
+    """
     by_task: dict[str, list[AttemptRecord]] = {t.id: [] for t in tasks}
     for record in records:
         if record.task_id in by_task:
             by_task[record.task_id].append(record)
     reports = [task_report(t, by_task[t.id], k) for t in tasks]
     categories = {
-        cat: group_metrics([r for r in reports if r.category == cat], k, legacy_intervals=legacy_intervals)
+        cat: group_metrics([r for r in reports if r.category == cat], k, rule=rule)
         for cat in CATEGORIES
         if any(r.category == cat for r in reports)
     }
@@ -162,12 +175,12 @@ def build_report(
     first_try = None
     if retried:  # what the headline would say had no attempt been given a second try
         first_reports = [task_report(t, [_first_try(r) for r in by_task[t.id]], k) for t in tasks]
-        first_try = group_metrics(first_reports, k, legacy_intervals=legacy_intervals)
+        first_try = group_metrics(first_reports, k, rule=rule)
     return Report(
         suite_id=suite_id,
         suite_name=suite_name,
         k=k,
-        overall=group_metrics(reports, k, legacy_intervals=legacy_intervals),
+        overall=group_metrics(reports, k, rule=rule),
         categories=categories,
         tasks=reports,
         honesty=honesty_figures(attempts),

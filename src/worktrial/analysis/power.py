@@ -1,11 +1,11 @@
 """Planning with power: how many tasks or attempts a comparison needs, and what difference it can detect.
 
-Plans are for the mean pass rate (pass@1) of two runs compared task by task. The variance model
-(``omega2``, ``sigma2_a``, ``sigma2_b``; see ``worktrial.analysis.stats``) is either assumed or estimated from
-envelopes: two envelopes of the same suite give every term directly; a single envelope gives the attempt
-noise, and the across-task variance of the difference is taken as twice that run's across-task variance,
-which assumes the two runs' per-task rates are uncorrelated. Real runs usually find the same tasks easy, so
-that guess errs towards asking for more tasks, never fewer.
+Plans are for the mean pass rate (pass@1) of two runs compared task by task by the exact sign-flip test
+``compare`` uses (``worktrial.analysis.planning`` has the sample-size rule). The variance model (``omega2``,
+``sigma2_a``, ``sigma2_b``) is either assumed or estimated from envelopes: two envelopes of the same suite give
+every term directly; a single envelope gives the attempt noise, and the across-task variance of the difference is
+taken as twice that run's across-task variance, which assumes the two runs' per-task rates are uncorrelated. Real
+runs usually find the same tasks easy, so that guess errs towards asking for more tasks, never fewer.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from worktrial.analysis import stats
+from worktrial.analysis import planning, stats
 from worktrial.errors import BadInputError
 from worktrial.model.envelope import Envelope, Report, TaskReport
 from worktrial.safe_text import for_terminal
@@ -28,10 +28,17 @@ DEFAULT_SIGMA2 = 0.25
 class VarianceModel(BaseModel):
     """The variance of one task's paired pass-rate difference, split into its sources."""
 
-    omega2: float = Field(description="Across-task variance of the true per-task difference.")
+    omega2: float = Field(
+        description="Across-task variance of the true per-task difference. Estimated from two runs it is not clipped "
+        "at 0 (clipping would bias every plan towards more tasks), so it can be slightly negative."
+    )
     sigma2_a: float = Field(description="Within-task variance of one attempt of run A.")
     sigma2_b: float = Field(description="Within-task variance of one attempt of run B.")
     source: str = Field(description="Where the numbers come from.")
+
+    def per_task(self, attempts: int) -> float:
+        """Variance of one task's paired difference with ``attempts`` attempts in both runs."""
+        return max(0.0, self.omega2 + self.sigma2_a / attempts + self.sigma2_b / attempts)
 
 
 class PowerPlan(BaseModel):
@@ -57,7 +64,7 @@ def _mean_attempts(counts: Sequence[tuple[int, int]]) -> float:
 
 
 def _spread(values: Sequence[float], clusters: Sequence[str | None]) -> tuple[float, str]:
-    """Per-task variance of ``values``; with clusters, N x the cluster-robust variance of their mean.
+    """Per-task variance of ``values``; with clusters, N x the cluster-robust (CR2) variance of their mean.
 
     Tasks of one cluster that move together carry less information than independent tasks; expressing that as
     an inflated per-task variance (the design effect) lets the usual formulas plan with it, assuming a bigger
@@ -66,7 +73,8 @@ def _spread(values: Sequence[float], clusters: Sequence[str | None]) -> tuple[fl
     g = stats.cluster_count(clusters)
     if g is None:
         return stats.sample_variance(values) or 0.0, ""
-    se = stats.cluster_robust_se(values, clusters) or 0.0
+    robust = stats.cluster_robust(values, clusters)
+    se = robust[0] if robust is not None else 0.0
     return len(values) * se * se, f", cluster-robust over {g} clusters"
 
 
@@ -113,9 +121,8 @@ def estimate_from_pair(a: Report, b: Report, source: str, sigma2: float | None =
     diffs = [y.passed_runs / y.total_runs - x.passed_runs / x.total_runs for x, y in pairs]
     observed, clustered = _spread(diffs, [x.cluster for x, _ in pairs])
     noise = sigma2_a / _mean_attempts(counts_a) + sigma2_b / _mean_attempts(counts_b)
-    return VarianceModel(
-        omega2=max(0.0, observed - noise), sigma2_a=sigma2_a, sigma2_b=sigma2_b, source=source + clustered
-    )
+    # Unclipped: at the runs' own attempt count the plan's variance is then exactly the observed one (unbiased).
+    return VarianceModel(omega2=observed - noise, sigma2_a=sigma2_a, sigma2_b=sigma2_b, source=source + clustered)
 
 
 def variance_model(
@@ -163,15 +170,17 @@ def plan(
         raise BadInputError(f"delta is a difference in pass rate, between 0 and 1 (got {delta})")
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise BadInputError("alpha and power must be between 0 and 1")
-    per_task = stats.difference_variance(variance.omega2, variance.sigma2_a, variance.sigma2_b, attempts, attempts)
+    per_task = variance.per_task(attempts)
     mdd = None
-    if tasks is not None and tasks > 1:
-        mdd = stats.minimum_detectable_difference(per_task, tasks, alpha, power, df=tasks - 1)
-    tasks_needed = stats.required_tasks(per_task, delta, alpha, power) if delta is not None else None
+    if tasks is not None:
+        mdd = planning.minimum_detectable_difference(per_task, tasks, alpha, power, attempts=attempts)
+    tasks_needed = None
+    if delta is not None:
+        tasks_needed = planning.required_tasks(per_task, delta, alpha, power, attempts=attempts)
     attempts_needed = None
     if delta is not None and tasks is not None:
-        attempts_needed = stats.required_attempts(
-            variance.omega2, variance.sigma2_a, variance.sigma2_b, tasks, delta, alpha, power
+        attempts_needed = planning.required_attempts(
+            max(0.0, variance.omega2), variance.sigma2_a, variance.sigma2_b, tasks, delta, alpha, power
         )
     return PowerPlan(
         alpha=alpha,
@@ -195,8 +204,10 @@ def render_plan(p: PowerPlan) -> str:
     v = p.variance
     lines = [
         f"variance model ({for_terminal(v.source)}): omega2 = {v.omega2:.4f}, "
-        f"sigma2 = {v.sigma2_a:.4f} (A), {v.sigma2_b:.4f} (B)",
-        f"two-sided alpha = {p.alpha:g}, power = {p.power:.0%}, pass@1 compared task by task",
+        f"sigma2 = {v.sigma2_a:.4f} (A), {v.sigma2_b:.4f} (B)"
+        + (" (below 0 by sampling noise: the true differences hardly vary across tasks)" if v.omega2 < 0 else ""),
+        f"two-sided alpha = {p.alpha:g}, power = {p.power:.0%}, pass@1 compared task by task by the exact sign-flip "
+        "test compare uses",
     ]
     if p.minimum_detectable_difference is not None:
         lines.append(
@@ -215,7 +226,13 @@ def render_plan(p: PowerPlan) -> str:
             lines.append(
                 f"to detect {p.delta:g} with {_n(p.tasks, 'task')}: {_n(p.attempts_needed, 'attempt')} per task"
             )
-    if p.minimum_detectable_difference is None and p.delta is None:
+    if p.tasks is not None and p.minimum_detectable_difference is None:
+        fewest = planning.fewest_tasks(p.alpha)
+        lines.append(
+            f"with {p.tasks} tasks x {p.attempts} attempts: no difference is detectable"
+            + (f" (the exact test needs at least {fewest} tasks)" if p.tasks < fewest else "")
+        )
+    if p.tasks is None and p.delta is None:
         lines.append("give --tasks (for the detectable difference) and/or --delta (for the tasks needed)")
     return "\n".join(lines) + "\n"
 

@@ -1,43 +1,44 @@
-"""Standard errors, confidence intervals, paired comparisons and power (Miller 2024, arXiv 2411.00640).
+"""Standard errors, confidence intervals and paired comparisons (Miller 2024, arXiv 2411.00640).
 
 Errors are computed across tasks, treating each task's mean over its attempts as one observation; attempts
 of one task are never pooled as if independent. When tasks carry a ``cluster`` (a repository, a task family),
-clusters rather than tasks are the independent units: standard errors are cluster-robust (Miller 2024 §2.2)
-with G - 1 degrees of freedom for G clusters.
+clusters rather than tasks are the independent units.
 
-Most evals are small (10 to 50 tasks), so nothing here leans on the normal approximation where it is known to
-fail: means use Student t quantiles, proportions use Wilson score intervals (or, for means of fractional
-values, Wilson with an effective sample size, Korn & Graubard 1998), and paired comparisons use an exact
-sign-flip permutation test, which for one pass/fail outcome per task is exactly McNemar's exact test. No
-interval is ever zero-width: data without spread get the interval binomial reasoning gives, and a variance is
-"zero" only relative to the scale of the data, never by ``== 0.0`` on a float.
+Most evals are small (5 to 50 tasks) and their rates sit near 0 or 1, so nothing here leans on the normal
+approximation where it is known to fail:
 
-Everything is pure and dependency-free (the t distribution for integer degrees of freedom has a closed form),
-so reports, ``compare``, ``power`` and leaderboards share one implementation and the audit recomputes it.
+- a rate that is one pass/fail per task gets the exact Clopper–Pearson interval over tasks;
+- a mean of fractional per-task values gets Clopper–Pearson at the data's effective sample size, shrunk for the
+  t distribution (Korn & Graubard 1998); when the values do not vary it falls back to the binomial interval over
+  *tasks* (the most a mean of values in [0, 1] can vary), never to tasks x attempts;
+- with clusters the standard error is CR2 (Bell & McCaffrey 2002) with the Imbens & Kolesár (2016) degrees of
+  freedom, which stays honest when one cluster holds many of the tasks;
+- paired comparisons use the exact sign-flip permutation test (McNemar's exact test on pass/fail data) and the
+  interval that inverts that same test (``worktrial.analysis.signflip``), so the two never disagree.
+
+No interval is ever zero-width, and a variance is "zero" only relative to the scale of the data, never by
+``== 0.0`` on a float. Everything is pure Python, so reports, ``compare``, ``power`` and leaderboards share one
+implementation and the audit recomputes it.
 """
 
 from __future__ import annotations
 
 import math
-import random
-from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from statistics import NormalDist
+from typing import Literal
+
+from worktrial.analysis.distributions import NORMAL, clopper_pearson
+from worktrial.analysis.distributions import t95 as t95
+from worktrial.analysis.distributions import t_quantile as t_quantile
+from worktrial.analysis.signflip import RELATIVE_TOLERANCE, sign_flip
+from worktrial.analysis.signflip import sign_flip_p as sign_flip_p
 
 Z95 = 1.959963984540054
 ALPHA = 0.05
 POWER = 0.80
-_NORMAL = NormalDist()
-# A spread below this fraction of the data's scale is rounding noise, not variation (3 tasks that each gain 1/3
-# give a float standard error of about 1e-17).
-RELATIVE_TOLERANCE = 1e-9
-EXACT_TASKS = 22
-"""Up to this many units the sign-flip test enumerates every sign pattern (meet in the middle: 2 x 2^11 sums)."""
-MONTE_CARLO_DRAWS = 20_000
-MONTE_CARLO_SEED = 20_241_101
-_MAX_STATES = 200_000
+IntervalRule = Literal["current", "wilson", "normal"]
+"""How a report's intervals are computed: now; as envelopes with ``interval`` "wilson*" did; or 1.96 SE (none)."""
 
 
 def mean(values: Sequence[float]) -> float:
@@ -106,62 +107,38 @@ def cluster_robust_se(values: Sequence[float], clusters: Sequence[str | None]) -
     return 0.0 if is_negligible(se, values) else se
 
 
+def cluster_robust(values: Sequence[float], clusters: Sequence[str | None]) -> tuple[float, float] | None:
+    """CR2 standard error of the mean over clusters, and its Imbens–Kolesár degrees of freedom.
+
+    For a mean the CR2 bias correction has a closed form: cluster g's residual sum is scaled by
+    ``1 / sqrt(1 - n_g / N)``, so one large cluster is not trusted as if it were many small ones. The degrees of
+    freedom ``N^2 / (sum n_g^2 + ((sum w_g)^2 - sum w_g^2) / N^2)`` with ``w_g = n_g^2 / (1 - n_g / N)`` are the
+    Satterthwaite approximation for that estimator; equal clusters give exactly G - 1, and all-singleton clusters
+    give the ordinary standard error with N - 1. None with fewer than two clusters.
+    """
+    n = len(values)
+    if n == 0:
+        return None
+    m = mean(values)
+    groups: dict[str, list[float]] = {}
+    for value, cluster in zip(values, _cluster_ids(clusters), strict=True):
+        groups.setdefault(cluster, []).append(value - m)
+    if len(groups) < 2:
+        return None
+    sizes = [len(r) for r in groups.values()]
+    variance = math.fsum(math.fsum(r) ** 2 / (1 - len(r) / n) for r in groups.values()) / (n * n)
+    weights = [s * s / (1 - s / n) for s in sizes]
+    df = n * n / (sum(s * s for s in sizes) + (math.fsum(weights) ** 2 - math.fsum(w * w for w in weights)) / (n * n))
+    se = math.sqrt(variance)
+    return (0.0 if is_negligible(se, values) else se), df
+
+
 def two_sided_p(z: float) -> float:
     """Two-sided p-value of a standard-normal statistic, from erfc so it never underflows to 0 before 1e-300."""
     return math.erfc(abs(z) / math.sqrt(2.0))
 
 
-def _t_central(t: float, df: int) -> float:
-    """P(|T| <= t) for Student t with integer ``df`` (Abramowitz & Stegun 26.7.3/26.7.4, a finite series)."""
-    theta = math.atan(t / math.sqrt(df))
-    s, c2 = math.sin(theta), math.cos(theta) ** 2
-    if df % 2 == 1:
-        total, term = 0.0, math.cos(theta)
-        if df > 1:
-            total = term
-            for j in range(3, df - 1, 2):
-                term *= c2 * (j - 1) / j
-                total += term
-        return 2.0 / math.pi * (theta + s * total)
-    total, term = 1.0, 1.0
-    for j in range(2, df - 1, 2):
-        term *= c2 * (j - 1) / j
-        total += term
-    return s * total
-
-
-@lru_cache(maxsize=4096)
-def t_quantile(probability: float, df: int) -> float:
-    """The ``probability`` quantile of Student t with integer ``df`` >= 1 (bisection on the exact CDF)."""
-    if not 0 < probability < 1:
-        raise ValueError(f"need 0 < probability < 1 (got {probability})")
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be at least 1 (got {df})")
-    if probability == 0.5:
-        return 0.0
-    if df > 5000:  # the series grows with df; Cornish-Fisher is exact to 1e-9 here
-        z = _NORMAL.inv_cdf(probability)
-        return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-    central = abs(2 * probability - 1)
-    lo, hi = 0.0, math.pi / 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if _t_central(math.sqrt(df) * math.tan(mid), df) < central:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-15:
-            break
-    q = math.sqrt(df) * math.tan((lo + hi) / 2)
-    return q if probability > 0.5 else -q
-
-
-def t95(df: int) -> float:
-    """Two-sided 95% critical value of t with ``df`` degrees of freedom."""
-    return t_quantile(0.975, df)
-
-
-def z_for(alpha: float = ALPHA, power: float = POWER, df: int | None = None) -> float:
+def z_for(alpha: float = ALPHA, power: float = POWER, df: float | None = None) -> float:
     """``q_{1-alpha/2} + q_{power}``: how many standard errors a true difference must span to be detected.
 
     Normal quantiles by default; Student t with ``df`` degrees of freedom when the design is small.
@@ -169,12 +146,15 @@ def z_for(alpha: float = ALPHA, power: float = POWER, df: int | None = None) -> 
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise ValueError(f"need 0 < alpha < 1 and 0 < power < 1 (got alpha={alpha}, power={power})")
     if df is None:
-        return _NORMAL.inv_cdf(1 - alpha / 2) + _NORMAL.inv_cdf(power)
+        return NORMAL.inv_cdf(1 - alpha / 2) + NORMAL.inv_cdf(power)
     return t_quantile(1 - alpha / 2, df) + t_quantile(power, df)
 
 
 def wilson(successes: float, n: float, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for a proportion; ``successes`` and ``n`` may be effective (fractional) counts."""
+    """Wilson score interval for a proportion; ``successes`` and ``n`` may be effective (fractional) counts.
+
+    Kept for envelopes whose ``interval`` names it (``worktrial audit`` recomputes what they published).
+    """
     if n <= 0:
         raise ValueError(f"need n > 0 (got {n})")
     p = min(1.0, max(0.0, successes / n))
@@ -193,21 +173,70 @@ class Interval:
     method: str | None
 
 
+CLOPPER_PEARSON = "clopper-pearson"
+EFFECTIVE_N = "beta-effective-n"
+CLUSTER_ROBUST = "cluster-robust CR2"
+
+
 def rate_interval(
-    values: Sequence[float], *, binary: bool, cap: int, clusters: Sequence[str | None] | None = None
+    values: Sequence[float],
+    *,
+    binary: bool,
+    cap: int,
+    clusters: Sequence[str | None] | None = None,
+    rule: IntervalRule = "current",
 ) -> Interval:
     """95% interval for the mean of per-task rates in [0, 1].
 
-    ``binary``: every value is one pass/fail (one attempt, or pass@k / pass^k at k = n), so the mean is a
-    binomial proportion over tasks and the Wilson interval applies directly. Otherwise, or with clusters, the
-    interval is Wilson at the effective sample size ``mean(1-mean)/SE^2`` shrunk by ``(z/t_df)^2`` (Korn &
-    Graubard 1998): it follows the t interval where the data vary and stays inside [0, 1] and non-degenerate
-    where they do not. ``cap`` bounds the effective sample size by the number of independent pass/fail draws
-    the values summarise (tasks x attempts per k), which is what the data can at most be worth.
+    Without clusters, when every value is 0 or 1 (one pass/fail per task, as pass@k is at k = attempts, or a
+    suite whose tasks all passed or all failed every attempt) the mean is a binomial proportion over tasks and
+    the interval is Clopper–Pearson, exact at any size and near 0 or 1. Otherwise the interval is Clopper–Pearson
+    at the effective sample size ``mean(1-mean)/SE^2`` shrunk by ``(z/t_df)^2`` (Korn & Graubard 1998). Two guards
+    keep a small sample from looking surer than it is: the variance ratio ``SE^2 N / (mean(1-mean))`` is shrunk
+    towards its largest possible value 1 by one pseudo-task, and values without spread fall back to N tasks
+    (a mean of values in [0, 1] varies at most like a pass/fail per task). ``cap`` bounds the effective sample size
+    by the independent pass/fail draws the values summarise (tasks x attempts per k). With clusters the standard
+    error is CR2 with its own degrees of freedom, and no spread falls back to the number of clusters.
+
+    ``rule`` "wilson" recomputes the intervals of envelopes written before these (Wilson, CR1 errors).
     """
     n = len(values)
     if n == 0:
         return Interval(None, None, None)
+    if rule == "wilson":
+        return _wilson_rate_interval(values, binary=binary, cap=cap, clusters=clusters)
+    m = mean(values)
+    spread = m * (1 - m)
+    if cluster_count(clusters) is None:
+        se = standard_error(values)
+        if binary or all(v in (0.0, 1.0) for v in values):
+            return Interval(se, clopper_pearson(m * n, n), CLOPPER_PEARSON)
+        if not se or spread <= 0:  # no spread (or one task): the widest a mean of n values in [0, 1] can vary
+            return Interval(se, clopper_pearson(m * n, n), f"{EFFECTIVE_N}, no spread: over tasks")
+        df: float = n - 1
+        ratio = ((n - 1) * se * se * n / spread + 1) / n
+        n_eff = min(float(cap), n / ratio)
+        method = EFFECTIVE_N
+    else:
+        assert clusters is not None
+        robust = cluster_robust(values, clusters)
+        if robust is None:
+            return Interval(None, None, None)
+        se, df = robust
+        if se == 0.0 or spread <= 0:
+            groups = len(set(_cluster_ids(clusters)))
+            return Interval(se, clopper_pearson(m * groups, groups), f"{EFFECTIVE_N}, no spread: over clusters")
+        n_eff = min(float(cap), spread / (se * se))
+        method = f"{EFFECTIVE_N}, {CLUSTER_ROBUST}"
+    n_eff *= (Z95 / t95(df)) ** 2
+    return Interval(se, clopper_pearson(m * n_eff, n_eff), method)
+
+
+def _wilson_rate_interval(
+    values: Sequence[float], *, binary: bool, cap: int, clusters: Sequence[str | None] | None
+) -> Interval:
+    """The rule of envelopes whose ``interval`` is "wilson" or "wilson-effective-n[, cluster-robust]"."""
+    n = len(values)
     m = mean(values)
     clustered = cluster_count(clusters) is not None
     if clustered:
@@ -249,67 +278,6 @@ def binomial_two_sided(k: int, n: int) -> float:
     return min(1.0, p)
 
 
-def _half_sums(values: Sequence[float]) -> list[float]:
-    sums = [0.0]
-    for v in values:
-        sums = [s + v for s in sums] + [s - v for s in sums]
-    return sorted(sums)
-
-
-def sign_flip_p(units: Sequence[float], *, seed: int = MONTE_CARLO_SEED) -> tuple[float, str, float | None]:
-    """Two-sided sign-flip permutation p-value of ``sum(units)`` (H0: each unit's difference is symmetric about 0).
-
-    Returns ``(p, method, monte_carlo_error)``. Exact by enumeration up to ``EXACT_TASKS`` units, exact by
-    dynamic programming over distinct sums when the values take few distinct sizes, otherwise Monte Carlo with
-    a fixed seed (reproducible) and its standard error.
-    """
-    values = [abs(u) for u in units if not is_negligible(abs(u), units)]
-    observed = abs(math.fsum(units))
-    scale = math.fsum(values)
-    if not values or observed <= RELATIVE_TOLERANCE * scale:
-        return 1.0, "sign-flip permutation (exact)", None
-    threshold = observed - RELATIVE_TOLERANCE * scale
-    if len(values) <= EXACT_TASKS:
-        left, right = _half_sums(values[: len(values) // 2]), _half_sums(values[len(values) // 2 :])
-        extreme = 0
-        for s in left:
-            extreme += len(right) - bisect_left(right, threshold - s)
-            extreme += bisect_right(right, -threshold - s)
-        return extreme / (len(left) * len(right)), "sign-flip permutation (exact)", None
-    exact = _dp_sign_flip(values, threshold)
-    if exact is not None:
-        return exact, "sign-flip permutation (exact)", None
-    rng = random.Random(seed)
-    hits = 0
-    for _ in range(MONTE_CARLO_DRAWS):
-        total = math.fsum(v if rng.random() < 0.5 else -v for v in values)
-        hits += abs(total) >= threshold
-    p = (hits + 1) / (MONTE_CARLO_DRAWS + 1)
-    return (
-        p,
-        f"sign-flip permutation (Monte Carlo, {MONTE_CARLO_DRAWS} draws)",
-        math.sqrt(p * (1 - p) / MONTE_CARLO_DRAWS),
-    )
-
-
-def _dp_sign_flip(values: Sequence[float], threshold: float) -> float | None:
-    """Exact distribution of the signed sum on a 1e-9 grid; None when it has too many distinct sums."""
-    grid = 1e-9 * max(values)
-    steps = [round(v / grid) for v in values]
-    counts: dict[int, int] = {0: 1}
-    for step in steps:
-        nxt: dict[int, int] = {}
-        for s, c in counts.items():
-            nxt[s + step] = nxt.get(s + step, 0) + c
-            nxt[s - step] = nxt.get(s - step, 0) + c
-        counts = nxt
-        if len(counts) > _MAX_STATES:
-            return None
-    limit = threshold / grid - len(steps)  # absorbs the rounding of each step
-    extreme = sum(c for s, c in counts.items() if abs(s) >= limit)
-    return extreme / (1 << len(steps))
-
-
 @dataclass(frozen=True)
 class PairedDifference:
     """Mean of per-task differences (b - a) with its paired standard error, 95% CI and two-sided p-value."""
@@ -322,7 +290,9 @@ class PairedDifference:
     test: str | None = None
     monte_carlo_error: float | None = None
     clusters: int | None = None
-    df: int | None = None
+    df: float | None = None
+    interval: str | None = None
+    """How ``ci95`` inverts the test behind ``p_value`` (see ``worktrial.analysis.signflip``)."""
 
 
 def paired_difference(
@@ -331,13 +301,15 @@ def paired_difference(
     *,
     binary: bool = False,
     clusters: Sequence[str | None] | None = None,
+    interval: bool = True,
 ) -> PairedDifference:
     """Compare two runs task by task: ``b[i] - a[i]`` for the same task i in both.
 
     The p-value comes from the exact sign-flip permutation test over tasks (over clusters when tasks are
-    clustered), which is McNemar's exact test when every value is one pass/fail (``binary``); the CI is a t
-    interval with N - 1 (or G - 1) degrees of freedom. When the differences have no spread the CI is None:
-    a zero-width interval would claim a certainty that a handful of identical differences cannot give.
+    clustered, each cluster weighted by its size), which is McNemar's exact test when every value is one
+    pass/fail (``binary``). The 95% CI is tied to that test: its end nearest 0 is the test's own inversion, so it
+    excludes 0 exactly when p < 0.05 (see ``difference_interval``). The standard error (CR2 over clusters)
+    describes the spread. ``interval`` False skips the CI (simulations that only need the test).
     """
     if len(a) != len(b):
         raise ValueError(f"paired values need equal lengths (got {len(a)} and {len(b)})")
@@ -346,25 +318,57 @@ def paired_difference(
     diffs = [y - x for x, y in zip(a, b, strict=True)]
     m = mean(diffs)
     g = cluster_count(clusters)
+    df: float | None
     if g is not None:
         assert clusters is not None
-        units = cluster_sums(diffs, clusters)
-        se, df = cluster_robust_se(diffs, clusters), g - 1
+        ids = _cluster_ids(clusters)
+        sums = cluster_sums(diffs, clusters)
+        sizes = [ids.count(c) for c in dict.fromkeys(ids)]
+        robust = cluster_robust(diffs, clusters)
+        se, df = robust if robust is not None else (None, None)
     else:
-        units, se, df = diffs, standard_error(diffs), len(diffs) - 1
-    if binary and g is None:
-        b_only = sum(1 for d in diffs if d > 0.5)
-        a_only = sum(1 for d in diffs if d < -0.5)
-        p, test, mc = binomial_two_sided(b_only, b_only + a_only), "exact McNemar", None
-    else:
-        p, test, mc = sign_flip_p(units)
-        if g is not None:
-            test += f", over {g} clusters"
-    interval = None
-    if se is not None and se > 0 and df >= 1:
-        half = t95(df) * se
-        interval = (max(-1.0, m - half), min(1.0, m + half))
-    return PairedDifference(len(diffs), m, se, interval, p, test, mc, g, df if df >= 1 else None)
+        sums, sizes = diffs, [1] * len(diffs)
+        se = standard_error(diffs)
+        df = len(diffs) - 1 if len(diffs) > 1 else None
+    wanted = interval and se is not None and df is not None
+    result = sign_flip(sums, sizes, interval=wanted and se != 0.0)
+    ci, method = None, None
+    if wanted:
+        bounded = rate_interval([(d + 1) / 2 for d in diffs], binary=False, cap=len(diffs) ** 2, clusters=clusters)
+        ci = difference_interval(result.ci95, bounded.ci95, result.p_value)
+        if ci is not None:
+            method = f"{result.interval}; far end widened to {bounded.method}" if result.ci95 else bounded.method
+    test = "exact McNemar" if binary and g is None else result.test
+    if g is not None:
+        test += f", over {g} clusters"
+    return PairedDifference(len(diffs), m, se, ci, result.p_value, test, result.monte_carlo_error, g, df, method)
+
+
+def difference_interval(
+    exact: tuple[float, float] | None, bounded: tuple[float, float] | None, p_value: float, alpha: float = ALPHA
+) -> tuple[float, float] | None:
+    """The CI of a paired difference: the exact test's inversion, its far end widened by a bounded-mean interval.
+
+    ``exact`` inverts the sign-flip test, which assumes each task's difference is symmetric about the true one; on
+    pass/fail data with few tasks that differ at all, that shift model makes the interval too short (it covered
+    the true difference as rarely as 41% of the time with 6 tasks). ``bounded`` is Clopper–Pearson for the mean
+    of ``(d + 1) / 2`` at the effective sample size (``rate_interval``, with its no-spread fallback over tasks),
+    in difference units. The CI spans both, except on the side of 0 when the test rejects: there the exact end
+    is kept, so the CI excludes 0 exactly when ``p_value < alpha``. ``exact`` None means the differences have no
+    spread; the CI is then ``bounded`` (and 0) when the test keeps 0, and None when it rejects.
+    """
+    if bounded is not None:
+        bounded = (2 * bounded[0] - 1, 2 * bounded[1] - 1)
+    if p_value >= alpha:
+        parts = [i for i in (exact, bounded) if i is not None]
+        if not parts:
+            return None
+        return (min(0.0, *(i[0] for i in parts)), max(0.0, *(i[1] for i in parts)))
+    if exact is None or bounded is None:
+        return exact
+    if exact[0] > 0.0:
+        return (exact[0], max(exact[1], bounded[1]))
+    return (min(exact[0], bounded[0]), exact[1])
 
 
 def holm(p_values: Sequence[float | None]) -> list[float | None]:
@@ -402,65 +406,3 @@ def between_task_variance(rates: Sequence[float], within: float | None, attempts
     if observed is None:
         return None
     return max(0.0, observed - (within or 0.0) / attempts)
-
-
-def difference_variance(omega2: float, sigma2_a: float, sigma2_b: float, k_a: float, k_b: float) -> float:
-    """Variance of one task's paired difference with ``k_a`` and ``k_b`` attempts per task."""
-    if omega2 < 0 or sigma2_a < 0 or sigma2_b < 0:
-        raise ValueError("variances must be non-negative")
-    if k_a <= 0 or k_b <= 0:
-        raise ValueError("attempts must be positive")
-    return omega2 + sigma2_a / k_a + sigma2_b / k_b
-
-
-def minimum_detectable_difference(
-    variance: float | None, tasks: int, alpha: float = ALPHA, power: float = POWER, df: int | None = None
-) -> float | None:
-    """Smallest true difference detected with the given power, for a per-task difference ``variance``.
-
-    ``df`` (tasks - 1, or clusters - 1) switches to t quantiles, which small designs need.
-    """
-    if variance is None or tasks < 1 or (df is not None and df < 1):
-        return None
-    return z_for(alpha, power, df) * math.sqrt(variance / tasks)
-
-
-def required_tasks(variance: float, delta: float, alpha: float = ALPHA, power: float = POWER) -> int:
-    """Tasks needed to detect a true difference ``delta`` with the given power, with t quantiles at N - 1 df.
-
-    Starts from Miller's normal sample-size formula and grows N until the t-based requirement holds too.
-    """
-    if delta <= 0:
-        raise ValueError(f"delta must be positive (got {delta})")
-    # A tiny epsilon keeps an exact integer result (e.g. 969.0000001 from rounding) from rounding up.
-    n = max(2, math.ceil(z_for(alpha, power) ** 2 * variance / delta**2 - 1e-9))
-    while n < 10**7 and z_for(alpha, power, n - 1) ** 2 * variance / delta**2 > n + 1e-9:
-        n += 1
-    return n
-
-
-def required_attempts(
-    omega2: float,
-    sigma2_a: float,
-    sigma2_b: float,
-    tasks: int,
-    delta: float,
-    alpha: float = ALPHA,
-    power: float = POWER,
-) -> int | None:
-    """Attempts per task (the same for both runs) needed to detect ``delta`` with ``tasks`` tasks.
-
-    None when no number of attempts suffices: attempts only shrink the within-task noise, never ``omega2``,
-    so too few tasks cannot be rescued by repetition.
-    """
-    if delta <= 0 or tasks < 1:
-        raise ValueError("delta and tasks must be positive")
-    if tasks < 2:
-        return None
-    budget = tasks * delta**2 / z_for(alpha, power, tasks - 1) ** 2 - omega2
-    noise = sigma2_a + sigma2_b
-    if noise == 0:
-        return 1 if budget >= 0 else None
-    if budget <= 0:
-        return None
-    return max(1, math.ceil(noise / budget - 1e-9))

@@ -41,6 +41,7 @@ from worktrial.model.suite import LoadedSuite, load_suite
 from worktrial.render.check_markdown import render_check_markdown
 from worktrial.render.compare_markdown import render_comparison_markdown
 from worktrial.state.history import resolve_envelope, store_problems
+from worktrial.state.looks import note_comparison
 from worktrial.state.roots import state_root
 
 if TYPE_CHECKING:  # the engine's observer is imported only by the command that runs attempts
@@ -79,7 +80,13 @@ def compare_cmd(
     """Compare runs (envelope files or stored run ids) task by task, with error bars and p-values."""
     loaded = [_labelled(resolve_envelope(ref, lambda: state_root(workspace))) for ref in runs]
     comparison = compare_runs(loaded, allow_different_suites=allow_different_suites)
+    for warning in note_comparison([(item.envelope.run.id, _attempts(item), Path(item.source)) for item in loaded]):
+        err(f"worktrial: warning: {warning}")
     emit(_as_json(comparison) if fmt == "json" else render_comparison_markdown(comparison), output, fmt=fmt)
+
+
+def _attempts(loaded: LoadedEnvelope) -> int:
+    return sum(t.total_runs for t in loaded.envelope.report.tasks)
 
 
 @click.command("power")

@@ -53,9 +53,15 @@ class Metrics(BaseModel):
     curves: Curves = Field(default_factory=Curves)
     interval: str | None = Field(
         default=None,
-        description="How ci95 was computed (wilson, wilson-effective-n, ...); absent in envelopes that used 1.96 SE.",
+        description="How ci95 was computed (clopper-pearson, beta-effective-n, ...; wilson in older envelopes); "
+        "absent in envelopes that used 1.96 SE.",
     )
     clusters: int | None = Field(default=None, description="Clusters the errors are robust to; None: tasks.")
+    tasks_measured: int | None = Field(
+        default=None,
+        description="Tasks pass_at_k and pass_power_k are over: those with at least k attempts (a task missing "
+        "attempts counts with those it has); absent in older envelopes, which showed no headline then.",
+    )
 
 
 class TaskReport(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from worktrial.analysis.compare import Comparison, Difference, Efficiency, GroupComparison, PairComparison
+from worktrial.analysis.planning import fewest_tasks
 from worktrial.render.format import ci, num, p_value, plain
 from worktrial.safe_text import for_markdown, markdown_code
 
@@ -33,9 +34,10 @@ def _test(d: Difference) -> str:
 
 def _row(label: str, metric: str, d: Difference) -> str:
     interval = "— (no spread)" if d.ci95 is None and d.ci_note else _ci(d.ci95)
+    holm = "primary" if d.role == "primary" else p_value(d.p_value_holm)
     return (
         f"| {label} | {metric} | {d.tasks} | {num(d.a)} | {num(d.b)} | {num(d.difference, signed=True)} "
-        f"| {num(d.stderr)} | {interval} | {p_value(d.p_value)} | {_test(d)} |"
+        f"| {num(d.stderr)} | {interval} | {p_value(d.p_value)} | {holm} | {_test(d)} |"
     )
 
 
@@ -68,8 +70,8 @@ def _pair_section(pair: PairComparison) -> list[str]:
     if pair.notes:
         lines.append("")
     lines += [
-        "| group | metric | tasks | A | B | B − A | paired SE | 95% CI | p | test |",
-        "|---|---|---:|---:|---:|---:|---:|---|---:|---|",
+        "| group | metric | tasks | A | B | B − A | paired SE | 95% CI | p | Holm p | test |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
     ]
     lines += _group_rows(pair.overall, k)
     for g in pair.categories:
@@ -77,22 +79,32 @@ def _pair_section(pair: PairComparison) -> list[str]:
             lines += _group_rows(g, k)
     o = pair.overall
     mde1, mdek = o.pass_at_1.minimum_detectable, o.pass_at_k.minimum_detectable
+    lines += [
+        "",
+        "- **Primary test: overall pass@1** (what `worktrial power` plans for). Every other row is secondary: its "
+        "CI and p are for that row alone; its Holm p adjusts all secondary rows of this pair together, so use "
+        "that one when claiming any of them.",
+    ]
     notes = sorted({d.ci_note for d in (o.pass_at_1, o.pass_at_k, o.pass_power_k) if d.ci_note})
-    lines += [f"\n- {for_markdown(n)}; the exact test's p-value still holds" for n in notes]
+    lines += [
+        f"- {for_markdown(n)}" + ("; the exact test's p-value still holds" if n.startswith("no interval") else "")
+        for n in notes
+    ]
     errors = [d.monte_carlo_error for d in (o.pass_at_1, o.pass_at_k, o.pass_power_k) if d.monte_carlo_error]
     if errors:
         lines.append(f"\n- Monte Carlo p-values (fixed seed) carry a standard error of at most {max(errors):.4f}")
     units = f"{o.tasks} tasks" + (f" in {o.pass_at_1.clusters} clusters" if o.pass_at_1.clusters is not None else "")
+    if mde1 is not None:
+        why = ""
+    elif min(o.tasks, o.pass_at_1.clusters or o.tasks) < fewest_tasks():
+        why = f" (no difference is: the exact test needs at least {fewest_tasks()} tasks, or clusters, to reject)"
+    else:
+        why = " (needs differences that vary between tasks to estimate their variance)"
     lines += [
         "",
         f"**Power of this design:** with {units}, a *true* difference of {num(mde1)} in pass@1 "
         f"({num(mdek)} in pass@{k}) would be detected 80% of the time at α = 0.05"
-        + (
-            ""
-            if mde1 is not None
-            else " (needs at least two tasks"
-            + (", and differences that vary between tasks to estimate their variance)" if o.tasks > 1 else ")")
-        )
+        + why
         + ". This describes the design, not the observed result: smaller true differences are often missed, so a "
         "non-significant result here does not show the runs are equal. `worktrial power` plans a bigger run.",
         "",
@@ -147,10 +159,11 @@ def render_comparison_markdown(comparison: Comparison) -> str:
     lines += [
         "",
         "Differences are per-task paired differences (B − A), averaged over tasks; standard errors are across "
-        "tasks (across clusters when tasks name one; Miller 2024). 95% CIs use Student t with tasks − 1 (clusters − 1) "
-        "degrees of freedom. p-values are two-sided and exact: McNemar when each task is one pass/fail per run, "
-        "otherwise a sign-flip permutation test over tasks (clusters), enumerated exactly or, for large suites with "
-        "many distinct values, Monte Carlo with a fixed seed. See docs/statistics.md.",
+        "tasks (cluster-robust CR2 when tasks name a cluster; Miller 2024). p-values are two-sided and exact: McNemar "
+        "when each task is one pass/fail per run, otherwise a sign-flip permutation test over tasks (clusters), "
+        "enumerated exactly or, for large suites without a common lattice, Monte Carlo with a fixed seed. Each 95% CI "
+        "is tied to that same test (its end nearest 0 is the test's own inversion), so it excludes 0 exactly when "
+        "p < 0.05. See docs/statistics.md.",
     ]
     if not comparison.same_suite:
         lines += ["", "**The runs used different suite files; only shared task ids are compared.**"]

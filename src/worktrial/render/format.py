@@ -5,6 +5,8 @@ Text (names, reasons, ids) goes through ``worktrial.safe_text`` instead: it came
 
 from __future__ import annotations
 
+from worktrial.model.envelope import Metrics
+
 MISSING = "—"
 
 
@@ -47,6 +49,10 @@ def rate(value: float | None, count: int | None, total: int | None) -> str:
 
 
 _METHODS = {
+    "clopper-pearson": "exact Clopper–Pearson intervals (each task is one pass/fail at this k, so the rate is a "
+    "proportion over tasks)",
+    "beta-effective-n": "Clopper–Pearson intervals at the data's effective sample size with a t correction "
+    "(Korn & Graubard), never zero-width",
     "wilson": "Wilson score intervals (each task is one pass/fail at this k, so the rate is a proportion over tasks)",
     "wilson-effective-n": "Wilson intervals at the data's effective sample size with a t correction "
     "(Korn & Graubard), never zero-width",
@@ -60,7 +66,8 @@ def interval_note(method: str | None, clusters: int | None) -> str | None:
     base = method.split(",")[0]
     text = _METHODS.get(base, method)
     if clusters is not None:
-        text += f"; errors are cluster-robust over {clusters} clusters of tasks"
+        robust = " (CR2)" if "CR2" in method else ""
+        text += f"; errors are cluster-robust{robust} over {clusters} clusters of tasks"
     return f"95% CIs: {text}. See docs/statistics.md."
 
 
@@ -69,3 +76,20 @@ def setup_time(total: float | None, mean: float | None) -> str | None:
     if total is None or mean is None:
         return None
     return f"{total:.1f}s in total · {mean:.1f}s per attempt (not in any attempt's duration or timeout)"
+
+
+def missing_note(m: Metrics, k: int, planned_attempts: int) -> str | None:
+    """What the headline counts when attempts are missing; None when none are (or the envelope does not say)."""
+    if m.tasks_measured is None:
+        return None
+    planned = m.tasks * planned_attempts
+    missing = planned - m.total_runs
+    if missing <= 0 and m.tasks_measured == m.tasks:
+        return None
+    counted = (
+        f"pass@{k} and pass^{k} count each task with the attempts it has"
+        if m.tasks_measured == m.tasks
+        else f"pass@{k} and pass^{k} are over the {m.tasks_measured} of {m.tasks} tasks with at least {k} attempts"
+    )
+    head = f"{missing} of {planned} planned attempts are missing; " if missing > 0 else ""
+    return head + counted

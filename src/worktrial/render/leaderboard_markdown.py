@@ -28,11 +28,16 @@ def _versus(row: LeaderboardRow) -> tuple[str, str]:
     return num(row.vs_best.difference, signed=True), p_value(row.vs_best.p_value)
 
 
+def _rank(row: LeaderboardRow) -> str:
+    """``2=`` when another row has the same rank: equal on every sort key, so neither is ahead."""
+    return f"{row.rank}=" if row.rank_shared else str(row.rank)
+
+
 def _ranked_line(row: LeaderboardRow) -> str:
     tie = f"≈ #{row.tied_with}" if row.tied_with is not None else ""
     diff, p = _versus(row)
     cells = [
-        str(row.rank),
+        _rank(row),
         tie,
         markdown_code(row.agent, table=True),
         markdown_code(row.model, table=True) if row.model else "—",
@@ -59,7 +64,7 @@ def _compact_line(row: LeaderboardRow) -> str:
     diff, p = _versus(row)
     versus = diff if p == "—" else f"{diff} (p {p})"
     cells = [
-        f"{row.rank}{tie}",
+        f"{_rank(row)}{tie}",
         markdown_code(row.label, table=True),
         f"{row.passed_runs}/{row.total_runs}",
         f"{num(row.pass_at_k)} {ci(row.pass_at_k_ci95)}",
@@ -110,9 +115,10 @@ def render_leaderboard_markdown(board: Leaderboard, wide: bool = False) -> str:
         lines += [
             "",
             f"Every row at k = {k} (the smallest attempt count among the ranked runs); sorted by pass@{k}, then "
-            f"pass^{k}, then cost per solve. `vs #1` is the paired per-task difference in pass@{k} from the top row "
-            f"(exact test, as in `worktrial compare`); its p-value is Holm-corrected over all rows. {tie_note}: that "
-            "corrected p is at least 0.05, so the data do not establish that this row is behind the top one.",
+            f"pass^{k}, then cost per solve; `2=` marks rows equal on all three (a tie, listed by name). `vs #1` is "
+            f"the paired per-task difference in pass@{k} from the top row (exact test, as in `worktrial compare`); "
+            f"its p-value is Holm-corrected over all rows. {tie_note}: that corrected p is at least 0.05, so the "
+            "data do not establish that this row is behind the top one.",
             "",
         ]
         if wide:
@@ -128,7 +134,7 @@ def render_leaderboard_markdown(board: Leaderboard, wide: bool = False) -> str:
                 "|---|---|---:|---|---:|---|---:|",
             ]
             lines += [_compact_line(r) for r in ranked]
-            lines += ["", "Runs: " + " · ".join(f"#{r.rank} {markdown_code(r.run_id)}" for r in ranked if r.run_id)]
+            lines += ["", "Runs: " + " · ".join(f"#{_rank(r)} {markdown_code(r.run_id)}" for r in ranked if r.run_id)]
             lines.append("(`--wide` adds pass^k CIs, tokens, turns and claim honesty.)")
     unranked = [r for r in board.rows if r.rank is None]
     if unranked:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from worktrial.model.artifacts import AttemptArtifacts, last_lines
 from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
-from worktrial.render.format import ci, interval_note, num, rate, setup_time, usd
+from worktrial.render.format import ci, interval_note, missing_note, num, rate, setup_time, usd
 from worktrial.safe_text import for_markdown, markdown_block, markdown_code
 from worktrial.util import plural
 
@@ -78,6 +78,9 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
         _group_row("**overall**", report.overall),
     ]
     lines += [_group_row(for_markdown(cat), m) for cat, m in report.categories.items()]
+    missing = missing_note(report.overall, k, run.attempts)
+    if missing:
+        lines += ["", f"**Missing attempts:** {missing}."]
     note = interval_note(report.overall.interval, report.overall.clusters)
     if note:
         lines += ["", note]

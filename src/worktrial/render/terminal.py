@@ -18,7 +18,7 @@ from rich.text import Text
 from worktrial.model.artifacts import AttemptArtifacts, StreamTail
 from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import AttemptRecord
-from worktrial.render.format import ci, num, setup_time, usd
+from worktrial.render.format import ci, missing_note, num, setup_time, usd
 from worktrial.render.markdown import outcome_summary
 from worktrial.safe_text import for_markdown_listing, for_terminal, terminal_text
 from worktrial.util import plural
@@ -72,6 +72,7 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
             num(m.pass_power_k),
             ci(m.ci95.pass_power_k),
         )
+    missing = missing_note(report.overall, k, run.attempts)
     tasks = Table(show_edge=False, header_style="bold")
     for column in ("task", "category", "passed/total", "outcomes", "first problem"):
         tasks.add_column(column, overflow="fold")
@@ -90,7 +91,8 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
         if has_artifacts
         else "no artifacts stored for this run (--no-artifacts, or an envelope from elsewhere)"
     )
-    return Group(facts, Text(""), groups, Text(""), tasks, Text(""), Text(hint, style="dim"))
+    notes = [Text(f"missing attempts: {missing}", style="dim")] if missing else []
+    return Group(facts, Text(""), groups, *notes, Text(""), tasks, Text(""), Text(hint, style="dim"))
 
 
 def task_view(task: TaskReport, artifacts: Mapping[tuple[str, int], AttemptArtifacts]) -> RenderableType:
