@@ -272,7 +272,12 @@ def small_suite_note(
         omega2=DEFAULT_OMEGA2, sigma2_a=DEFAULT_SIGMA2, sigma2_b=DEFAULT_SIGMA2, source="assumed defaults"
     )
     mdd = plan(variance, tasks=units, attempts=attempts, delta=None, alpha=alpha, power=power)
-    if mdd.minimum_detectable_difference is None or mdd.minimum_detectable_difference < SMALL_SUITE_DIFFERENCE:
+    if mdd.minimum_detectable_difference is None:  # the exact test cannot reach that power with so few units
+        return (
+            f"With {what}, no difference can be told apart with {power:.0%} power at α = {alpha:g} (as "
+            f"`worktrial power --tasks {units} --attempts {attempts}` plans); not separated does not mean equal."
+        )
+    if mdd.minimum_detectable_difference < SMALL_SUITE_DIFFERENCE:
         return None
     return (
         f"With {what}, differences below {mdd.minimum_detectable_difference:.2f} in pass rate cannot be told apart "
