@@ -112,7 +112,7 @@ def test_progress_shows_spend_against_the_budget(cli, repo: Path, write_suite) -
     )
     assert result.exit_code == 0, result.stderr
     assert "spent $0.2500 of $9" in result.stderr and "spent $0.5000 of $9" in result.stderr
-    assert "**Budget:** --max-cost $9; spent $0.5000" in result.stdout
+    assert "**Budget:** \\--max-cost \\$9.00; spent \\$0.5000" in result.stdout  # markdown-escaped
 
 
 def test_an_attempt_without_a_cost_stops_a_budgeted_run_unless_allowed(cli, repo: Path, write_suite) -> None:

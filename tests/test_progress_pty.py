@@ -14,21 +14,25 @@ from tests.conftest import SuiteWriter, task
 DEADLINE_SECS = 120
 
 
-@pytest.mark.pty
-@pytest.mark.slow
-def test_running_attempt_shows_phase_and_growing_elapsed(repo: Path, write_suite: SuiteWriter) -> None:
-    suite = write_suite([task("slow-task", verify_commands=["true"], setup_commands=["true"])])
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
+def _eval_on_a_terminal(repo: Path, suite: Path, agent_cmd: str, **env: str) -> pexpect.spawn[str]:
+    """``worktrial eval`` of a command agent under a real 120x40 pseudo-terminal."""
     argv = ["-c", "from worktrial.cli import main; main()", "eval", "--suite", str(suite), "--trust"]
-    child = pexpect.spawn(
+    return pexpect.spawn(
         sys.executable,
-        [*argv, "--agent-cmd", "sleep 4"],
+        [*argv, "--agent-cmd", agent_cmd],
         cwd=str(repo),
-        env=env,
+        env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40", **env},
         encoding="utf-8",
         timeout=DEADLINE_SECS,
         dimensions=(40, 120),
     )
+
+
+@pytest.mark.pty
+@pytest.mark.slow
+def test_running_attempt_shows_phase_and_growing_elapsed(repo: Path, write_suite: SuiteWriter) -> None:
+    suite = write_suite([task("slow-task", verify_commands=["true"], setup_commands=["true"])])
+    child = _eval_on_a_terminal(repo, suite, "sleep 4")
     try:
         child.expect(r"slow-task #1\s+agent\s+1s")
         child.expect(r"slow-task #1\s+agent\s+2s")
@@ -124,17 +128,7 @@ def test_ctrl_c_on_a_terminal_says_stopping_at_once_and_leaves_nothing(
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     suite = write_suite([task("slow-task", timeout_secs=300, verify_commands=["true"])])
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40", "TMPDIR": str(tmp)}
-    argv = ["-c", "from worktrial.cli import main; main()", "eval", "--suite", str(suite), "--trust"]
-    child = pexpect.spawn(
-        sys.executable,
-        [*argv, "--agent-cmd", "sleep 300"],
-        cwd=str(repo),
-        env=env,
-        encoding="utf-8",
-        timeout=DEADLINE_SECS,
-        dimensions=(40, 120),
-    )
+    child = _eval_on_a_terminal(repo, suite, "sleep 300", TMPDIR=str(tmp))
     try:
         child.expect(r"slow-task #1\s+agent")
         child.sendintr()

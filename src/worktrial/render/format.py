@@ -5,7 +5,7 @@ Text (names, reasons, ids) goes through ``worktrial.safe_text`` instead: it came
 
 from __future__ import annotations
 
-from worktrial.model.envelope import Metrics
+from worktrial.model.envelope import BudgetInfo, Metrics
 
 MISSING = "—"
 
@@ -34,6 +34,21 @@ def usd(value: float | None) -> str:
     if value is None:
         return "unknown"
     return f"${value:.4f}" if value < 1 else f"${value:.2f}"
+
+
+def budget_summary(budget: BudgetInfo | None) -> str | None:
+    """The run's spending limits and what they did, in one line of plain text (None: the run had no budget)."""
+    if budget is None:
+        return None
+    limits = [f"--max-cost {usd(budget.max_cost)}" if budget.max_cost is not None else None]
+    limits.append(f"--max-cost-per-attempt {usd(budget.max_cost_per_attempt)}" if budget.max_cost_per_attempt else None)
+    text = f"{', '.join(x for x in limits if x) or 'no limit'}; spent {usd(budget.spent)}"
+    if budget.unpriced_attempts:
+        text += f" ({budget.unpriced_attempts} attempt(s) of unknown cost not included"
+        text += ", counted as $0 by --allow-unpriced)" if budget.allow_unpriced else ")"
+    if budget.stopped:
+        text += f"; it stopped the run: {budget.reason or 'limit reached'}"
+    return text
 
 
 def plain(value: float | None, digits: int = 1, signed: bool = False) -> str:

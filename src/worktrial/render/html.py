@@ -19,9 +19,9 @@ from worktrial.analysis.compare import Comparison, LoadedEnvelope, compare_runs
 from worktrial.analysis.leaderboard import Contender, Leaderboard, build_leaderboard
 from worktrial.errors import BadInputError
 from worktrial.model.artifacts import AttemptArtifacts, last_lines
-from worktrial.model.envelope import BudgetInfo, Envelope, Metrics, TaskReport
+from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
-from worktrial.render.format import ci, num, p_value, usd
+from worktrial.render.format import budget_summary, ci, num, p_value, usd
 from worktrial.render.naming import model_name, run_names
 from worktrial.render.svg import PALETTE, Bar, Series, bars_chart, curves_chart
 
@@ -77,21 +77,6 @@ def _sandbox_facts(envelope: Envelope) -> list[tuple[str, str]]:
         listing = "; ".join(f"{i + 1}. {box.summary()}" for i, box in enumerate(run.sandboxes))
         rows.append(("sessions", f"the run's sessions used {len(run.sandboxes)} containments: {listing}"))
     return rows
-
-
-def _budget(budget: BudgetInfo | None) -> str | None:
-    """The run's spending limits and what they did, in one line."""
-    if budget is None:
-        return None
-    limits = [f"--max-cost {usd(budget.max_cost)}" if budget.max_cost is not None else None]
-    limits.append(f"--max-cost-per-attempt {usd(budget.max_cost_per_attempt)}" if budget.max_cost_per_attempt else None)
-    text = f"{', '.join(x for x in limits if x) or 'no limit'}; spent {usd(budget.spent)}"
-    if budget.unpriced_attempts:
-        text += f" ({budget.unpriced_attempts} attempt(s) of unknown cost not included"
-        text += ", counted as $0 by --allow-unpriced)" if budget.allow_unpriced else ")"
-    if budget.stopped:
-        text += f"; it stopped the run: {budget.reason or 'limit reached'}"
-    return text
 
 
 def _metrics_rows(envelope: Envelope) -> list[dict[str, Any]]:
@@ -220,7 +205,7 @@ def render_html(runs: Sequence[ViewRun], *, title: str | None = None) -> str:
                 "env": env,
                 "model": model_name(env) or "—",
                 "sandbox": _sandbox_facts(env),
-                "budget": _budget(env.run.budget),
+                "budget": budget_summary(env.run.budget),
                 "metrics": _metrics_rows(env),
                 "bars": Markup(_group_bars(run)),
                 "tasks": [_task_row(t, run.artifacts) for t in env.report.tasks],

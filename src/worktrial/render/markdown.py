@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from worktrial.model.artifacts import AttemptArtifacts, last_lines
 from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
-from worktrial.render.format import ci, interval_note, missing_note, num, rate, setup_time, usd
+from worktrial.render.format import budget_summary, ci, interval_note, missing_note, num, rate, setup_time, usd
 from worktrial.safe_text import for_markdown, markdown_block, markdown_code
 from worktrial.util import plural
 
@@ -155,17 +155,8 @@ def _bundle_digest(envelope: Envelope) -> str:
 
 
 def _budget_line(envelope: Envelope) -> str | None:
-    budget = envelope.run.budget
-    if budget is None:
-        return None
-    limits = [f"--max-cost ${budget.max_cost:g}" if budget.max_cost is not None else None]
-    limits.append(f"--max-cost-per-attempt ${budget.max_cost_per_attempt:g}" if budget.max_cost_per_attempt else None)
-    text = f"**Budget:** {', '.join(x for x in limits if x)}; spent ${budget.spent:.4f}"
-    if budget.unpriced_attempts:
-        text += f" ({plural(budget.unpriced_attempts, 'attempt')} of unknown cost not included)"
-    if budget.stopped:
-        text += f"; **it stopped the run**: {for_markdown(budget.reason or '')}"
-    return text
+    summary = budget_summary(envelope.run.budget)
+    return None if summary is None else f"**Budget:** {for_markdown(summary)}"
 
 
 def _efficiency_line(envelope: Envelope) -> str:
