@@ -23,6 +23,7 @@ from worktrial.isolation.sandbox import (
     allowlist,
     decide,
 )
+from worktrial.model.config import SandboxConfig
 from worktrial.model.envelope import SandboxInfo
 from worktrial.model.run_config import SandboxRequest
 from worktrial.state.config import USER_FILE, cache_dir, config_dir, load_config
@@ -153,10 +154,9 @@ class ResolvedSandbox:
     info: SandboxInfo
 
 
-def requested_sandbox(choice: SandboxChoice, *, with_config: bool = True) -> SandboxRequest:
-    """The containment asked for, normalised; with ``with_config`` the user's config fills what the flags leave
-    unset, else only the flags given are set (``model_fields_set`` says which: resume compares just those)."""
-    config = load_config(None).sandbox if with_config else None
+def requested_sandbox(choice: SandboxChoice, config: SandboxConfig | None = None) -> SandboxRequest:
+    """The containment asked for, normalised; the user's ``[sandbox]`` config, when given, fills what the flags
+    leave unset, else only the flags given are set (``model_fields_set`` says which: resume compares just those)."""
     given: dict[str, Any] = {}
     mode = choice.mode or (config.mode if config else None)
     if mode is not None:
@@ -191,7 +191,7 @@ def resolve_sandbox(
     """
     config = load_config(None).sandbox
     frozen = isinstance(choice, SandboxRequest)
-    request = choice if isinstance(choice, SandboxRequest) else requested_sandbox(choice)
+    request = choice if isinstance(choice, SandboxRequest) else requested_sandbox(choice, config)
     mode = request.mode
     config_file = config_dir() / USER_FILE
     if frozen:

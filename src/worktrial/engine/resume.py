@@ -146,7 +146,7 @@ def given_config(options: RunOptions, stored: RunConfig) -> tuple[RunConfig, set
         given["grace_secs"] = options.grace_secs
     if options.max_cost_per_attempt is not None:
         given["max_cost_per_attempt"] = options.max_cost_per_attempt
-    request = requested_sandbox(options.sandbox, with_config=False)
+    request = requested_sandbox(options.sandbox)
     if request.model_fields_set:
         given["sandbox"] = request
     return stored.model_copy(update=given), set(given)
