@@ -265,12 +265,7 @@ def simulate_plan(job: PlanJob) -> PlanResult:
     rng = random.Random(seed)
     pairs = [(p, min(1.0, p + PLAN_SHIFT)) for p in (draw_p(rng, POPULATIONS[population]) for _ in range(200_000))]
     delta = stats.mean([b - a for a, b in pairs])
-    model = VarianceModel(
-        omega2=stats.sample_variance([b - a for a, b in pairs]) or 0.0,
-        sigma2_a=stats.mean([a * (1 - a) for a, _ in pairs]),
-        sigma2_b=stats.mean([b * (1 - b) for _, b in pairs]),
-        source="true",
-    )
+    model = VarianceModel.from_true_rates(pairs)
     planned = plan(model, tasks=None, attempts=attempts, delta=delta).tasks_needed
     assert planned is not None
     old_planned = old_required_tasks(model.per_task(attempts), delta)

@@ -354,12 +354,7 @@ def test_planned_tasks_deliver_the_power() -> None:
     rng = random.Random(5)
     pairs = [(p, min(1.0, p + 0.2)) for p in (rng.betavariate(0.6, 0.4) for _ in range(50_000))]
     delta = stats.mean([b - a for a, b in pairs])
-    model = VarianceModel(
-        omega2=stats.sample_variance([b - a for a, b in pairs]) or 0.0,
-        sigma2_a=stats.mean([a * (1 - a) for a, _ in pairs]),
-        sigma2_b=stats.mean([b * (1 - b) for _, b in pairs]),
-        source="true",
-    )
+    model = VarianceModel.from_true_rates(pairs)
     planned = plan(model, tasks=None, attempts=3, delta=delta).tasks_needed
     assert planned is not None
     reps, hits = 300, 0

@@ -40,6 +40,17 @@ class VarianceModel(BaseModel):
         """Variance of one task's paired difference with ``attempts`` attempts in both runs."""
         return max(0.0, self.omega2 + self.sigma2_a / attempts + self.sigma2_b / attempts)
 
+    @classmethod
+    def from_true_rates(cls, pairs: Sequence[tuple[float, float]]) -> VarianceModel:
+        """The variances of a population of tasks whose true pass rates in runs A and B are known (simulations)."""
+        differences = [b - a for a, b in pairs]
+        return cls(
+            omega2=stats.sample_variance(differences) or 0.0,
+            sigma2_a=stats.mean([a * (1 - a) for a, _ in pairs]),
+            sigma2_b=stats.mean([b * (1 - b) for _, b in pairs]),
+            source="true",
+        )
+
 
 class PowerPlan(BaseModel):
     """What a design with ``tasks`` tasks and ``attempts`` attempts per task can and cannot detect."""
