@@ -103,14 +103,12 @@ assert.strictEqual(isNewer("0.0.2", "0.0.1"), true);
 console.log("ok");
 """
 
-_JS_SLUGIFY = """function slugify(text) {
+_JS_SLUGIFY_BODY = """function slugify(text) {
   return text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-+|-+$/g, "");
 }
-
-module.exports = { slugify };
 """
 
-_JS_VERSION_FIXED = """// Whether version a is newer than version b (dot-separated integers).
+_JS_VERSION_FIXED_BODY = """// Whether version a is newer than version b (dot-separated integers).
 function isNewer(a, b) {
   const pa = a.split(".").map(Number);
   const pb = b.split(".").map(Number);
@@ -121,41 +119,31 @@ function isNewer(a, b) {
   }
   return false;
 }
-
-module.exports = { isNewer };
 """
 
-_JS_VERSION_PLANTED = """// Whether version a is newer than version b (dot-separated integers).
+_JS_VERSION_PLANTED_BODY = """// Whether version a is newer than version b (dot-separated integers).
 function isNewer(a, b) {
   return a > b;
 }
-
-module.exports = { isNewer };
 """
 
-_ESM_SLUGIFY = """export function slugify(text) {
-  return text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-+|-+$/g, "");
-}
-"""
 
-_ESM_VERSION_FIXED = """// Whether version a is newer than version b (dot-separated integers).
-export function isNewer(a, b) {
-  const pa = a.split(".").map(Number);
-  const pb = b.split(".").map(Number);
-  for (let i = 0; i < Math.max(pa.length, pb.length); i++) {
-    const x = pa[i] === undefined ? -1 : pa[i];
-    const y = pb[i] === undefined ? -1 : pb[i];
-    if (x !== y) return x > y;
-  }
-  return false;
-}
-"""
+def _commonjs(body: str, name: str) -> str:
+    """A module of one function, exported the CommonJS way."""
+    return f"{body}\nmodule.exports = {{ {name} }};\n"
 
-_ESM_VERSION_PLANTED = """// Whether version a is newer than version b (dot-separated integers).
-export function isNewer(a, b) {
-  return a > b;
-}
-"""
+
+def _esm(body: str) -> str:
+    """The same module as an ES module."""
+    return body.replace("function ", "export function ", 1)
+
+
+_JS_SLUGIFY = _commonjs(_JS_SLUGIFY_BODY, "slugify")
+_JS_VERSION_FIXED = _commonjs(_JS_VERSION_FIXED_BODY, "isNewer")
+_JS_VERSION_PLANTED = _commonjs(_JS_VERSION_PLANTED_BODY, "isNewer")
+_ESM_SLUGIFY = _esm(_JS_SLUGIFY_BODY)
+_ESM_VERSION_FIXED = _esm(_JS_VERSION_FIXED_BODY)
+_ESM_VERSION_PLANTED = _esm(_JS_VERSION_PLANTED_BODY)
 
 _SH_SLUGIFY_TEST = """# Hidden test for add-slugify: runs the agent's worktrial_starter.sh from the worktree.
 set -e
