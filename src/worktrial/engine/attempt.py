@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 import uuid
@@ -17,12 +16,12 @@ from worktrial.agents.prompt import prompt_file_env, write_prompt_file
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
-from worktrial.isolation import childenv, ownership, proc, verifier
+from worktrial.isolation import childenv, overlay, ownership, proc, safefs, verifier
 from worktrial.isolation.alternates import read_alternates
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import ENV_OBJECTS, EnvironmentSetupError, run_setup
 from worktrial.isolation.patch import PatchData, agent_patch
-from worktrial.isolation.pool import AdminSnapshot, Slot, admin_snapshot
+from worktrial.isolation.pool import AdminSnapshot, AgentChange, Slot, admin_snapshot, remove_files
 from worktrial.isolation.proc import ProcResult, run_command
 from worktrial.isolation.sandbox import AttemptView, Sandbox, decide, open_sandbox
 from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo, create_attempt_workspace, remove_tree
@@ -100,6 +99,7 @@ def attempt_sandbox(spec: AttemptSpec, ws: AttemptWorkspace, source: SourceRepo 
         home=scratch / "home",
         scratch=scratch,
         private=ws.root / SANDBOX_ETC,
+        overlay=ws.layers,
     )
     decision = spec.sandbox_decision or decide(spec.sandbox)
     return open_sandbox(spec.sandbox, decision, view)
@@ -124,6 +124,15 @@ def sandbox_owner(spec: AttemptSpec) -> int | None:
     """The uid the attempt's trees must belong to: the one its sandboxed programs run as when the harness is root."""
     decision = spec.sandbox_decision or decide(spec.sandbox)
     return decision.uid if decision.kind == "bubblewrap" else None
+
+
+def slot_overlay(spec: AttemptSpec, agent: Agent) -> bool:
+    """Whether a slot gives each attempt an overlay room (``isolation/overlay.py``): the sandbox is bubblewrap, the
+    kernel mounts overlays in it, and every file the agent reads or writes goes through a sandboxed program (an
+    agent that works on files from the harness's own process, like the builtin agent's tools, sees the host, where
+    the room is never mounted)."""
+    decision = spec.sandbox_decision or decide(spec.sandbox)
+    return decision.kind == "bubblewrap" and bool(getattr(agent, "sandboxed_files", False)) and overlay.usable()
 
 
 def _harness_scope(scope: proc.ProcessScope | None, sandbox: Sandbox, spec: AttemptSpec) -> proc.ProcessScope:
@@ -303,7 +312,8 @@ def run_attempt(
     end = time.monotonic()
     setup_end = progress.agent_start if progress.agent_start is not None else end
     setup_secs, duration = round(setup_end - start, 3), round(end - setup_end, 3)
-    _sanitise(progress, attempt_redactor(spec, env))
+    redactor = attempt_redactor(spec, env)  # one per attempt: building it scans the environment
+    _sanitise(progress, redactor)
     usage = progress.usage
     trace = build_trace(
         task_id=task.id,
@@ -335,7 +345,7 @@ def run_attempt(
         model=usage.model,
         agent_ended=progress.agent_ended,
     )
-    artifacts = _artifacts(task.id, attempt, progress, attempt_redactor(spec, env)) if spec.artifacts else None
+    artifacts = _artifacts(task.id, attempt, progress, redactor) if spec.artifacts else None
     return AttemptResult(record=record, trace=trace, fatal=progress.fatal, worker=worker, artifacts=artifacts)
 
 
@@ -491,14 +501,17 @@ def _run_in(
     progress.usage = result.usage
     progress.output = result.output
     progress.agent_ended = result.ended
-    # Whether nothing in the worktree is newer than its reset (one walk, asked once): the patch is then empty and the
-    # verifier's room needs no git.
-    untouched = functools.cache(lambda: slot is not None and slot.untouched())
+    # What the agent changed, found once in O(the change) (its room's upper directory, or one walk of the
+    # slot's checkout): the patch, and the ignored files neither the patch nor the verifier's room keeps.
+    change: AgentChange | None = None
+    if slot is not None:
+        change = slot.agent_change(PATCH_MAX_BYTES if job.spec.artifacts else None)
+    untouched = change is not None and change.untouched
     if job.spec.artifacts:
         # Taken before verification, which may leave caches behind that are not the agent's work.
-        if untouched():
-            progress.patch = PatchData(diff=b"", total_bytes=0, truncated=False, files=[])
-        else:
+        if change is not None:
+            progress.patch = change.patch
+        elif slot is None or not slot.overlay:
             borrowed = [p for p in (start.objects, workspace.root / ENV_OBJECTS) if p is not None and p.is_dir()]
             progress.patch = agent_patch(workspace, start.commit, PATCH_MAX_BYTES, borrowed)
     overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS  # an in-process agent gets no SIGTERM grace
@@ -523,10 +536,18 @@ def _run_in(
     timeout_verified = progress.outcome == "timeout" and task.on_timeout == "verify"
     if verify_decides or timeout_verified or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
         on_phase("verify")
+        verify_tree = workspace.worktree
         if task.verify_in != "worktree" and start.snapshot is not None:
             try:
                 head = verifier.agent_head(workspace, start.snapshot.admin)
-                verifier.enter(workspace, start.snapshot, head, start.commit, untouched(), sandbox_owner(job.spec))
+                room = workspace
+                if slot is not None and slot.overlay:
+                    room = slot.verifier_room(change.ignored if change is not None else [])
+                elif change is not None:
+                    _remove_ignored(workspace, change.ignored)
+                verifier.enter(
+                    room, start.snapshot, head, start.commit, untouched, sandbox_owner(job.spec), clean=change is None
+                )
             except WorktrialError as exc:  # what the agent left cannot be verified (a replaced worktree or git dir)
                 progress.outcome, progress.verified = "fail", False
                 progress.reason = f"nothing to verify: the agent's worktree or repository is not the harness's ({exc})"
@@ -536,9 +557,13 @@ def _run_in(
                 progress.reason = f"the verifier's room could not be built: {exc.strerror or exc}"
                 return
             shown = [p for p in (job.spec.suite_dir, workspace.root / verifier.AGENT_OBJECTS) if p]
-            scope = run_scope.confined(sandbox.widened([Path(p) for p in shown]))
+            room_sandbox = sandbox.in_room(workspace.worktree, room.worktree, room.layers)
+            scope = run_scope.confined(room_sandbox.widened([Path(p) for p in shown]))
+            verify_tree = room.worktree
+        if slot is not None:
+            slot.ran_in_place()
         harness_env = suite_env(job.spec, workspace.root)  # a home made after the agent ended
-        check: VerifyResult = run_verify(task, workspace.worktree, harness_env, scope, tail_bytes=COMMAND_TAIL_BYTES)
+        check: VerifyResult = run_verify(task, verify_tree, harness_env, scope, tail_bytes=COMMAND_TAIL_BYTES)
         progress.commands += [
             _command_log("verify", i, command, run)
             for i, (command, run) in enumerate(zip(task.verify_commands, check.runs, strict=False), start=1)
@@ -547,3 +572,11 @@ def _run_in(
         progress.verified = check.passed
         if verify_decides and not check.passed:
             progress.outcome, progress.reason = "fail", check.reason
+
+
+def _remove_ignored(ws: AttemptWorkspace, ignored: list[str]) -> None:
+    """Copying path: the new untracked files the tree ignores leave the worktree before verification, as
+    ``git clean -X`` would remove them, without its walk of the whole tree."""
+    if ignored:
+        with safefs.opened_dir(ws.worktree, ws.worktree_id) as work_fd:
+            remove_files(work_fd, ignored)

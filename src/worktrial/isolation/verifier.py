@@ -80,12 +80,18 @@ def enter(
     start_commit: str,
     untouched: bool,
     owner: int | None,
+    *,
+    clean: bool = True,
 ) -> None:
     """Put the private repository back to the harness's ``snapshot`` (made before any agent ran) with the branch at
     ``head`` (the start commit when ``head`` is None or not a commit), an index the harness made for it, and the
     worktree without ignored untracked files. ``untouched``: the worktree is still the pristine checkout (nothing in
     it is newer than the last reset), so with no new commit the snapshot's own index is that index and there is no
-    file to remove. Raises WorkspaceError (or OSError) when the room cannot be built."""
+    file to remove. ``clean=False``: the caller already removed the ignored untracked files it found in O(the change)
+    (``Slot.agent_change``), so git does not walk the tree for them; with no new commit the snapshot's index (the
+    start commit's, its stat data a cache that any changed file misses) is then the index. ``ws.layers``: the room is
+    an overlay whose lower layer already holds the harness's ``.git`` link. Raises WorkspaceError (or OSError) when
+    the room cannot be built."""
     admin = snapshot.admin
     with contextlib.ExitStack() as fds:
         build_fd = fds.enter_context(safefs.opened_dir(ws.root, None))
@@ -101,7 +107,7 @@ def enter(
         for rel in ("refs/tags", "objects/pack"):
             safefs.makedirs_at(git_fd, rel)
         safefs.write_at(git_fd, f"worktrees/{admin}/gitdir", f"{ws.worktree}/.git\n".encode())
-        link = f"gitdir: {ws.git_dir}/worktrees/{admin}\n".encode()
+        link = f"gitdir: {ws.git_dir}/worktrees/{admin}\n".encode() if ws.layers is None else b""
         with contextlib.suppress(OSError, ValueError):
             if safefs.read_regular(Path(safefs.fd_path(work_fd)) / ".git", 4096) == link:
                 link = b""  # already right: rewriting it would change the worktree's ctime for nothing
@@ -119,10 +125,10 @@ def enter(
             if kind.ok and kind.stdout_tail.strip() == b"commit":
                 commit = head
         safefs.write_at(git_fd, f"refs/heads/{ATTEMPT_BRANCH}", f"{commit}\n".encode())
-        if untouched and commit == start_commit:
+        if commit == start_commit and (untouched or not clean):
             safefs.write_at(git_fd, snapshot.index_rel, snapshot.index)
         else:
-            for args in (["read-tree", commit], ["clean", "-fdXq"]):
+            for args in (["read-tree", commit], ["clean", "-fdXq"]) if clean else (["read-tree", commit],):
                 result = git([*base, *args], Path(work), foreign_owner=True)
                 if not result.ok:
                     raise WorkspaceError(f"verifier's room: {result.describe_failure('git ' + args[0])}")

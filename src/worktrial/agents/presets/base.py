@@ -189,6 +189,8 @@ class PresetAgent:
     before the prompt) and ``binary`` (a different executable name or path).
     """
 
+    sandboxed_files = True
+
     def __init__(self, spec: PresetSpec, options: AgentOptions) -> None:
         self.spec = spec
         self.name = spec.name
