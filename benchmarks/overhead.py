@@ -14,9 +14,10 @@ CPU per attempt (first table): user + system CPU of the worktrial process and al
 100 / 1,000 / 10,000 / 50,000 files, for a nop agent, an agent that appends to one file and one that writes 1,000 new
 files, with overlay rooms (the default with bubblewrap) and with the copying path (``WORKTRIAL_OVERLAY=off``), side
 by side with the plain ``git worktree add/remove`` loop and the overlay floor (mount an overlay in a new mount
-namespace, write one file, discard the upper directory). Each figure is the difference of two runs (13 and 3
-attempts) divided by 10, so the run's own start (imports, the slot's checkout) cancels out; CPU, not wall time,
-because wall times swing with the machine's load.
+namespace, write one file, discard the upper directory). Each attempt is timed from inside the worktrial process
+(its own CPU, all threads, plus what its children used during the attempt); the first attempt, which builds the
+slot (a checkout of the whole repository, once per run), is left out and the median of the other ten printed.
+CPU, not wall time, because wall times swing with the machine's load.
 
     .venv/bin/python benchmarks/overhead.py            # everything (several minutes)
     .venv/bin/python benchmarks/overhead.py --quick    # skip the 5,000-attempt memory run
@@ -101,7 +102,7 @@ def run_plain_loop(repo: Path, iterations: int) -> tuple[float, float]:
 
 
 CPU_SIZES = (100, 1_000, 10_000, 50_000)
-CPU_RUNS = (3, 13)
+CPU_ATTEMPTS = 11
 AGENTS = {
     "nop": ["--agent", "nop"],
     "1 changed file": ["--agent-cmd", "sh -c 'echo more >> d00/s0/f0.txt'"],
@@ -124,20 +125,44 @@ def _cpu_of(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, flo
     return usage.ru_utime + usage.ru_stime, wall
 
 
+# Runs worktrial in a child process with each attempt timed from inside: CPU (the process's own, all threads, plus
+# the children it reaped during the attempt) and wall, written one line per attempt. The first attempt of a slot
+# builds it (a checkout of the whole repository, once per run): it is left out, and the median of the rest taken.
+_TIMED = """
+import json, os, resource, sys, time
+import worktrial.engine.local as local
+real = local.run_attempt
+out = open(sys.argv[1], "a")
+def timed(*args, **kwargs):
+    before = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    wall = time.perf_counter()
+    try:
+        return real(*args, **kwargs)
+    finally:
+        after = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+        cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
+        out.write(json.dumps([cpu, time.perf_counter() - wall]) + "\\n"); out.flush()
+local.run_attempt = timed
+from worktrial.cli import entry
+sys.argv = ["worktrial", *sys.argv[2:]]
+entry()
+"""
+
+
 def cpu_per_attempt(repo: Path, root: Path, agent: list[str], overlay: str, config: Path) -> tuple[float, float]:
-    """Marginal CPU and wall ms per attempt (sandbox on, --jobs 1, verify ``true``)."""
+    """Median CPU and wall ms per attempt after the first (sandbox on, --jobs 1, verify ``true``)."""
     env = {**os.environ, "WORKTRIAL_TRUST": "1", "WORKTRIAL_CONFIG_DIR": str(config), "WORKTRIAL_OVERLAY": overlay}
-    figures = []
-    for attempts in CPU_RUNS:
-        suite = root / f"cpu-suite-{attempts}.json"
-        suite.write_text(json.dumps({"id": "cpu", "attempts": attempts, "tasks": [
-            {"id": "t", "prompt": "nothing", "verify_commands": ["true"]}]}))  # fmt: skip
-        argv = [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), *agent, "--jobs", "1", "-q",
-                "--format", "json", "--output", os.devnull, "--sandbox", "on"]  # fmt: skip
-        figures.append(_cpu_of(argv, repo, env))
-    (cpu_a, wall_a), (cpu_b, wall_b) = figures
-    n = CPU_RUNS[1] - CPU_RUNS[0]
-    return (cpu_b - cpu_a) / n * 1000, (wall_b - wall_a) / n * 1000
+    suite = root / "cpu-suite.json"
+    suite.write_text(json.dumps({"id": "cpu", "attempts": CPU_ATTEMPTS, "tasks": [
+        {"id": "t", "prompt": "nothing", "verify_commands": ["true"]}]}))  # fmt: skip
+    figures = root / f"figures-{time.monotonic_ns()}.jsonl"
+    argv = [sys.executable, "-c", _TIMED, str(figures), "eval", "--suite", str(suite), *agent, "--jobs", "1", "-q",
+            "--format", "json", "--output", os.devnull, "--sandbox", "on"]  # fmt: skip
+    _cpu_of(argv, repo, env)
+    rows = [json.loads(line) for line in figures.read_text().splitlines()][1:]
+    cpu = sorted(r[0] for r in rows)[len(rows) // 2]
+    wall = sorted(r[1] for r in rows)[len(rows) // 2]
+    return cpu * 1000, wall * 1000
 
 
 def plain_loop_cpu(repo: Path, iterations: int = 10) -> float:
@@ -179,7 +204,7 @@ def startup_figures(root: Path, repo: Path, config: Path) -> None:
 def cpu_table(root: Path, config: Path, sizes: tuple[int, ...]) -> None:
     print("CPU ms per attempt (wall ms in brackets); sandbox on, --jobs 1, verify `true`")
     columns = [f"{n:,} files" for n in sizes]
-    print(f"{'':>34}" + "".join(f"{c:>20}" for c in columns))
+    print(f"{'':>34}" + "".join(f"{c:>26}" for c in columns))
     nop: dict[tuple[str, int], float] = {}
     rows: dict[str, list[str]] = {}
     repos = {n: make_repo(root, n) for n in sizes}
@@ -194,7 +219,7 @@ def cpu_table(root: Path, config: Path, sizes: tuple[int, ...]) -> None:
                 if agent == "1,000 new files":
                     cells[-1] += f" {max(cpu - nop[(path, n)], 0) / 1000:.2f}/file"
             rows[f"{agent}, {path}"] = cells
-            print(f"{agent + ', ' + path:>34}" + "".join(f"{c:>20}" for c in cells), flush=True)
+            print(f"{agent + ', ' + path:>34}" + "".join(f"{c:>26}" for c in cells), flush=True)
     print(f"{'git worktree add+remove':>34}" + "".join(f"{plain_loop_cpu(repos[n]):>20.0f}" for n in sizes))
     print(f"{'floor: overlay mount + discard':>34}" + "".join(f"{overlay_floor_cpu(repos[n]):>20.0f}" for n in sizes))
     for path in PATHS:

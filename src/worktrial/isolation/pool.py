@@ -240,6 +240,7 @@ class Slot:
                     lower_fd = fds.enter_context(safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd))
                     new_fd, lower = upper_fd, safefs.fd_path(lower_fd)
                     hidden = set(changes.opaque)
+                    odd = list(changes.odd)
                     present = [p for p in changes.present if not _in_git_link(p)]
                     untracked = [p for p in present if lstat_kind(lower / p) not in ("file", "link")]
                     old = overlay.affected_lower(lower, changes)
@@ -251,7 +252,9 @@ class Slot:
                     git_fd = fds.enter_context(safefs.opened_dir(GIT_DIR_NAME, ids.git_dir, dir_fd=build_fd))
                     new_fd, work = work_fd, safefs.fd_path(work_fd)
                     base = BaseTree(safefs.fd_path(git_fd), self.base_commit, stage_path)
-                    present = [p for p in changes.files if lstat_kind(work / p) in ("file", "link")]
+                    kinds = {p: lstat_kind(work / p) for p in changes.files}
+                    present = [p for p, kind in kinds.items() if kind in ("file", "link")]
+                    odd = [p for p, kind in kinds.items() if kind == "other" and not _in_git_link(p)]
                     present = [p for p in present if not _in_git_link(p)]
                     known = base.entries(present)
                     untracked = [p for p in present if known[p] is None or not known[p].is_file]  # type: ignore[union-attr]
@@ -262,6 +265,7 @@ class Slot:
                 present = [p for p in present if not p.startswith(inside)]
                 untracked = [p for p in untracked if not p.startswith(inside)]
                 ignored = _ignored(stage_path, new_fd, untracked, lower_fd if self.overlay else None, hidden)
+                ignored += odd  # FIFOs, sockets: not file contents, in neither the patch nor the verifier's room
                 if max_bytes is None:
                     return AgentChange(None, ignored, untouched=False)
                 skip = set(ignored)
@@ -637,7 +641,8 @@ def restore_plan(base: BaseTree, changed: _Changes, work: Path, unlink: Callable
 class AgentChange:
     patch: PatchData | None
     ignored: list[str]
-    """New untracked files the tree's ignore rules match (paths relative to the worktree)."""
+    """What the verifier's room leaves out (paths relative to the worktree): new untracked files the tree's ignore
+    rules match, and entries that are not file contents (a FIFO, a socket)."""
     untouched: bool
 
 
