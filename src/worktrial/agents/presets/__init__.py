@@ -9,9 +9,13 @@ from worktrial.agents.presets import (
     aider,
     claude_code,
     codex,
+    continue_cli,
+    copilot,
     cursor,
     gemini_cli,
     goose,
+    gptme,
+    kilo,
     mini_swe_agent,
     opencode,
     qwen_code,
@@ -34,6 +38,10 @@ PRESETS: dict[str, PresetSpec] = {
         aider.SPEC,
         mini_swe_agent.SPEC,
         vtcode.SPEC,
+        copilot.SPEC,
+        continue_cli.SPEC,
+        kilo.SPEC,
+        gptme.SPEC,
     )
 }
 
