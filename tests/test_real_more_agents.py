@@ -18,7 +18,18 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from tests.cli_servers import CliServer, Plain, Request, Sse, chat_has_tool_result, chat_stream, chat_usage
+from tests.cli_servers import (
+    CliServer,
+    Plain,
+    Request,
+    Sse,
+    anthropic_plain,
+    anthropic_stream,
+    chat_has_tool_result,
+    chat_stream,
+    chat_usage,
+    has_tool_result,
+)
 from tests.real_agents.support import (
     SOLVE,
     TASK,
@@ -126,6 +137,59 @@ def test_a_refused_key_stops_the_run(agent: Cli, cli: Callable[..., Result], rep
     assert result.exit_code == 2, result.output
     assert "refused the credentials" in result.output and "HTTP 401" in result.output
     assert f"{agent.preset}: HTTP 401" in result.output and "stopping the run" in result.output
+    assert_nothing_left()
+
+
+def messages_model(served: Served, shell_tool: str) -> Callable[[Request], Sse | Plain]:
+    """Anthropic Messages: the shell tool once, then a final message; usage with cache reads and writes."""
+
+    def respond(request: Request) -> Sse | Plain:
+        if request.method != "POST" or not request.path.split("?")[0].endswith("/messages"):
+            return Plain(404, {"type": "error", "error": {"type": "not_found_error", "message": "no such route"}})
+        body = request.body
+        model = str(body.get("model"))
+        if not body.get("tools"):
+            usage = {"input_tokens": 40, "output_tokens": 6}
+            if body.get("stream"):
+                return anthropic_stream(model, [{"type": "text", "text": "A title"}], usage, "end_turn")
+            return anthropic_plain(model, "A title", usage)
+        if not has_tool_result(body.get("messages", [])):
+            served.add(model, Tokens(input=1100, cached_input=300, cache_creation=100, output=50))
+            call = {"type": "tool_use", "id": "toolu_solve", "name": shell_tool, "input": {"command": SOLVE}}
+            usage = {"input_tokens": 700, "output_tokens": 50, "cache_read_input_tokens": 300}
+            return anthropic_stream(model, [call], usage | {"cache_creation_input_tokens": 100}, "tool_use")
+        served.add(model, Tokens(input=1300, cached_input=1000, cache_creation=0, output=9))
+        usage = {
+            "input_tokens": 300,
+            "output_tokens": 9,
+            "cache_read_input_tokens": 1000,
+            "cache_creation_input_tokens": 0,
+        }
+        return anthropic_stream(model, [{"type": "text", "text": "Created notes/hello.txt."}], usage, "end_turn")
+
+    return respond
+
+
+@pytest.mark.parametrize("preset", ["copilot", "continue"])
+def test_an_anthropic_route_speaks_messages_at_the_api_root(
+    preset: str, home: Path, cli: Callable[..., Result], repo: Path, write_suite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--model anthropic/NAME --base-url ROOT``: the CLI calls ROOT/v1/messages with the Anthropic key, and its
+    tokens (Anthropic counts cache reads and writes apart from input) are added up like every other preset's."""
+    agent = CLIS[preset]
+    on_path(monkeypatch, installed(preset))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-scripted")
+    served = Served()
+    with CliServer(messages_model(served, agent.shell_tool)) as server:
+        args = ["--agent", preset, "--model", "anthropic/claude-sonnet-4-5", "--base-url", server.url]
+        result, envelope = evaluate(cli, repo, write_suite([TASK]), *args)
+        keys = {r.headers.get("x-api-key") for r in server.posts("/v1/messages")}
+    assert envelope is not None, result.output
+    attempt = only_attempt(envelope)
+    assert attempt["outcome"] == "pass", json.dumps(attempt)
+    assert keys == {"sk-ant-scripted"}
+    assert served.calls == 2 and set(served.models) == {"claude-sonnet-4-5"}
+    assert attempt["tokens"] == served.tokens.model_dump()
     assert_nothing_left()
 
 

@@ -4,17 +4,18 @@ Headless ``cn`` prints one JSON object at the end, ``{"response": ..., "status":
 failure is ``{"status": "error", "message": "401 ..."}`` on stderr with exit 1 (the provider's HTTP status leads
 the message). The output has no usage, but the session file Continue writes into its home directory
 (``$CONTINUE_GLOBAL_DIR/sessions/<id>.json``, in the attempt's scratch directory) keeps the provider's usage of
-every model reply (``history[].message.usage``, OpenAI's shape: ``prompt_tokens`` with ``cached_tokens``,
-``completion_tokens`` with ``reasoning_tokens``), which is summed; its session-wide ``usage`` is not used (it
-drops the cached figure, and its cost is Continue's guess for models it does not know). The model gateway
-(issue 26) will supply exact usage and cost for every preset.
+every model reply (``history[].message.usage``: OpenAI's shape, ``prompt_tokens`` with ``cached_tokens`` and
+``completion_tokens`` with ``reasoning_tokens``; ``message_tokens`` says how Anthropic's differ), which is summed.
+Its session-wide ``usage`` is not used (it drops the cached figure, and its cost is Continue's guess for models it
+does not know). The model gateway (issue 26) will supply exact usage and cost for every preset.
 
 Without ``--base-url`` Continue reads ``config.yaml`` from its home directory (copied from ``~/.continue``) or, with
 none, the signed-in user's hub assistant, and ``--model`` is passed as ``cn``'s own ``--model`` (a Continue hub
-model slug, ``owner/package``). With ``--base-url`` worktrial writes a config of one model into the
-attempt's scratch directory and passes ``--config``: provider ``anthropic`` for an ``anthropic/NAME`` route and
-``openai`` (Chat Completions) otherwise, at the URL, with ``apiKey: ${{ secrets.<PROVIDER>_API_KEY }}``, which
-Continue resolves from the environment (no key is written to disk).
+model slug, ``owner/package``). With ``--base-url`` worktrial writes a config of one model into the attempt's
+scratch directory and passes ``--config``: provider ``openai`` (Chat Completions) at the URL, or for an
+``anthropic/NAME`` route provider ``anthropic`` at the URL's ``/v1/`` (``--base-url`` is the API's root, as for
+claude-code), with ``apiKey: ${{ secrets.<PROVIDER>_API_KEY }}``, which Continue resolves from the environment (no
+key is written to disk).
 """
 
 from __future__ import annotations
@@ -53,10 +54,20 @@ def home_dir(scratch: Path) -> Path:
 
 
 def message_tokens(usage: dict[str, Any]) -> Tokens:
+    """One reply's tokens. Continue keeps each provider's convention: OpenAI's ``prompt_tokens`` count the cached
+    part; from Anthropic they do not, and the details name ``cache_read_tokens`` and ``cache_write_tokens``, which
+    are then added back."""
+    details = as_dict(usage.get("prompt_tokens_details"))
+    prompt, read = as_int(usage.get("prompt_tokens")), as_int(details.get("cached_tokens"))
+    write = as_int(details.get("cache_write_tokens"))
+    if "cache_read_tokens" in details or "cache_write_tokens" in details:
+        read = as_int(details.get("cache_read_tokens"))
+        prompt = None if prompt is None else prompt + (read or 0) + (write or 0)
     return Tokens(
-        input=as_int(usage.get("prompt_tokens")),
+        input=prompt,
         output=as_int(usage.get("completion_tokens")),
-        cached_input=as_int(as_dict(usage.get("prompt_tokens_details")).get("cached_tokens")),
+        cached_input=read,
+        cache_creation=write,
         reasoning=as_int(as_dict(usage.get("completion_tokens_details")).get("reasoning_tokens")),
     )
 
@@ -159,11 +170,15 @@ def _prepare(inv: Invocation) -> None:
         return
     provider, name = split_route(inv.model)
     kind = "anthropic" if provider == "anthropic" else "openai"
+    api_base = inv.base_url
+    if kind == "anthropic" and not api_base.rstrip("/").endswith("/v1"):
+        # cn appends "messages" to an Anthropic apiBase; --base-url is the API's root, as for claude-code.
+        api_base = api_base.rstrip("/") + "/v1/"
     model = {
         "name": "worktrial",
         "provider": kind,
         "model": name or inv.model,
-        "apiBase": inv.base_url,
+        "apiBase": api_base,
         "apiKey": "${{ secrets." + (provider or kind).upper().replace("-", "_") + "_API_KEY }}",
         "roles": ["chat", "edit", "apply"],
         "capabilities": ["tool_use"],
