@@ -52,7 +52,7 @@ def test_missing_binary_is_one_clear_error_naming_the_install(
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("preset", ["copilot", "continue", "kilo", "gptme"])
+@pytest.mark.parametrize("preset", ["copilot", "continue", "kilo", "gptme", "droid"])
 def test_a_base_url_without_a_model_is_one_clear_error(
     preset: str, cli: Callable[..., Result], repo: Path, write_suite, fake_env: FakeEnv
 ) -> None:

@@ -1,5 +1,5 @@
-"""GitHub Copilot CLI, Continue CLI, Kilo Code CLI and gptme (pinned in tests/real_agents/versions.toml) against a
-loopback Chat Completions server.
+"""GitHub Copilot CLI, Continue CLI, Kilo Code CLI, gptme and Factory Droid (pinned in
+tests/real_agents/versions.toml) against a loopback Chat Completions server.
 
 Each CLI is pointed at the server with ``--base-url`` and an OpenAI-style key, as a user pointing it at an
 OpenAI-compatible endpoint would: the scripted model calls the CLI's shell tool once with a command that solves the
@@ -68,6 +68,10 @@ CLIS = {
     # Kilo (OpenCode's events): cache writes reported as 0.
     "kilo": Cli("kilo", "bash", expected_tokens=lambda t: t.model_copy(update={"cache_creation": 0})),
     "gptme": Cli("gptme", "shell", finish_tool="complete"),
+    # Droid: cache writes reported as 0, reasoning not apart from output.
+    "droid": Cli(
+        "droid", "Execute", expected_tokens=lambda t: t.model_copy(update={"cache_creation": 0, "reasoning": None})
+    ),
 }
 
 
@@ -170,7 +174,7 @@ def messages_model(served: Served, shell_tool: str) -> Callable[[Request], Sse |
     return respond
 
 
-@pytest.mark.parametrize("preset", ["copilot", "continue"])
+@pytest.mark.parametrize("preset", ["copilot", "continue", "droid"])
 def test_an_anthropic_route_speaks_messages_at_the_api_root(
     preset: str, home: Path, cli: Callable[..., Result], repo: Path, write_suite, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -414,3 +414,37 @@ GPTME_FAILED = [
         {"model": "local/model-x", "usage": {"input_tokens": 100, "output_tokens": 5}},
     ),
 ]
+
+# --- droid (exec -o stream-json) -------------------------------------------------------------------------------
+
+_DROID_SESSION = {"session_id": "d1", "timestamp": 1_700_000_000_000}
+DROID_NORMAL = [
+    {"type": "system", "subtype": "init", "cwd": "/w", "model": "custom:model-x", "tools": ["Execute", "Create"]}
+    | _DROID_SESSION,
+    {"type": "message", "role": "user", "id": "u1", "text": "Create done.txt"} | _DROID_SESSION,
+    {"type": "tool_call", "id": "c1", "toolId": "Execute", "toolName": "Execute", "parameters": {"command": "ls"}}
+    | _DROID_SESSION,
+    {"type": "tool_result", "id": "c1", "toolId": "Execute", "isError": False, "value": "ok"} | _DROID_SESSION,
+    {"type": "tool_call", "id": "c2", "toolId": "Create", "toolName": "Create", "parameters": {}} | _DROID_SESSION,
+    {"type": "tool_result", "id": "c2", "toolId": "Create", "isError": False, "value": "ok"} | _DROID_SESSION,
+    {"type": "message", "role": "assistant", "id": "a1", "text": "Created done.txt"} | _DROID_SESSION,
+    {
+        "type": "completion",
+        "finalText": "Created done.txt",
+        "numTurns": 3,
+        "durationMs": 900,
+        "usage": {
+            "input_tokens": 1000,
+            "output_tokens": 59,
+            "cache_read_input_tokens": 1300,
+            "cache_creation_input_tokens": 40,
+            "factory_credits": 0,
+        },
+    }
+    | _DROID_SESSION,
+]
+DROID_FAILED = [
+    {"type": "system", "subtype": "init", "cwd": "/w", "model": "custom:model-x"} | _DROID_SESSION,
+    {"type": "message", "role": "user", "id": "u1", "text": "Create done.txt"} | _DROID_SESSION,
+    {"type": "error", "source": "cli", "message": "Exec failed"} | _DROID_SESSION,
+]

@@ -21,6 +21,8 @@ from tests.fakes.events import (
     COPILOT_USAGE,
     CURSOR_FAILED,
     CURSOR_NORMAL,
+    DROID_FAILED,
+    DROID_NORMAL,
     GOOSE_FAILED,
     GOOSE_NORMAL,
     GPTME_FAILED,
@@ -261,6 +263,7 @@ SCENARIOS: dict[str, tuple[str, dict[str, dict[str, Any]]]] = {
     # Kilo's CLI is a fork of OpenCode and prints OpenCode's events.
     "kilo": ("kilo", _scenarios(OPENCODE_NORMAL, OPENCODE_FAILED, touch_env=("XDG_DATA_HOME",))),
     "gptme": ("gptme", _scenarios(GPTME_NORMAL, GPTME_FAILED, touch_env=("XDG_DATA_HOME",))),
+    "droid": ("droid", _scenarios(DROID_NORMAL, DROID_FAILED, touch_env=("FACTORY_HOME_OVERRIDE",))),
 }
 """preset name -> (binary, scenarios)."""
 
@@ -351,6 +354,13 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
 }
 EXPECTED["kilo"] = EXPECTED["opencode"]
+# Droid's input excludes cache reads and writes: added back.
+EXPECTED["droid"] = {
+    "tokens": {"input": 2340, "output": 59, "cached_input": 1300, "cache_creation": 40, "reasoning": None},
+    "cost_usd": None,
+    "turns": 3,
+    "tool_counts": {"Execute": 1, "Create": 1},
+}
 
 CONFIG_ENV: dict[str, str] = {
     "claude-code": "CLAUDE_CONFIG_DIR",
@@ -367,5 +377,6 @@ CONFIG_ENV: dict[str, str] = {
     "continue": "CONTINUE_GLOBAL_DIR",
     "kilo": "XDG_DATA_HOME",
     "gptme": "XDG_DATA_HOME",
+    "droid": "FACTORY_HOME_OVERRIDE",
 }
 """The config-directory variable each preset must point into the attempt's scratch directory."""

@@ -64,6 +64,7 @@ PRESET_PROVIDERS: dict[str, tuple[str, ...]] = {
     "continue": (*_MANY, "moonshot"),
     "kilo": (*_MANY, "moonshot", "zai"),
     "gptme": (*_MANY, "moonshot"),
+    "droid": ("openai", "anthropic", "google", "openrouter", "groq", "deepseek", "xai", "fireworks", "ollama"),
 }
 """Preset -> the providers its CLI can be configured for."""
 
@@ -82,6 +83,7 @@ PRESET_EXTRA: dict[str, tuple[str, ...]] = {
     "continue": ("CONTINUE_*",),
     "kilo": ("KILO_*",),
     "gptme": ("GPTME_*",),
+    "droid": ("FACTORY_*", "DROID_*"),
 }
 """Preset -> its CLI's own variables (a vendor login token, the CLI's documented settings)."""
 

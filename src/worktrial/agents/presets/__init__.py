@@ -12,6 +12,7 @@ from worktrial.agents.presets import (
     continue_cli,
     copilot,
     cursor,
+    droid,
     gemini_cli,
     goose,
     gptme,
@@ -42,6 +43,7 @@ PRESETS: dict[str, PresetSpec] = {
         continue_cli.SPEC,
         kilo.SPEC,
         gptme.SPEC,
+        droid.SPEC,
     )
 }
 
