@@ -197,4 +197,17 @@ def test_an_anthropic_route_speaks_messages_at_the_api_root(
     assert_nothing_left()
 
 
+def test_droid_unknown_model_stops_the_run(
+    home: Path, cli: Callable[..., Result], repo: Path, write_suite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Droid names an unknown model on stderr before it prints any event: one line, and no second attempt."""
+    on_path(monkeypatch, installed("droid"))
+    suite = write_suite([TASK, dict(TASK, id="second")])
+    result, _ = evaluate(cli, repo, suite, "--agent", "droid", "--model", "no-such-model", "--jobs", "1")
+    assert result.exit_code == 2, result.output
+    assert "droid: provider error: the provider does not know this model" in result.output
+    assert "Invalid model: no-such-model" in result.output and "stopping the run" in result.output
+    assert_nothing_left()
+
+
 __all__ = ["home", "marker"]  # fixtures, imported for pytest

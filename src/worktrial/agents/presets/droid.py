@@ -98,9 +98,8 @@ class DroidParser(JsonLinesParser):
             return Verdict(claimed=None, usage=usage)
         unknown = INVALID_MODEL.search(exit_info.stderr_tail.decode("utf-8", "replace"))
         if self.state.events == 0 and unknown is not None:
-            category = ErrorCategory.MODEL_NOT_FOUND
-            found = failure(self.label, category, None, unknown.group(0), KEY_HINT)
-            return Verdict(claimed=None, usage=usage, reason=found.message, error_category=category, fatal=True)
+            found = failure(self.label, ErrorCategory.MODEL_NOT_FOUND, None, unknown.group(0), KEY_HINT)
+            return Verdict(claimed=None, usage=usage, reason=found.message, error_category=found.category, fatal=True)
         if self.provider_error is not None:
             match = STATUS.match(self.provider_error)
             status = int(match.group(1)) if match else None
