@@ -220,8 +220,8 @@ def cpu_table(root: Path, config: Path, sizes: tuple[int, ...]) -> None:
                     cells[-1] += f" {max(cpu - nop[(path, n)], 0) / 1000:.2f}/file"
             rows[f"{agent}, {path}"] = cells
             print(f"{agent + ', ' + path:>34}" + "".join(f"{c:>26}" for c in cells), flush=True)
-    print(f"{'git worktree add+remove':>34}" + "".join(f"{plain_loop_cpu(repos[n]):>20.0f}" for n in sizes))
-    print(f"{'floor: overlay mount + discard':>34}" + "".join(f"{overlay_floor_cpu(repos[n]):>20.0f}" for n in sizes))
+    print(f"{'git worktree add+remove':>34}" + "".join(f"{plain_loop_cpu(repos[n]):>26.0f}" for n in sizes))
+    print(f"{'floor: overlay mount + discard':>34}" + "".join(f"{overlay_floor_cpu(repos[n]):>26.0f}" for n in sizes))
     for path in PATHS:
         small, large = nop[(path, sizes[0])], nop[(path, sizes[-1])]
         print(

@@ -545,9 +545,19 @@ def _run_in(
                     room = slot.verifier_room(change.ignored if change is not None else [])
                 elif change is not None:
                     _remove_ignored(workspace, change.ignored)
-                verifier.enter(
-                    room, start.snapshot, head, start.commit, untouched, sandbox_owner(job.spec), clean=change is None
+                kept = slot.index_id if slot is not None else None
+                index = verifier.enter(
+                    room,
+                    start.snapshot,
+                    head,
+                    start.commit,
+                    untouched,
+                    sandbox_owner(job.spec),
+                    clean=change is None,
+                    index_id=kept,
                 )
+                if slot is not None:
+                    slot.index_id = index
             except WorktrialError as exc:  # what the agent left cannot be verified (a replaced worktree or git dir)
                 progress.outcome, progress.verified = "fail", False
                 progress.reason = f"nothing to verify: the agent's worktree or repository is not the harness's ({exc})"

@@ -44,6 +44,7 @@ from worktrial.isolation.workspace import (
 )
 
 SCRATCH = "scratch"
+_INDEX_KEPT = "index-kept"
 log = logging.getLogger(__name__)
 _FIND_OUTPUT_LIMIT = 4 * 1024 * 1024
 _GITFILE = ".git"
@@ -128,6 +129,8 @@ class Slot:
         """The mode git gave the checkout's directories (0777 less the umask), restored where an agent changed it."""
         self._walked: _Changes | None = None
         """Copying path: the changes since the mark, walked after the agent, while no program has run since."""
+        self.index_id: safefs.FileId | None = None
+        """The private index as the harness last wrote it (reset or verifier's room), kept while nothing changed it."""
         self._room: AttemptWorkspace | None = None
         """Overlay path: the current attempt's room (its worktree is the mount point of ``layers``)."""
 
@@ -366,14 +369,20 @@ class Slot:
             self._root_id = Identity.of(os.stat(name, dir_fd=parent_fd, follow_symlinks=False))
         self.root = self._base.parent / name
 
-    def _restore_git_dir(self, git_fd: int, snap: AdminSnapshot) -> None:
-        """The private git dir: drop everything, objects the agent wrote included, then restore the snapshot."""
+    def _restore_git_dir(self, git_fd: int, snap: AdminSnapshot, build_fd: int) -> None:
+        """The private git dir: drop everything, objects the agent wrote included, then restore the snapshot. The
+        index (megabytes in a large repository) is kept instead of written again when it is still, to the inode,
+        the one the harness left (see ``safefs.stash_if_same``)."""
+        kept = safefs.stash_if_same(git_fd, snap.index_rel, self.index_id, build_fd, _INDEX_KEPT)
         safefs.clear_dir(git_fd)
         for rel, (data, mode) in snap.files.items():
             safefs.write_at(git_fd, rel, data, mode)
         safefs.makedirs_at(git_fd, "refs/tags")
         safefs.makedirs_at(git_fd, "objects/pack")
-        safefs.write_at(git_fd, snap.index_rel, snap.index)
+        if kept:
+            os.rename(_INDEX_KEPT, snap.index_rel, src_dir_fd=build_fd, dst_dir_fd=git_fd)
+        else:
+            safefs.write_at(git_fd, snap.index_rel, snap.index)
 
     def _reset_overlay(self) -> None:
         """Overlay path: everything of the last attempt is in entries of the build directory that are not the
@@ -389,8 +398,9 @@ class Slot:
             fds.enter_context(safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd))
             safefs.clear_dir(root_fd, keep=frozenset({ws.root.name}))
             safefs.clear_dir(build_fd, keep=frozenset({GIT_DIR_NAME, ws.worktree.name, ENV_OBJECTS, PATCH_GIT}))
-            self._restore_git_dir(git_fd, snap)
+            self._restore_git_dir(git_fd, snap, build_fd)
             ownership.hand_over_fd(git_fd, self.owner, recursive=True)
+            self.index_id = safefs.file_id(git_fd, snap.index_rel)
 
     def _reset(self) -> None:
         ws, ids, snap = self._ws, self._ids, self._snap
@@ -407,7 +417,7 @@ class Slot:
             safefs.clear_dir(root_fd, keep=frozenset({ws.root.name}))
             safefs.clear_dir(build_fd, keep=frozenset({GIT_DIR_NAME, ws.worktree.name, ENV_OBJECTS, PATCH_GIT}))
             # 1. The private git dir: drop everything, objects the agent wrote included, then restore.
-            self._restore_git_dir(git_fd, snap)
+            self._restore_git_dir(git_fd, snap, build_fd)
             # 2. git trusts stat data at one-second ctime granularity, so an edit that keeps size and restores
             #    the mtime (cp -p, touch -r) within the same second would survive. The filesystem's own ctime,
             #    in nanoseconds, cannot be forged: creating, deleting, renaming, linking or chmod-ing anything
@@ -461,6 +471,7 @@ class Slot:
                     touched = {".", *changed.dirs, *(os.path.dirname(f) or "." for f in changed.files)}
                     for rel in sorted(touched):
                         ownership.hand_over_rel(work_fd, rel, self.owner)
+            self.index_id = safefs.file_id(git_fd, snap.index_rel)
             self._mark = _fs_mark(build_fd)
         self._ws = replace(ws, worktree=worktree)
 

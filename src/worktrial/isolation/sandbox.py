@@ -368,7 +368,10 @@ def _interpreter(program: str) -> Path | None:
 
 
 def _under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+    """``path`` is ``root`` or below it (both absolute and normalised; compared as text, which is what a mount
+    table does, and much cheaper than walking ``path.parents`` for every bind of every program started)."""
+    p, r = str(path), str(root)
+    return p == r or p.startswith(r if r.endswith("/") else r + "/")
 
 
 def _system(path: Path) -> bool:
