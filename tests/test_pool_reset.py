@@ -180,22 +180,31 @@ def test_the_python_walk_sees_what_find_sees(slot: Slot, monkeypatch: pytest.Mon
     assert sorted(by_find.dirs) == sorted(by_python.dirs) == [".", "src/lib"]
 
 
-def test_the_index_is_kept_while_nothing_changed_it_and_written_again_once_something_did(slot: Slot) -> None:
+def test_the_index_is_kept_while_nothing_changed_it_and_written_again_once_something_did(
+    slot: Slot, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The private index (megabytes in a large repository) is not rewritten by a reset while it is, to the inode and
     its ctime, the one the harness left; an agent that staged something gets the harness's index back."""
     ws = slot.acquire()
     snap = slot.snapshot
     assert snap is not None
     index = ws.git_dir / snap.index_rel
+    writes: list[str] = []
+    real = pool.safefs.write_at
+
+    def counting(root_fd: int, rel: str, data: bytes, mode: int = 0o644) -> None:
+        writes.append(rel)
+        real(root_fd, rel, data, mode)
+
+    monkeypatch.setattr(pool.safefs, "write_at", counting)
     ws = slot.acquire()  # the first reset writes it
-    written = os.stat(index)
+    assert snap.index_rel in writes
+    writes.clear()
     ws = slot.acquire()
-    kept = os.stat(index)
-    assert kept.st_ino == written.st_ino  # moved aside and back, never written again
+    assert snap.index_rel not in writes and index.read_bytes() == snap.index
     (ws.worktree / "README.md").write_text("staged\n")
     git(ws.worktree, "add", "README.md")
+    assert index.read_bytes() != snap.index
     ws = slot.acquire()
-    again = os.stat(index)
-    assert again.st_ino != kept.st_ino
-    assert index.read_bytes() == snap.index
+    assert snap.index_rel in writes and index.read_bytes() == snap.index
     assert git(ws.worktree, "diff", "--cached", "--name-only") == ""
