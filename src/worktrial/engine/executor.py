@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from worktrial.agents.base import AgentError, AgentOptions
+from worktrial.isolation.container import ContainerPlan
 from worktrial.isolation.sandbox import SandboxDecision, SandboxSettings
 from worktrial.model.artifacts import AttemptArtifacts
 from worktrial.model.records import AttemptRecord
@@ -97,6 +98,8 @@ class AttemptSpec:
     """``--max-cost-per-attempt`` in USD: an attempt whose spend passes it ends as a failure."""
     environment_cache: str | None = None
     """Directory of the cache of environment setups across runs (for environments with a ``cache_key``)."""
+    containers: ContainerPlan | None = None
+    """The runtime and each container task's image (docs/environments.md); None: no task runs in a container."""
 
 
 @dataclass(frozen=True)

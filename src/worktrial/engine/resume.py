@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from worktrial.engine.confine import SandboxChoice, requested_sandbox
+from worktrial.engine.containers import image_differences, plan_containers
 from worktrial.engine.run import (
     RunObserver,
     RunOptions,
@@ -196,6 +197,8 @@ def _resume(
     wanted, given = given_config(options, config)
     differences = _suite_differences(loaded, ws.base_commit, {t: b.commit for t, b in bases.items()}, meta)
     differences += config.differences(wanted, given)
+    containers = plan_containers(loaded, options.container_runtime, observer.warning)
+    differences += image_differences(containers, meta.environment_images)
     if differences:
         raise BadInputError(
             f"cannot resume run {run_id}; it differs from the stored run: {'; '.join(differences)} "
@@ -235,7 +238,9 @@ def _resume(
             }
         )
         store.write_meta(meta)
-        settings = session_settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox)
+        settings = session_settings(
+            loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox, containers
+        )
         return execute(settings, executor, store, observer, done=stored_records.records, budget=budget)
 
 

@@ -270,6 +270,11 @@ class Envelope(BaseModel):
         default=None, description="Digest over the suite file and its declared files (equals suite_sha256 without)."
     )
     suite_files: list[SuiteFileInfo] = Field(default_factory=list, description="The suite's declared files.")
+    environment_images: dict[str, str] | None = Field(
+        default=None,
+        description="Task id -> the container image id (sha256:...) its attempts ran in, for tasks with a container "
+        "environment (docs/environments.md); null when no task had one.",
+    )
     run: RunInfo
     report: Report
 
