@@ -33,9 +33,6 @@ from worktrial.model.suite import Environment, LoadedSuite, Task
 
 __all__ = ["ContainerSandbox", "container_sandbox", "image_differences", "plan_containers", "read_reward"]
 
-_BUILT: dict[tuple[str, str], str] = {}
-"""What this process already built or looked up, by (runtime program, environment JSON): a run is built once."""
-
 
 def plan_containers(loaded: LoadedSuite, choice: RuntimeChoice, warn: Callable[[str], None]) -> ContainerPlan | None:
     """The run's container plan, or None when no task of the suite has a container environment. Builds each
@@ -50,8 +47,7 @@ def plan_containers(loaded: LoadedSuite, choice: RuntimeChoice, warn: Callable[[
         key = env.model_dump_json()
         if key in images:
             continue
-        images[key] = _BUILT.get((runtime.program, key)) or _image(runtime, env, loaded.suite_dir)
-        _BUILT[(runtime.program, key)] = images[key]
+        images[key] = _image(runtime, env, loaded.suite_dir)  # a build of the same inputs is found by its tag
     runtime = probe(runtime, next(iter(images.values())))
     for note in runtime.notes:
         warn(note)
