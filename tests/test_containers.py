@@ -198,3 +198,15 @@ def test_check_passes_on_the_example_dataset(cli, runtime, workspace, dataset) -
     result = cli(["check", str(dataset), "--trust", "--repeats", "1", "--runtime", runtime, "--quiet"], cwd=workspace)
     assert result.exit_code == 0, result.output
     assert "No problems found" in result.stdout
+
+
+def test_init_container_writes_a_suite_check_passes(cli, runtime, repo) -> None:
+    written = cli(["init", "--container", "--base-image", BASE_IMAGE], cwd=repo)
+    assert written.exit_code == 0, written.output
+    assert f"container (FROM {BASE_IMAGE})" in written.stdout
+    assert (repo / "evals" / "Dockerfile").read_text().splitlines()[2] == f"FROM {BASE_IMAGE}"
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "suite")
+    result = cli(["check", "evals/suite.json", "--trust", "--repeats", "1", "--runtime", runtime, "--quiet"], cwd=repo)
+    assert result.exit_code == 0, result.output
+    assert "No problems found" in result.stdout
