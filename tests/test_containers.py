@@ -71,7 +71,9 @@ def _image_id(runtime: str, image: str) -> str:
 
 
 def test_oracle_passes_nop_fails_and_the_envelope_pins_each_image(cli, runtime, workspace, dataset) -> None:
-    oracle = _eval(cli, workspace, dataset, runtime, "--agent", "oracle")
+    # docs/environments.md shows this run (tests/test_docs.py, RUN_ELSEWHERE)
+    args = ["--suite", str(dataset), "--agent", "oracle", "--trust", "--workspace", str(workspace)]
+    oracle = cli(["eval", *args, "--runtime", runtime, "--format", "json", "--quiet"])
     assert oracle.exit_code == 0, oracle.output
     envelope = json.loads(oracle.stdout)
     attempts = _attempts(envelope)
