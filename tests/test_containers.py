@@ -212,3 +212,40 @@ def test_init_container_writes_a_suite_check_passes(cli, runtime, repo) -> None:
     result = cli(["check", "evals/suite.json", "--trust", "--repeats", "1", "--runtime", runtime, "--quiet"], cwd=repo)
     assert result.exit_code == 0, result.output
     assert "No problems found" in result.stdout
+
+
+def test_ending_an_attempt_s_containers_removes_one_whose_client_was_killed(runtime, tmp_path: Path) -> None:
+    """A killed `run` client leaves its container running (Docker's always, Podman's when only the client dies):
+    the attempt removes every container it started before its verifier starts, and at cleanup."""
+    from worktrial.isolation.container import ContainerEnv, ContainerPlan, ContainerSandbox, Mounts, find_runtime, probe
+
+    rt = probe(find_runtime(runtime), BASE_IMAGE)
+    worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
+    worktree.mkdir()
+    sandbox = ContainerSandbox(
+        ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), Mounts(worktree, (), (), scratch), network="off"
+    )
+    sandbox.prepare()
+    wrapped = sandbox.wrap(["/bin/sh", "-c", "touch /app/started; while :; do sleep 0.1; done"], worktree, {})
+    client = subprocess.Popen(wrapped.argv, env=wrapped.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    (name,) = sandbox.names
+
+    def running() -> bool:
+        out = subprocess.run([runtime, "ps", "-q", "--filter", f"name={name}"], capture_output=True, text=True)
+        return bool(out.stdout.strip())
+
+    try:
+        for _ in range(600):  # the container is up once it has touched its file
+            if (worktree / "started").exists():
+                break
+            client.poll()
+            subprocess.run(["sleep", "0.1"], check=True)
+        assert (worktree / "started").exists()
+        client.kill()
+        client.wait()
+        assert running()  # the client is gone, its container is not
+        sandbox.end_containers()
+        assert not running()
+        assert sandbox.names == []
+    finally:
+        subprocess.run([runtime, "rm", "--force", name], capture_output=True)
