@@ -249,3 +249,21 @@ def test_ending_an_attempt_s_containers_removes_one_whose_client_was_killed(runt
         assert sandbox.names == []
     finally:
         subprocess.run([runtime, "rm", "--force", name], capture_output=True)
+
+
+def test_audit_checks_the_pinned_images_and_rewards(cli, runtime, workspace, dataset, tmp_path: Path) -> None:
+    task = dataset / "hello-file"
+    result = _eval(cli, workspace, task, runtime, "--agent", "oracle")
+    envelope = json.loads(result.stdout)
+    run_dir = workspace / ".worktrial" / "runs" / envelope["run"]["id"]
+    audited = cli(["audit", str(run_dir / "envelope.json"), "--suite", str(task)], cwd=workspace)
+    assert audited.exit_code == 0, audited.output
+
+    envelope["environment_images"] = {}
+    envelope["report"]["tasks"][0]["attempts"][0]["reward"] = 0.0
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(envelope))
+    audited = cli(["audit", str(edited), "--suite", str(task), "--no-traces"], cwd=workspace)
+    assert audited.exit_code == 1
+    assert "task hello-file has a container environment but the envelope pins no image" in audited.stdout
+    assert "reward 0 but verified=True" in audited.stdout
