@@ -258,6 +258,8 @@ def test_audit_checks_the_pinned_images_and_rewards(cli, runtime, workspace, dat
     run_dir = workspace / ".worktrial" / "runs" / envelope["run"]["id"]
     audited = cli(["audit", str(run_dir / "envelope.json"), "--suite", str(task)], cwd=workspace)
     assert audited.exit_code == 0, audited.output
+    report = cli(["report", envelope["run"]["id"], "--format", "markdown"], cwd=workspace)
+    assert "- containers: 1 task(s) ran in container images instead of the sandbox: hello-file sha256:" in report.stdout
 
     envelope["environment_images"] = {}
     envelope["report"]["tasks"][0]["attempts"][0]["reward"] = 0.0

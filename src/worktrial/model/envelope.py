@@ -292,6 +292,15 @@ class Envelope(BaseModel):
                 return "mixed (the run was resumed under other containment): " + "; ".join(parts)
         return run.sandbox.summary() if run.sandbox is not None else None
 
+    def containers_summary(self) -> str | None:
+        """The report's line on container tasks: how many ran in images (instead of the sandbox), and which."""
+        images = self.environment_images
+        if not images:
+            return None
+        shown = ", ".join(f"{task_id} {digest[:19]}…" for task_id, digest in list(images.items())[:3])
+        more = f" and {len(images) - 3} more" if len(images) > 3 else ""
+        return f"{len(images)} task(s) ran in container images instead of the sandbox: {shown}{more}"
+
     @property
     def bundle_digest(self) -> str:
         """What identifies the measured suite: the bundle digest, or the file digest for older envelopes."""
