@@ -31,7 +31,13 @@ from worktrial.isolation.sandbox import NetworkMode
 from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo
 from worktrial.model.suite import Environment, LoadedSuite, Task
 
-__all__ = ["ContainerSandbox", "container_sandbox", "image_differences", "plan_containers", "read_reward"]
+__all__ = [
+    "ContainerSandbox",
+    "container_sandbox",
+    "image_differences",
+    "plan_containers",
+    "read_reward",
+]
 
 
 def plan_containers(loaded: LoadedSuite, choice: RuntimeChoice, warn: Callable[[str], None]) -> ContainerPlan | None:

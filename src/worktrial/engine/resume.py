@@ -26,6 +26,7 @@ from worktrial.engine.run import (
     end_previous,
     execute,
     new_budget,
+    refuse_remote,
     resolve_run_sandbox,
     resolve_workspace,
     session_settings,
@@ -223,6 +224,7 @@ def _resume(
     with started(run_id, jobs, session) as (executor, work_root):
         request: SandboxChoice | SandboxRequest = config.sandbox if config.sandbox is not None else options.sandbox
         description = executor.preflight(ref)  # bad agent input is one line, before any sandbox warning
+        refuse_remote(containers, executor)
         sandbox = resolve_run_sandbox(request, session.base_url, ref, ws, work_root, bases, observer)
         budget = new_budget(session, config, ref.name, description)
         earlier = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])

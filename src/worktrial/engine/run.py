@@ -447,6 +447,7 @@ def run_suite(
     run_id = new_run_id()
     with started(run_id, jobs, options) as (executor, work_root):
         description = executor.preflight(ref)  # bad agent input is one line, before any sandbox warning
+        refuse_remote(containers, executor)
         sandbox = resolve_run_sandbox(options.sandbox, options.base_url, ref, ws, work_root, bases, observer)
         config = frozen_config(options, ref.name, attempts, k, sandbox.request)
         budget = new_budget(options, config, ref.name, description)
@@ -490,6 +491,15 @@ def run_suite(
             return execute(settings, executor, store, observer, done=[], budget=budget)
         finally:
             store.close()
+
+
+def refuse_remote(plan: ContainerPlan | None, executor: Executor) -> None:
+    """Container tasks run where their images were built: on this machine, with the local executor."""
+    if plan is not None and not isinstance(executor, LocalExecutor):
+        raise BadInputError(
+            "tasks with a container environment run on this machine only (their images are built here); "
+            "drop --executor ray / --ray-address for this suite"
+        )
 
 
 def end_previous(state_root: Path, observer: RunObserver, own: Path | None = None) -> None:

@@ -334,10 +334,15 @@ class ContainerSandbox(Sandbox):
         args = [rt.program, "run", "--rm", "--name", name, "--interactive", *rt.run_options]
         args += ["--network", {"off": "none", "on": "bridge", "host": "host"}[self.network]]
         args += ["--security-opt", "no-new-privileges", "--cap-drop", "ALL"] if self.env.user != "image" else []
-        if self.uid is not None:
+        if self.uid is not None and os.geteuid() == 0:
             for path in (self.mounts.worktree, *self.mounts.writable, self.mounts.scratch):
                 ownership.hand_over(path, self.uid, only_foreign=True)
             args += ["--user", f"{self.uid}:{self.uid}"]
+        elif self.uid is not None:
+            # An unprivileged harness: the container runs as its own uid, which owns the attempt's files. Rootless
+            # Podman maps container uids into the user's subordinate range unless told to keep this one.
+            args += ["--userns", "keep-id"] if rt.name == "podman" else []
+            args += ["--user", f"{self.uid}:{os.getegid()}"]
         elif self.env.user not in (None, "image"):
             args += ["--user", str(self.env.user)]
         if self.env.cpus is not None:
