@@ -290,3 +290,24 @@ def test_container_tasks_refuse_a_remote_executor(runtime, workspace, dataset) -
     options = RunOptions(agent="oracle", workspace=workspace, executor=Remote, container_runtime=runtime)  # type: ignore[arg-type]
     with pytest.raises(BadInputError, match="run on this machine only"):
         run_suite(dataset / "hello-file", options)
+
+
+def test_variables_reach_the_container_by_name_never_on_its_command_line(runtime, tmp_path: Path) -> None:
+    from worktrial.isolation.container import ContainerEnv, ContainerPlan, ContainerSandbox, Mounts, find_runtime, probe
+
+    rt = probe(find_runtime(runtime), BASE_IMAGE)
+    worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
+    worktree.mkdir()
+    sandbox = ContainerSandbox(
+        ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), Mounts(worktree, (), (), scratch), network="off"
+    )
+    sandbox.prepare()
+    home = scratch / "home"
+    home.mkdir()
+    env = {"API_TOKEN": "s3cret-value", "HOME": str(home), "PATH": "/nowhere", "WHERE": str(worktree / "sub")}
+    script = 'echo "$API_TOKEN"; echo "$HOME"; echo "$TMPDIR"; echo "$PATH"; echo "$WHERE"; pwd'
+    wrapped = sandbox.wrap(["/bin/sh", "-c", script], worktree, env)
+    assert not any("s3cret" in arg for arg in wrapped.argv)
+    out = subprocess.run(wrapped.argv, env=wrapped.env, capture_output=True, text=True, check=True)
+    sandbox.cleanup()
+    assert out.stdout.splitlines() == ["s3cret-value", str(home), "/tmp", "/bin", "/app/sub", "/app"]

@@ -218,6 +218,32 @@ def named_image(runtime: ContainerRuntime, image: str) -> str:
     return found
 
 
+RUNTIME_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "TMPDIR",
+        "XDG_RUNTIME_DIR",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "DOCKER_HOST",
+        "DOCKER_CONFIG",
+        "DOCKER_CONTEXT",
+        "CONTAINER_HOST",
+        "CONTAINER_CONNECTION",
+        "CONTAINERS_CONF",
+        "CONTAINERS_STORAGE_CONF",
+        "CONTAINERS_REGISTRIES_CONF",
+    }
+)
+"""The runtime CLI's own environment, always the harness's (rootless Podman and Docker find their storage, socket
+and configuration through it)."""
+_INLINE = ("HOME", "USER", "LOGNAME", "TMPDIR")
+"""The container's own values of variables the runtime reads too: given on its command line (they are no secrets)."""
+
+
 @dataclass(frozen=True)
 class Mounts:
     """The host paths one attempt's containers see."""
@@ -362,14 +388,16 @@ class ContainerSandbox(Sandbox):
                 args += ["--volume", f"{path}:{path}:ro"]
         for host, inside, writable in self.mounts.extra:
             args += ["--volume", f"{host}:{inside}:{'rw' if writable else 'ro'}"]
-        child = {k: self._map(v) for k, v in env.items()}
-        child.pop("PATH", None)  # the image's own PATH
-        # Each variable by name only: its value travels in the runtime's environment, never on a command line.
-        for key in sorted(child):
-            args += ["--env", key]
+        # What the runtime itself reads (where its storage and configuration are) is the harness's; the container
+        # gets its own values of those it needs, which are no secrets, on the command line, and the image's PATH.
+        # Every other variable goes by name only: its value travels in the runtime's environment, never on a
+        # command line.
+        inline = {k: self._map(env[k]) for k in _INLINE if k in env}
+        inline["TMPDIR"] = "/tmp"
+        child = {k: self._map(v) for k, v in env.items() if k not in RUNTIME_ENV}
+        args += [arg for k, v in sorted(inline.items()) for arg in ("--env", f"{k}={v}")]
+        args += [arg for k in sorted(child) for arg in ("--env", k)]
         args += ["--workdir", self._map(str(cwd)), self.env.image, *(self._map(a) for a in argv)]
-        host_env = {**child, "PATH": os.environ.get("PATH", os.defpath)}
-        for key in ("XDG_RUNTIME_DIR", "DOCKER_HOST", "DOCKER_CONFIG", "CONTAINER_HOST", "CONTAINERS_CONF"):
-            if key in os.environ and key not in child:
-                host_env[key] = os.environ[key]
+        host_env = {**child, **{k: v for k, v in os.environ.items() if k in RUNTIME_ENV}}
+        host_env.setdefault("PATH", os.defpath)
         return Wrapped(args, host_env)
