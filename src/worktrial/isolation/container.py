@@ -244,6 +244,21 @@ _INLINE = ("HOME", "USER", "LOGNAME", "TMPDIR")
 """The container's own values of variables the runtime reads too: given on its command line (they are no secrets)."""
 
 
+_SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/etc/", "/proc/", "/dev/", "/sys/")
+
+
+def _host_tool(program: str) -> Path | None:
+    """The real path of ``program`` when it names an executable of this host outside the system's directories
+    (those the image has its own of): what the container needs mounted to run it. A node or Python script whose
+    interpreter the image lacks still fails, with its own error (docs/environments.md)."""
+    if not os.path.isabs(program) or program.startswith(_SYSTEM_PREFIXES):
+        return None
+    real = Path(os.path.realpath(program))
+    if str(real).startswith(_SYSTEM_PREFIXES) or not real.is_file() or not os.access(real, os.X_OK):
+        return None
+    return real
+
+
 @dataclass(frozen=True)
 class Mounts:
     """The host paths one attempt's containers see."""
@@ -388,6 +403,11 @@ class ContainerSandbox(Sandbox):
                 args += ["--volume", f"{path}:{path}:ro"]
         for host, inside, writable in self.mounts.extra:
             args += ["--volume", f"{host}:{inside}:{'rw' if writable else 'ro'}"]
+        argv = list(argv)
+        if argv and (tool := _host_tool(argv[0])) is not None:
+            # A program the harness found on this host (a preset's pinned CLI): its directory, read-only.
+            args += ["--volume", f"{tool.parent}:{tool.parent}:ro"]
+            argv[0] = str(tool)
         # What the runtime itself reads (where its storage and configuration are) is the harness's; the container
         # gets its own values of those it needs, which are no secrets, on the command line, and the image's PATH.
         # Every other variable goes by name only: its value travels in the runtime's environment, never on a
