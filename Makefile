@@ -71,7 +71,8 @@ ray-tools:
 		|| echo "warning: iproute2/util-linux could not be installed; the Ray cluster tests will be skipped"
 
 # Container tasks (docs/environments.md) run under Podman (runc: crun cannot run on cgroups v1 hybrid hosts) on a
-# base image built offline from Debian's busybox-static (no registry is contacted); the `container` tests need them.
+# base image built offline from Debian's busybox-static (no registry is contacted), and the presets' tests on a
+# Debian image mmdebstrap makes from the package mirror (about a minute to 8, cached in ~/.cache/worktrial-images).
 containers:
 	@command -v podman >/dev/null && command -v runc >/dev/null && command -v busybox >/dev/null || (command -v apt-get \
 		>/dev/null && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
@@ -79,6 +80,10 @@ containers:
 		|| echo "warning: podman/runc/busybox-static could not be installed; the container tests will be skipped"
 	@! command -v podman >/dev/null || examples/harbor/build-base-image.sh podman \
 		|| echo "warning: the example base image could not be built; the container tests will be skipped"
+	@command -v mmdebstrap >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null) || true
+	@! command -v podman >/dev/null || examples/harbor/build-debian-image.sh podman \
+		|| echo "warning: the Debian image could not be built; the preset-in-a-container tests will be skipped"
 
 unit: $(STAMP) browser agents ray-tools sandbox containers
 	$(BIN)/pytest -q

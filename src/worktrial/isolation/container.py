@@ -40,6 +40,8 @@ RUNTIME_CHOICES: tuple[RuntimeChoice, ...] = ("auto", "docker", "podman")
 IMAGE_TAG_PREFIX = "localhost/worktrial-env"
 """Built images are tagged ``<prefix>:<first 24 hex of the build inputs' digest>``: the cache across runs."""
 DEFAULT_WORKDIR = "/app"
+TOOLS_DIR = "/opt/worktrial/tool"
+"""Where the directory of a host program the attempt runs (a preset's CLI) is mounted, read-only."""
 MAX_BUILD_LOG = 4000
 
 
@@ -405,9 +407,10 @@ class ContainerSandbox(Sandbox):
             args += ["--volume", f"{host}:{inside}:{'rw' if writable else 'ro'}"]
         argv = list(argv)
         if argv and (tool := _host_tool(argv[0])) is not None:
-            # A program the harness found on this host (a preset's pinned CLI): its directory, read-only.
-            args += ["--volume", f"{tool.parent}:{tool.parent}:ro"]
-            argv[0] = str(tool)
+            # A program the harness found on this host (a preset's pinned CLI): its directory, read-only, where any
+            # user can reach it (the host's may lie under a home no other user may enter, such as /root).
+            args += ["--volume", f"{tool.parent}:{TOOLS_DIR}:ro"]
+            argv[0] = f"{TOOLS_DIR}/{tool.name}"
         # What the runtime itself reads (where its storage and configuration are) is the harness's; the container
         # gets its own values of those it needs, which are no secrets, on the command line, and the image's PATH.
         # Every other variable goes by name only: its value travels in the runtime's environment, never on a
