@@ -376,7 +376,10 @@ class ContainerSandbox(Sandbox):
         self.names.append(name)
         args = [rt.program, "run", "--rm", "--name", name, "--interactive", *rt.run_options]
         args += ["--network", {"off": "none", "on": "bridge", "host": "host"}[self.network]]
-        args += ["--security-opt", "no-new-privileges", "--cap-drop", "ALL"] if self.env.user != "image" else []
+        # Never more privileges than it started with; a user worktrial picked gets no capabilities either (a task's
+        # own user, root in most Harbor images, keeps the runtime's default set: its verifiers install packages).
+        args += ["--security-opt", "no-new-privileges"]
+        args += ["--cap-drop", "ALL"] if self.uid is not None else []
         if self.uid is not None and os.geteuid() == 0:
             for path in (self.mounts.worktree, *self.mounts.writable, self.mounts.scratch):
                 ownership.hand_over(path, self.uid, only_foreign=True)
@@ -396,15 +399,18 @@ class ContainerSandbox(Sandbox):
             args += ["--memory", str(memory)]
         if self.max_procs is not None:
             args += ["--pids-limit", str(self.max_procs)]
-        args += ["--volume", f"{self.mounts.worktree}:{self.env.workdir}:rw"]
+        # Podman mounts what the attempt writes nosuid,nodev: a root container user cannot leave a set-uid program
+        # on this host (Docker's --volume has no such option).
+        rw = "rw,nosuid,nodev" if rt.name == "podman" else "rw"
+        args += ["--volume", f"{self.mounts.worktree}:{self.env.workdir}:{rw}"]
         for path in (*self.mounts.writable, self.mounts.scratch):
             if path.exists():
-                args += ["--volume", f"{path}:{path}:rw"]
+                args += ["--volume", f"{path}:{path}:{rw}"]
         for path in self.mounts.readonly:
             if path.exists():
                 args += ["--volume", f"{path}:{path}:ro"]
         for host, inside, writable in self.mounts.extra:
-            args += ["--volume", f"{host}:{inside}:{'rw' if writable else 'ro'}"]
+            args += ["--volume", f"{host}:{inside}:{rw if writable else 'ro'}"]
         argv = list(argv)
         if argv and (tool := _host_tool(argv[0])) is not None:
             # A program the harness found on this host (a preset's pinned CLI): its directory, read-only, where any
