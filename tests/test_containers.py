@@ -311,3 +311,12 @@ def test_variables_reach_the_container_by_name_never_on_its_command_line(runtime
     out = subprocess.run(wrapped.argv, env=wrapped.env, capture_output=True, text=True, check=True)
     sandbox.cleanup()
     assert out.stdout.splitlines() == ["s3cret-value", str(home), "/tmp", "/bin", "/app/sub", "/app"]
+
+
+def test_the_oracle_runs_solve_sh_beside_the_rest_of_its_solution(cli, runtime, workspace, dataset) -> None:
+    solution = dataset / "hello-file" / "solution"
+    (solution / "answer.txt").write_text("Hello, world!\n")
+    (solution / "solve.sh").write_text('#!/bin/bash\ncp "$(dirname "$0")/answer.txt" /app/hello.txt\n')
+    result = _eval(cli, workspace, dataset / "hello-file", runtime, "--agent", "oracle")
+    (attempt,) = _attempts(json.loads(result.stdout))["hello-file"]
+    assert (attempt["outcome"], attempt["reward"]) == ("pass", 1.0)

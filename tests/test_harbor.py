@@ -11,7 +11,7 @@ import pytest
 
 from worktrial.engine.containers import read_reward
 from worktrial.errors import SuiteError
-from worktrial.model.commands import ArgvCommand
+from worktrial.model.commands import ShCommand
 from worktrial.model.suite import load_suite
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "harbor"
@@ -39,7 +39,8 @@ def test_a_dataset_maps_every_task(dataset: Path) -> None:
     assert env.verifier_tests == "dataset/hello-file/tests"
     assert hello.solution is not None
     solution = hello.solution[0]
-    assert isinstance(solution, ArgvCommand) and "hello.txt" in solution.argv[-1]
+    assert isinstance(solution, ShCommand)
+    assert solution.sh == 'bash "$WORKTRIAL_SUITE_DIR"/dataset/hello-file/solution/solve.sh'
     assert [str(c) for c in hello.verify_commands] == ["bash /tests/test.sh"]
 
 

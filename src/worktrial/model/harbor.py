@@ -11,7 +11,7 @@ one task directory or a directory of them (a dataset). The mapping (docs/environ
   ``memory_mb`` (or ``memory = "4G"``) its limits; ``allow_internet = false`` its network off;
 - ``tests/`` is put at ``/tests`` only for the verifier, which runs ``bash /tests/test.sh`` and passes when the
   reward is 1;
-- ``solution/solve.sh`` is the oracle's solution.
+- ``solution/solve.sh`` is the oracle's solution, run from the suite's read-only copy (``$WORKTRIAL_SUITE_DIR``).
 
 A compose environment (``environment/docker-compose.yaml``) is refused: worktrial runs one container per command.
 The bundle digest covers every file of every task directory; the suite digest is that of the suite these files make.
@@ -22,13 +22,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from worktrial.errors import SuiteError
 from worktrial.model.bundle import bundle_digest, collect_bundle
-from worktrial.model.suite import LoadedSuite, parse_suite
+from worktrial.model.suite import SUITE_DIR_ENV, LoadedSuite, parse_suite
 
 MAX_TASK_FILE_BYTES = 1024 * 1024
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
@@ -149,8 +150,10 @@ def harbor_task(task_dir: Path, suite_root: Path) -> dict[str, Any]:
     if (verify_timeout := _seconds(verifier, "timeout_sec", f"{where}: [verifier]")) is not None:
         task["verify_timeout_secs"] = verify_timeout
     if (task_dir / "solution" / "solve.sh").is_file():
-        # The oracle runs inside the agent's container, where the suite is not mounted: the script goes in as text.
-        task["solution"] = [{"argv": ["bash", "-c", _read_text(task_dir / "solution" / "solve.sh")]}]
+        # The oracle sees the suite's files (read-only, at $WORKTRIAL_SUITE_DIR) in its container: the script runs
+        # from there, next to the rest of solution/ (which it reaches through "$(dirname "$0")").
+        script = shlex.quote(f"{rel}/solution/solve.sh")
+        task["solution"] = [{"sh": f'bash "${SUITE_DIR_ENV}"/{script}'}]
     return task
 
 
