@@ -20,6 +20,9 @@ from tests.cli_servers import (
     Sse,
     anthropic_plain,
     anthropic_stream,
+    chat_has_tool_result,
+    chat_plain,
+    chat_usage,
     has_tool_result,
     responses_function_call,
     responses_message,
@@ -137,6 +140,25 @@ def claude_in_container(served: Served) -> Callable[[Request], Sse | Plain]:
     return respond
 
 
+def mini_in_container(served: Served) -> Callable[[Request], Sse | Plain]:
+    """mini-swe-agent's bash tool with the solution, then with its submit command (chat completions)."""
+
+    def respond(request: Request) -> Sse | Plain:
+        if request.method != "POST" or not request.path.split("?")[0].endswith("/chat/completions"):
+            return Plain(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
+        model = str(request.body.get("model"))
+        if not chat_has_tool_result(request.body.get("messages", [])):
+            served.add(model, Tokens(input=1000, cached_input=300, output=50, reasoning=10))
+            usage = chat_usage(1000, 50, cached=300, reasoning=10)
+            return chat_plain(model, usage, text="Creating it.", call=("bash", {"command": SOLVE_AND_LOOK}))
+        served.add(model, Tokens(input=1300, cached_input=1000, output=9, reasoning=2))
+        usage = chat_usage(1300, 9, cached=1000, reasoning=2)
+        submit = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+        return chat_plain(model, usage, text="Done.", call=("bash", {"command": submit}))
+
+    return respond
+
+
 def _run(cli, program: str, repo: Path, suite: Path, *args: str) -> dict[str, object]:
     result = cli(
         [
@@ -215,3 +237,35 @@ def _image_id(program: str, image: str) -> str:
     out = subprocess.run([program, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True)
     text = out.stdout.strip()
     return text if text.startswith("sha256:") else f"sha256:{text}"
+
+
+def test_mini_swe_agent_is_installed_into_the_image_and_solves_a_task(
+    cli,
+    runtime,  # noqa: F811
+    debian_image,
+    repo,
+    tmp_path: Path,
+    monkeypatch,
+) -> None:
+    """A Python CLI cannot run from the host's venv: the same distribution and version go into a cached volume,
+    installed with the image's python3 (from the package index: the test needs it reachable)."""
+    tool = installed("mini-swe-agent")
+    monkeypatch.setenv("PATH", f"{tool.executable.parent}{os.pathsep}{os.environ['PATH']}")
+    _isolated_home(tmp_path, monkeypatch)
+    for var in ("OPENAI_API_BASE", "MSWEA_MODEL_NAME", "MSWEA_GLOBAL_CONFIG_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm would fetch its price map at start
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-mini")
+    served = Served()
+    with CliServer(mini_in_container(served)) as server:
+        route = ["--agent", "mini-swe-agent", "--model", "openai/coder-1", "--base-url", f"{server.url}/v1"]
+        envelope = _run(cli, runtime, repo, _suite(tmp_path, debian_image), *route)
+    attempt = _only_attempt(envelope)
+    assert attempt["outcome"] == "pass", attempt
+    assert attempt["turns"] == 2  # from its trajectory file, as on the host
+    assert attempt["tokens"] == served.tokens.model_copy(update={"cache_creation": None}).model_dump()
+    where = _where(attempt)
+    assert where[0] in ("/run/.containerenv", "/.dockerenv")
+    assert where[1] != "0" and where[2] == "/app"
+    kept = subprocess.run([runtime, "volume", "inspect", "worktrial-tools"], capture_output=True, text=True)
+    assert kept.returncode == 0, kept.stderr  # the install stays in the volume for the next run

@@ -9,12 +9,15 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from worktrial.errors import BadInputError
-from worktrial.isolation import ownership
+from worktrial.isolation import container_tools, ownership
 from worktrial.isolation.container import (
+    TOOLS_VOLUME,
     ContainerEnv,
     ContainerPlan,
     ContainerRuntime,
@@ -26,6 +29,7 @@ from worktrial.isolation.container import (
     named_image,
     probe,
 )
+from worktrial.isolation.container_tools import python_tool
 from worktrial.isolation.proc import ProcessScope
 from worktrial.isolation.sandbox import NetworkMode
 from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo
@@ -37,6 +41,7 @@ __all__ = [
     "image_differences",
     "plan_containers",
     "read_reward",
+    "with_agent_tools",
 ]
 
 
@@ -85,6 +90,28 @@ def _image(runtime: ContainerRuntime, env: Environment, suite_dir: Path) -> str:
     if not context.is_dir():
         raise BadInputError(f"{context}: build context not found; fix environment.context (relative to the suite)")
     return build_image(runtime, dockerfile, context, env.build_timeout_secs)
+
+
+def with_agent_tools(
+    plan: ContainerPlan | None, description: Mapping[str, Any], say: Callable[[str], None]
+) -> ContainerPlan | None:
+    """The plan with the agent's CLI installed into each image, when the agent is a preset whose CLI is a Python
+    console script on this host (a native executable is mounted as it is)."""
+    binary = description.get("binary")
+    if plan is None or not description.get("preset") or not isinstance(binary, str):
+        return plan
+    program = shutil.which(binary)
+    tool = python_tool(Path(os.path.realpath(program))) if program else None
+    if program is None or tool is None:
+        return plan
+    tools: dict[str, dict[str, str]] = {}
+    for image in sorted({env.image for env in plan.tasks.values()}):
+        say(
+            f"{tool.distribution}=={tool.version} (the host's {binary}) goes into image {image[:19]}: installed "
+            f"once into the volume {TOOLS_VOLUME}, reused after"
+        )
+        tools[image] = {program: container_tools.install(plan.runtime, image, tool)}
+    return replace(plan, tools=tools)
 
 
 def image_differences(plan: ContainerPlan | None, stored: dict[str, str]) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from worktrial.engine.confine import SandboxChoice, requested_sandbox
-from worktrial.engine.containers import image_differences, plan_containers
+from worktrial.engine.containers import image_differences, plan_containers, with_agent_tools
 from worktrial.engine.run import (
     RunObserver,
     RunOptions,
@@ -225,6 +225,7 @@ def _resume(
         request: SandboxChoice | SandboxRequest = config.sandbox if config.sandbox is not None else options.sandbox
         description = executor.preflight(ref)  # bad agent input is one line, before any sandbox warning
         refuse_remote(containers, executor)
+        containers = with_agent_tools(containers, description, observer.warning)
         sandbox = resolve_run_sandbox(request, session.base_url, ref, ws, work_root, bases, observer)
         budget = new_budget(session, config, ref.name, description)
         earlier = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])

@@ -33,7 +33,7 @@ from worktrial.engine.confine import (
     unreadable_objects,
     unwritable_shared,
 )
-from worktrial.engine.containers import plan_containers
+from worktrial.engine.containers import plan_containers, with_agent_tools
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
 from worktrial.errors import BadInputError, WorkspaceError
@@ -448,6 +448,7 @@ def run_suite(
     with started(run_id, jobs, options) as (executor, work_root):
         description = executor.preflight(ref)  # bad agent input is one line, before any sandbox warning
         refuse_remote(containers, executor)
+        containers = with_agent_tools(containers, description, observer.warning)
         sandbox = resolve_run_sandbox(options.sandbox, options.base_url, ref, ws, work_root, bases, observer)
         config = frozen_config(options, ref.name, attempts, k, sandbox.request)
         budget = new_budget(options, config, ref.name, description)

@@ -40,6 +40,9 @@ RUNTIME_CHOICES: tuple[RuntimeChoice, ...] = ("auto", "docker", "podman")
 IMAGE_TAG_PREFIX = "localhost/worktrial-env"
 """Built images are tagged ``<prefix>:<first 24 hex of the build inputs' digest>``: the cache across runs."""
 DEFAULT_WORKDIR = "/app"
+TOOLS_VOLUME = "worktrial-tools"
+"""The cached volume of CLIs installed into images (``container_tools.py``)."""
+TOOLS_VOLUME_DIR = "/opt/worktrial/venvs"
 TOOLS_DIR = "/opt/worktrial/tool"
 """Where the directory of a host program the attempt runs (a preset's CLI) is mounted, read-only."""
 MAX_BUILD_LOG = 4000
@@ -87,6 +90,8 @@ class ContainerPlan:
 
     runtime: ContainerRuntime
     tasks: Mapping[str, ContainerEnv] = field(default_factory=dict)
+    tools: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Image -> {host program -> that program installed in the image's tools volume} (a preset's Python CLI)."""
 
     def images(self) -> dict[str, str]:
         """Task id -> image digest, for the envelope."""
@@ -412,7 +417,11 @@ class ContainerSandbox(Sandbox):
         for host, inside, writable in self.mounts.extra:
             args += ["--volume", f"{host}:{inside}:{rw if writable else 'ro'}"]
         argv = list(argv)
-        if argv and (tool := _host_tool(argv[0])) is not None:
+        installed = self.plan.tools.get(self.env.image, {})
+        if argv and argv[0] in installed:
+            args += ["--volume", f"{TOOLS_VOLUME}:{TOOLS_VOLUME_DIR}:ro"]
+            argv[0] = installed[argv[0]]
+        elif argv and (tool := _host_tool(argv[0])) is not None:
             # A program the harness found on this host (a preset's pinned CLI): its directory, read-only, where any
             # user can reach it (the host's may lie under a home no other user may enter, such as /root).
             args += ["--volume", f"{tool.parent}:{TOOLS_DIR}:ro"]
