@@ -143,11 +143,13 @@ def sandbox_owner(spec: AttemptSpec) -> int | None:
     return decision.uid if decision.kind == "bubblewrap" else None
 
 
-def slot_overlay(spec: AttemptSpec, agent: Agent) -> bool:
+def slot_overlay(spec: AttemptSpec, agent: Agent, base: TaskBase | None = None) -> bool:
     """Whether a slot gives each attempt an overlay room (``isolation/overlay.py``): the sandbox is bubblewrap, the
     kernel mounts overlays in it, and every file the agent reads or writes goes through a sandboxed program (an
     agent that works on files from the harness's own process, like the builtin agent's tools, sees the host, where
-    the room is never mounted)."""
+    the room is never mounted). Never for a container task: its containers mount the worktree from the host."""
+    if base is not None and base.container:
+        return False
     decision = spec.sandbox_decision or decide(spec.sandbox)
     return decision.kind == "bubblewrap" and bool(getattr(agent, "sandboxed_files", False)) and overlay.usable()
 

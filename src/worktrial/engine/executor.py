@@ -55,8 +55,14 @@ class TaskBase:
 
     @property
     def prepared(self) -> bool:
-        """Whether the base is a commit the harness makes on top of ``commit`` (environment or hidden paths)."""
-        return self.environment is not None or bool(self.hide)
+        """Whether the base is a commit the harness makes on top of ``commit`` (environment setup or hidden paths;
+        a container environment is the image the attempt runs in, never a setup)."""
+        return (self.environment is not None and bool(self.environment.setup)) or bool(self.hide)
+
+    @property
+    def container(self) -> bool:
+        """Whether the task's commands run in a container of its environment's image (docs/environments.md)."""
+        return self.environment is not None and self.environment.container
 
 
 @dataclass(frozen=True)

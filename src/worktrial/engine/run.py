@@ -255,8 +255,6 @@ def task_bases(loaded: LoadedSuite, ws: ResolvedWorkspace) -> dict[str, TaskBase
     bases: dict[str, TaskBase] = {}
     for task in suite.tasks:
         environment = suite.environment_for(task)
-        if environment is not None and environment.container:
-            environment = None  # a container environment is the image the attempt runs in, never a setup commit
         pin = task.workspace
         if pin is None or (pin.repo is None and pin.ref is None):
             bases[task.id] = TaskBase(default_source, ws.base_commit, environment, hide)

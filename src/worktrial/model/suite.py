@@ -143,6 +143,8 @@ class Environment(BaseModel):
         container = self.image is not None or self.dockerfile is not None
         if container and self.setup:
             raise ValueError('"setup" with a container image is not supported: put the setup steps in the Dockerfile')
+        if container and (self.cache_key is not None or self.cache_files is not None):
+            raise ValueError('"cache_key" and "cache_files" belong to "setup"; an image is cached by its digest')
         if not container and not self.setup:
             raise ValueError('an environment needs "setup" commands, an "image" or a "dockerfile"')
         if not container and (self.context is not None or self.verifier_tests is not None):
