@@ -13,6 +13,7 @@ from typing import Literal
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOutput, AgentResult
 from worktrial.agents.credentials import preset_credentials
 from worktrial.agents.prompt import prompt_file_env, write_prompt_file
+from worktrial.engine import containers
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
@@ -120,17 +121,35 @@ SANDBOX_ETC = "sandbox-etc"
 """Next to the worktree, where only the harness writes: the files the sandbox sees in place of the host's /etc ones."""
 
 
+def _container_sandbox(
+    spec: AttemptSpec, task: Task, ws: AttemptWorkspace, source: SourceRepo | None
+) -> containers.ContainerSandbox | None:
+    """A container task's sandbox: its image, the run's network and limits (docs/environments.md)."""
+    settings = spec.sandbox
+    return containers.container_sandbox(
+        spec.containers,
+        task,
+        ws,
+        source,
+        network=settings.network,
+        max_memory=settings.limits.max_memory,
+        max_procs=settings.limits.max_procs,
+    )
+
+
 def sandbox_owner(spec: AttemptSpec) -> int | None:
     """The uid the attempt's trees must belong to: the one its sandboxed programs run as when the harness is root."""
     decision = spec.sandbox_decision or decide(spec.sandbox)
     return decision.uid if decision.kind == "bubblewrap" else None
 
 
-def slot_overlay(spec: AttemptSpec, agent: Agent) -> bool:
+def slot_overlay(spec: AttemptSpec, agent: Agent, base: TaskBase | None = None) -> bool:
     """Whether a slot gives each attempt an overlay room (``isolation/overlay.py``): the sandbox is bubblewrap, the
     kernel mounts overlays in it, and every file the agent reads or writes goes through a sandboxed program (an
     agent that works on files from the harness's own process, like the builtin agent's tools, sees the host, where
-    the room is never mounted)."""
+    the room is never mounted). Never for a container task: its containers mount the worktree from the host."""
+    if base is not None and base.container:
+        return False
     decision = spec.sandbox_decision or decide(spec.sandbox)
     return decision.kind == "bubblewrap" and bool(getattr(agent, "sandboxed_files", False)) and overlay.usable()
 
@@ -245,6 +264,8 @@ class _Progress:
     patch: PatchData | None = None
     agent_ran: bool = False
     agent_ended: str | None = None
+    reward: float | None = None
+    """A container task's reward file (Harbor's verifiers): 1 passes."""
     agent_start: float | None = None
     """When the agent started (monotonic): setup is everything before, the attempt's duration everything after."""
 
@@ -284,7 +305,7 @@ def run_attempt(
                 workspace = create_attempt_workspace(source, base.commit, root)
                 ownership.hand_over(workspace.root, sandbox_owner(spec))
                 origin = Start(base.commit, source.objects_dir)
-            sandbox = attempt_sandbox(spec, workspace, source)
+            sandbox = _container_sandbox(spec, task, workspace, source) or attempt_sandbox(spec, workspace, source)
             sandbox.prepare()
             if slot is None and base.prepared:
                 origin = Start(_environment_setup(spec, base, workspace, sandbox, scope), source.objects_dir)
@@ -344,6 +365,7 @@ def run_attempt(
         worktree=str(workspace.worktree) if spec.keep_worktrees and workspace else None,
         model=usage.model,
         agent_ended=progress.agent_ended,
+        reward=progress.reward,
     )
     artifacts = _artifacts(task.id, attempt, progress, redactor) if spec.artifacts else None
     return AttemptResult(record=record, trace=trace, fatal=progress.fatal, worker=worker, artifacts=artifacts)
@@ -498,6 +520,8 @@ def _run_in(
             claimed=None, error=AgentError(ErrorCategory.CRASHED, f"agent crashed: {type(exc).__name__}: {exc}")
         )
     progress.agent_secs = time.monotonic() - agent_start
+    if isinstance(sandbox, containers.ContainerSandbox):
+        sandbox.end_containers()  # the verifier starts only once every agent container is gone
     progress.usage = result.usage
     progress.output = result.output
     progress.agent_ended = result.ended
@@ -573,7 +597,14 @@ def _run_in(
         if slot is not None:
             slot.ran_in_place()
         harness_env = suite_env(job.spec, workspace.root)  # a home made after the agent ended
+        scope, reward_dir = containers.verifier_scope(scope, job.spec.suite_dir, scratch)
         check: VerifyResult = run_verify(task, verify_tree, harness_env, scope, tail_bytes=COMMAND_TAIL_BYTES)
+        if reward_dir is not None:  # a reward file decides, not the verifier's exit status (Harbor's convention)
+            progress.reward, missing = containers.read_reward(reward_dir)
+            if not any(run.timed_out for run in check.runs):
+                won = progress.reward == 1
+                why = missing or f"the verifier's reward is {progress.reward:g}, not 1"
+                check = replace(check, passed=won, reason=None if won else f"verify failed: {why}")
         progress.commands += [
             _command_log("verify", i, command, run)
             for i, (command, run) in enumerate(zip(task.verify_commands, check.runs, strict=False), start=1)

@@ -131,7 +131,7 @@ class LocalExecutor:
                         self.work_root / f"slot-{index}-{made}",
                         prepare,
                         sandbox_owner(job.spec),
-                        overlay=slot_overlay(job.spec, self._agent),
+                        overlay=slot_overlay(job.spec, self._agent, base),
                     )
                     made += 1
                 if slot is not None:
