@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import git
-from worktrial.isolation import pool, workspace
+from worktrial.isolation import pool, safefs, workspace
 from worktrial.isolation.pool import Slot
 from worktrial.isolation.workspace import open_source
 
@@ -190,13 +190,13 @@ def test_the_index_is_kept_while_nothing_changed_it_and_written_again_once_somet
     assert snap is not None
     index = ws.git_dir / snap.index_rel
     writes: list[str] = []
-    real = pool.safefs.write_at
+    real = safefs.write_at
 
     def counting(root_fd: int, rel: str, data: bytes, mode: int = 0o644) -> None:
         writes.append(rel)
         real(root_fd, rel, data, mode)
 
-    monkeypatch.setattr(pool.safefs, "write_at", counting)
+    monkeypatch.setattr(safefs, "write_at", counting)
     ws = slot.acquire()  # the first reset writes it
     assert snap.index_rel in writes
     writes.clear()
