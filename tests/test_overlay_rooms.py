@@ -173,3 +173,50 @@ def test_the_bundled_suites_give_identical_records_on_both_paths(cli: Any, tmp_p
             envelope = _run(cli, repo, repo / "suites" / suite.name, mode, "--agent", "oracle", "--attempts", "2")
             records[mode] = _outcomes(envelope)
         assert records["on"] == records["off"], suite.name
+
+
+def test_an_unprivileged_harness_mounts_its_rooms_in_a_user_namespace(tmp_path: Path) -> None:
+    """As on a developer's laptop: the harness is not root, so the overlay is mounted in a user namespace of its own
+    (``unshare --user --map-root-user``) and bubblewrap starts inside it as the user again."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.test_sandbox_unprivileged import _as, _free_uid, _userns_available
+
+    uid = os.geteuid() if os.geteuid() != 0 else _free_uid()
+    if uid != os.geteuid() and (reason := _userns_available(uid)):
+        pytest.skip(reason)
+    probe = subprocess.run([*_as(uid if uid != os.geteuid() else None), sys.executable, "-c", "import worktrial"],
+                           capture_output=True, cwd="/")  # fmt: skip
+    if probe.returncode != 0:
+        pytest.skip(f"this test's Python cannot run as uid {uid}")
+    base = Path(tempfile.mkdtemp(prefix="wt-overlay-unpriv-", dir="/var/tmp"))
+    try:
+        base.chmod(0o755)
+        repo = base / "repo"
+        repo.mkdir()
+        (repo / "a.txt").write_text("a\n")
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(base), "TMPDIR": str(base),
+               "WORKTRIAL_TRUST": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+               "GIT_COMMITTER_EMAIL": "t@t", "WORKTRIAL_OVERLAY": "on"}  # fmt: skip
+        for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "initial"]):
+            subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+        verify = {"sh": "grep -q overlay fs.txt && grep -q b a.txt && test ! -e gone"}
+        suite = {"id": "s", "attempts": 2, "tasks": [{"id": "t", "prompt": "p", "verify_commands": [verify]}]}
+        (base / "suite.json").write_text(json.dumps(suite))
+        if uid != os.geteuid():
+            subprocess.run(["chown", "-R", f"{uid}:{uid}", str(base)], check=True)
+        agent = "test ! -e fs.txt && stat -f -c %T . > fs.txt && echo b >> a.txt && touch gone && rm gone"
+        command = [sys.executable, "-m", "worktrial", "eval", "--suite", str(base / "suite.json"), "--jobs", "1"]
+        command += ["--agent-cmd", agent, "--format", "json", "-q", "--sandbox", "on"]
+        done = subprocess.run([*_as(uid if uid != os.geteuid() else None), *command], cwd=repo, env=env,
+                              capture_output=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr.decode()
+        envelope = json.loads(done.stdout)
+        outcomes = [a["outcome"] for t in envelope["report"]["tasks"] for a in t["attempts"]]
+        assert outcomes == ["pass", "pass"], envelope["report"]["tasks"]
+        patch = _artifacts(repo, envelope, "t", 2)["patch"]
+        assert patch["files"] == ["a.txt", "fs.txt"] and "+overlay" in patch["diff"], patch
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
