@@ -25,8 +25,11 @@ OWN_MEANING = {
 def commands(command: click.Command = main, path: tuple[str, ...] = ()) -> Iterator[tuple[str, click.Command]]:
     yield " ".join(path), command
     if isinstance(command, click.Group):
-        for name in sorted(command.commands):
-            yield from commands(command.commands[name], (*path, name))
+        ctx = click.Context(command)
+        for name in sorted(command.list_commands(ctx)):
+            sub = command.get_command(ctx, name)
+            assert sub is not None
+            yield from commands(sub, (*path, name))
 
 
 def test_an_option_several_commands_take_has_one_help_text() -> None:

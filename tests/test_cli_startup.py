@@ -56,3 +56,18 @@ def test_version_answers_before_any_command_is_loaded(cli) -> None:
     version_line, loaded = done.stdout.splitlines()
     assert loaded == "[]"
     assert version_line == cli(["--version"]).stdout.strip()
+
+
+def test_eval_loads_neither_the_html_view_nor_jinja2(repo: Path, write_suite) -> None:
+    """The commands that render pages or compare runs are imported when they run, not before ``eval``'s first
+    attempt."""
+    suite = write_suite([task("t")])
+    probe = (
+        "import sys\nfrom worktrial.cli import main\n"
+        "try:\n    main(sys.argv[1:], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jinja2', 'markupsafe') "
+        "or m in ('worktrial.render.html', 'worktrial.cli.view', 'worktrial.cli.numbers')), file=sys.stderr)"
+    )
+    args = ["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "-q", "--format", "json"]
+    done = subprocess.run([sys.executable, "-c", probe, *args], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr

@@ -12,6 +12,9 @@ def __getattr__(name: str) -> Any:
     if name == "main":  # the click group, imported on first use (``worktrial --version`` never needs it)
         from worktrial.cli.main import main
 
+        # Importing the submodule ``worktrial.cli.main`` bound its name here to the module: the group replaces it,
+        # as an eager ``from worktrial.cli.main import main`` in this file would.
+        globals()["main"] = main
         return main
     raise AttributeError(name)
 

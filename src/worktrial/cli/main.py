@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import sys
 import traceback
@@ -59,8 +60,30 @@ EXIT_MEASURED_NOTHING = 1
 EXIT_FINDINGS = 1
 
 
+_LAZY = {
+    "compare": ("worktrial.cli.numbers", "compare_cmd"),
+    "power": ("worktrial.cli.numbers", "power_cmd"),
+    "check": ("worktrial.cli.numbers", "check_cmd"),
+    "audit": ("worktrial.cli.numbers", "audit_cmd"),
+    "show": ("worktrial.cli.view", "show_cmd"),
+    "view": ("worktrial.cli.view", "view_cmd"),
+    "init": ("worktrial.cli.init", "init_cmd"),
+}
+"""Commands imported only when they run (or are listed): what they import (the HTML view and jinja2, compare,
+leaderboards, the statistics of power) is not on the way of ``eval``'s first attempt."""
+
+
 class _Group(click.Group):
     """Turns WorktrialError into one clear message and its exit code; --debug keeps the traceback."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _LAZY:
+            module, attr = _LAZY[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attr))
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -518,16 +541,3 @@ def validate_cmd(suite_path: Path) -> None:
         click.echo("\n" + for_terminal("\n".join(render_lints(lints)), multiline=True))
     if problems:
         sys.exit(EXIT_FINDINGS)
-
-
-def _register_number_commands() -> None:
-    """compare, power, check and audit live in their own module; imported late to keep imports one-way."""
-    from worktrial.cli.init import COMMANDS as INIT_COMMANDS
-    from worktrial.cli.numbers import COMMANDS
-    from worktrial.cli.view import show_cmd, view_cmd
-
-    for command in (*COMMANDS, show_cmd, view_cmd, *INIT_COMMANDS):
-        main.add_command(command)
-
-
-_register_number_commands()

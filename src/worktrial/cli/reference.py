@@ -28,9 +28,9 @@ def _contexts(command: click.Command, parent: click.Context | None, name: str) -
     ctx = click.Context(command, info_name=name, parent=parent, **settings)
     yield ctx
     if isinstance(command, click.Group):
-        for sub_name in sorted(command.commands):
-            sub = command.commands[sub_name]
-            if not sub.hidden:
+        for sub_name in sorted(command.list_commands(ctx)):  # lazy commands too (imported here)
+            sub = command.get_command(ctx, sub_name)
+            if sub is not None and not sub.hidden:
                 yield from _contexts(sub, ctx, sub_name)
 
 
