@@ -43,17 +43,22 @@ mkdir -p __pycache__ && echo forged > __pycache__/m.pyc && echo noise > build.lo
 mkfifo pipe
 mkdir -p deep/a/b/c && echo deep > deep/a/b/c/d
 chmod 700 keep
+git mv movedir renameddir
+rm -r replaced && mv source replaced
+python3 -c "import os; os.rename('nested/inner', 'nested-inner')"
 """
 
 VERIFY = (
     "grep -q edited README.md && test ! -e gone.txt && test -f renamed.txt && test ! -e old.txt && test -x script.sh "
     "&& test -f file2dir/x && test -f dir2file && test -L link-me && test ! -e __pycache__ && test ! -e build.log "
-    "&& test ! -e pipe && test -f deep/a/b/c/d && test -f keep/k"
+    "&& test ! -e pipe && test -f deep/a/b/c/d && test -f keep/k && test -f renameddir/m/deep.txt "
+    "&& grep -q from-source replaced/x && test ! -e source && test -f nested-inner/i && test ! -e nested/inner"
 )
 
 PRISTINE = (
     "test -f gone.txt && test -f old.txt && test ! -e renamed.txt && test ! -x script.sh && test -f file2dir "
-    "&& test -f dir2file/y && test ! -L link-me && test ! -e sub && test ! -e deep && test ! -e pipe"
+    "&& test -f dir2file/y && test ! -L link-me && test ! -e sub && test ! -e deep && test ! -e pipe "
+    "&& test -f movedir/m/deep.txt && grep -q original replaced/x && test -f source/x && test -f nested/inner/i"
 )
 
 
@@ -69,6 +74,14 @@ def _repo(path: Path) -> Path:
     (path / "dir2file" / "y").write_text("y\n")
     (path / "keep").mkdir()
     (path / "keep" / "k").write_text("k\n")
+    (path / "movedir" / "m").mkdir(parents=True)
+    (path / "movedir" / "m" / "deep.txt").write_text("moved\n")
+    for name, text in (("replaced", "original"), ("source", "from-source")):
+        (path / name).mkdir()
+        (path / name / "x").write_text(f"{text}\n")
+    (path / "nested" / "inner").mkdir(parents=True)
+    (path / "nested" / "inner" / "i").write_text("i\n")
+    (path / "nested" / "stay").write_text("s\n")
     git(path, "add", ".")
     git(path, "commit", "-qm", "base")
     return path
@@ -130,7 +143,9 @@ def test_every_kind_of_change_gives_the_same_patch_and_verdict_on_both_paths(
         found[mode] = (outcomes, patches[0])
     assert found["on"] == found["off"]
     patch = found["on"][1]
-    for name in ("README.md", "gone.txt", "renamed.txt", "old.txt", "script.sh", "file2dir/x", "dir2file", "sub"):
+    for name in ("README.md", "gone.txt", "renamed.txt", "old.txt", "script.sh", "file2dir/x", "dir2file", "sub",
+                 "movedir/m/deep.txt", "renameddir/m/deep.txt", "replaced/x", "source/x", "nested-inner/i",
+                 "nested/inner/i"):  # fmt: skip
         assert name in patch["files"], (name, patch["files"])
     assert "new\nline" in patch["files"] and any(f.startswith("bad") for f in patch["files"])
     assert "old mode 100644\nnew mode 100755" in patch["diff"]
@@ -175,9 +190,10 @@ def test_the_bundled_suites_give_identical_records_on_both_paths(cli: Any, tmp_p
         assert records["on"] == records["off"], suite.name
 
 
-def test_an_unprivileged_harness_mounts_its_rooms_in_a_user_namespace(tmp_path: Path) -> None:
-    """As on a developer's laptop: the harness is not root, so the overlay is mounted in a user namespace of its own
-    (``unshare --user --map-root-user``) and bubblewrap starts inside it as the user again."""
+def test_an_unprivileged_harness_uses_the_copying_path_with_the_same_results(tmp_path: Path) -> None:
+    """As on a developer's laptop: the harness is not root. An overlay it mounts in a user namespace of its own
+    cannot rename a directory of the checkout (``redirect_dir`` needs trusted xattrs: EXDEV), which an agent's
+    ``git mv`` does, so the probe says so and the slots use the copying path, with the same verdicts and patch."""
     import subprocess
     import sys
     import tempfile
@@ -202,7 +218,7 @@ def test_an_unprivileged_harness_mounts_its_rooms_in_a_user_namespace(tmp_path: 
                "GIT_COMMITTER_EMAIL": "t@t", "WORKTRIAL_OVERLAY": "on"}  # fmt: skip
         for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "initial"]):
             subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
-        verify = {"sh": "grep -q overlay fs.txt && grep -q b a.txt && test ! -e gone"}
+        verify = {"sh": "test -s fs.txt && ! grep -q overlay fs.txt && grep -q b a.txt && test ! -e gone"}
         suite = {"id": "s", "attempts": 2, "tasks": [{"id": "t", "prompt": "p", "verify_commands": [verify]}]}
         (base / "suite.json").write_text(json.dumps(suite))
         if uid != os.geteuid():
@@ -217,6 +233,6 @@ def test_an_unprivileged_harness_mounts_its_rooms_in_a_user_namespace(tmp_path: 
         outcomes = [a["outcome"] for t in envelope["report"]["tasks"] for a in t["attempts"]]
         assert outcomes == ["pass", "pass"], envelope["report"]["tasks"]
         patch = _artifacts(repo, envelope, "t", 2)["patch"]
-        assert patch["files"] == ["a.txt", "fs.txt"] and "+overlay" in patch["diff"], patch
+        assert patch["files"] == ["a.txt", "fs.txt"] and "+overlay" not in patch["diff"], patch
     finally:
         subprocess.run(["rm", "-rf", str(base)], check=False)

@@ -8,8 +8,11 @@ next ``acquire()`` must give back exactly the pristine checkout.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import git
-from worktrial.isolation import pool, safefs, workspace
+from worktrial.isolation import overlay, pool, safefs, workspace
 from worktrial.isolation.pool import Slot
 from worktrial.isolation.workspace import open_source
 
@@ -85,6 +88,19 @@ def _file_replaced_by_symlink(w: Path) -> None:
     (w / "README.md").symlink_to("/etc/hostname")
 
 
+def _dir_moved_into_place(w: Path) -> None:
+    """``rm -r src/lib && mv docs/lib src/lib``: the files inside keep their old change times, so only the
+    directory's new inode says that ``src/lib/util.py`` now holds what ``docs/lib/util.py`` held."""
+    for f in (w / "src" / "lib").iterdir():
+        f.unlink()
+    (w / "src" / "lib").rmdir()
+    os.rename(w / "docs" / "lib", w / "src" / "lib")
+
+
+def _dir_moved_out(w: Path) -> None:
+    os.rename(w / "src" / "lib", w / "lib")
+
+
 def _ignored_file(w: Path) -> None:
     (w / "build.log").write_text("ignored by .gitignore\n")
 
@@ -100,6 +116,8 @@ EDITS: dict[str, Callable[[Path], None]] = {
     "file-replaced-by-symlink": _file_replaced_by_symlink,
     "hard-link": _hard_link,
     "ignored-file": _ignored_file,
+    "dir-moved-into-place": _dir_moved_into_place,
+    "dir-moved-out": _dir_moved_out,
 }
 
 
@@ -107,6 +125,8 @@ EDITS: dict[str, Callable[[Path], None]] = {
 def slot(repo: Path, tmp_path: Path) -> Iterator[Slot]:
     (repo / "src" / "lib").mkdir(parents=True)
     (repo / "src" / "lib" / "util.py").write_text("def f():\n    return 1\n")
+    (repo / "docs" / "lib").mkdir(parents=True)
+    (repo / "docs" / "lib" / "util.py").write_text("def f():\n    return 2\n")
     (repo / ".gitignore").write_text("*.log\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "tree")
@@ -208,3 +228,53 @@ def test_the_index_is_kept_while_nothing_changed_it_and_written_again_once_somet
     ws = slot.acquire()
     assert snap.index_rel in writes and index.read_bytes() == snap.index
     assert git(ws.worktree, "diff", "--cached", "--name-only") == ""
+
+
+def _in_room(ws: Any, code: str) -> str:
+    """Run Python ``code`` (``w`` is the worktree) with the room's overlay mounted, as every program of an attempt is
+    started; its stdout."""
+    assert ws.layers is not None
+    root = Path(__file__).resolve().parent.parent
+    program = "import json, sys\nfrom pathlib import Path\nfrom tests.test_pool_reset import EDITS, _tree\n"
+    program += f"w = Path({str(ws.worktree)!r})\n"
+    done = subprocess.run(
+        [*ws.layers.prefix(), sys.executable, "-c", program + code],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": f"{root}:{root / 'src'}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.skipif(overlay.unavailable() is not None, reason="overlays cannot be mounted here")
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_an_overlay_room_sees_every_change_and_its_reset_leaves_the_pristine_checkout_as_it_was(
+    repo: Path, tmp_path: Path, edit: str
+) -> None:
+    (repo / "src" / "lib").mkdir(parents=True)
+    (repo / "src" / "lib" / "util.py").write_text("def f():\n    return 1\n")
+    (repo / "docs" / "lib").mkdir(parents=True)
+    (repo / "docs" / "lib" / "util.py").write_text("def f():\n    return 2\n")
+    (repo / ".gitignore").write_text("*.log\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "tree")
+    (tmp_path / "work").mkdir()
+    slot = Slot(open_source(repo), git(repo, "rev-parse", "HEAD"), tmp_path / "work" / "slot-0", overlay=True)
+    try:
+        ws = slot.acquire()
+        assert slot.pristine is not None and ws.worktree != slot.pristine
+        before = _tree(slot.pristine)
+        merged = json.loads(_in_room(ws, "print(json.dumps(_tree(w)))"))
+        assert merged == {k: list(v) for k, v in before.items()}
+        assert slot.untouched()
+        _in_room(ws, f"EDITS[{edit!r}](w)")
+        assert not slot.untouched(), f"{edit} went unseen"
+        assert _tree(slot.pristine) == before, "the agent's change reached the pristine checkout"
+        ws = slot.acquire()
+        assert slot.untouched() and slot.builds == 1
+        assert json.loads(_in_room(ws, "print(json.dumps(_tree(w)))")) == {k: list(v) for k, v in before.items()}
+    finally:
+        slot.close()

@@ -24,10 +24,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shlex
 import shutil
 import stat
+import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from worktrial.isolation import proc
@@ -62,7 +64,9 @@ class Layers:
 
     def options(self) -> str:
         opts = f"lowerdir={':'.join(self.lowers)},upperdir={self.upper},workdir={self.work}"
-        return opts if os.geteuid() == 0 else opts + ",userxattr"
+        # redirect_dir: renaming a directory of a lower layer works (as on any filesystem) instead of failing with
+        # EXDEV; it needs trusted xattrs, so root's overlays only (an unprivileged harness uses the copying path).
+        return opts + ",redirect_dir=on" if os.geteuid() == 0 else opts + ",userxattr"
 
     def prefix(self) -> list[str]:
         """The argv in front of bubblewrap's: a mount namespace with this overlay mounted at ``mountpoint``."""
@@ -90,7 +94,14 @@ def unavailable() -> str | None:
             (base / name).mkdir()
         (base / "lower" / "probe").write_bytes(b"lower\n")
         layers = Layers(base, ("lower",), "upper", "work", "merged")
+        (base / "lower" / "dir").mkdir()
+        (base / "lower" / "dir" / "file").write_bytes(b"in a directory\n")
         check = 'test "$(cat merged/probe)" = lower && echo upper > merged/probe && rm merged/probe'
+        check += (
+            f" && {shlex.quote(sys.executable)} -c \"import os; os.rename('merged/dir', 'merged/moved')\" 2>/dev/null"
+        )
+        check += " || { test -e merged/dir && echo 'renaming a directory fails (EXDEV): redirect_dir needs root' >&2"
+        check += " && exit 3; }"
         argv = [*layers.prefix(), "sh", "-c", f"cd {str(base)!r} && {check}"]
         result = proc.run(argv, cwd=tmp, timeout=30, sweep=False)
         if not result.ok:
@@ -136,9 +147,12 @@ class UpperChanges:
     """Every directory the upper layer holds (copied up, new or opaque)."""
     odd: list[str]
     """Anything else (a FIFO, a socket): not file contents, dropped from the agent's change."""
+    origins: dict[str, str] = field(default_factory=dict)
+    """Directories that merge with a lower directory at another path (a renamed directory, ``redirect_dir``, and
+    the directories below it): path -> that lower path."""
 
     def __bool__(self) -> bool:
-        return bool(self.present or self.whiteouts or self.opaque or self.odd)
+        return bool(self.present or self.whiteouts or self.opaque or self.odd or self.dirs)
 
 
 def scan_upper(upper_fd: int) -> UpperChanges:
@@ -148,13 +162,24 @@ def scan_upper(upper_fd: int) -> UpperChanges:
     opaque: list[str] = []
     dirs: list[str] = []
     odd: list[str] = []
+    origins: dict[str, str] = {}
     for top, subdirs, names, dir_fd in os.fwalk(".", dir_fd=upper_fd, follow_symlinks=False):
         prefix = "" if top == "." else top.removeprefix("./") + "/"
+        parent = top.removeprefix("./") if top != "." else ""
         for name in subdirs:
             rel = prefix + name
             dirs.append(rel)
-            if is_opaque(f"/proc/self/fd/{dir_fd}/{name}"):
+            path = f"/proc/self/fd/{dir_fd}/{name}"
+            if is_opaque(path):
                 opaque.append(rel)
+            redirect = _redirect(path)
+            base = origins.get(parent, parent) if parent else ""
+            if redirect is not None:
+                origins[rel] = (
+                    redirect[1:] if redirect.startswith("/") else (f"{base}/{redirect}" if base else redirect)
+                )
+            elif parent in origins:
+                origins[rel] = f"{origins[parent]}/{name}"
         for name in names:
             rel = prefix + name
             try:
@@ -167,7 +192,36 @@ def scan_upper(upper_fd: int) -> UpperChanges:
                 whiteouts.append(rel)
             else:
                 odd.append(rel)
-    return UpperChanges(present, whiteouts, opaque, dirs, odd)
+    return UpperChanges(present, whiteouts, opaque, dirs, odd, origins)
+
+
+def _redirect(path: str) -> str | None:
+    for name in ("trusted.overlay.redirect", "user.overlay.redirect"):
+        with contextlib.suppress(OSError):
+            value = os.getxattr(path, name, follow_symlinks=False)
+            return value.decode("utf-8", "surrogateescape")
+    return None
+
+
+def moved_files(lower: Path, changes: UpperChanges) -> dict[str, str]:
+    """Files that show at a new path because a directory of the lower layer was renamed (``redirect_dir``):
+    merged path -> its lower path. What the upper layer holds at a path (a file, a whiteout, a directory) wins."""
+    entries = {*changes.present, *changes.whiteouts, *changes.dirs, *changes.odd}
+    opaque = set(changes.opaque)
+    found: dict[str, str] = {}
+    for rel, origin in changes.origins.items():
+        if rel in opaque:
+            continue
+        try:
+            names = os.listdir(lower / origin)
+        except OSError:
+            continue
+        for name in names:
+            if f"{rel}/{name}" in entries:
+                continue  # the upper layer's own entry (or, for a directory, its own origin above)
+            for path in lower_files(lower, f"{origin}/{name}"):
+                found[f"{rel}/{path[len(origin) + 1 :]}"] = path
+    return found
 
 
 def lower_files(lower: Path, rel: str) -> list[str]:
@@ -200,4 +254,6 @@ def affected_lower(lower: Path, changes: UpperChanges) -> list[str]:
         with contextlib.suppress(OSError):
             if not stat.S_ISDIR(os.lstat(path).st_mode):
                 found.update(lower_files(lower, rel))
+    for rel in changes.origins:  # a renamed directory hides whatever the lower layer had at its new path
+        found.update(lower_files(lower, rel))
     return sorted(found)

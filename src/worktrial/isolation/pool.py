@@ -127,6 +127,10 @@ class Slot:
         self._mark = _Mark(0, 0, 0, exact=False)
         self._dir_mode = 0o755
         """The mode git gave the checkout's directories (0777 less the umask), restored where an agent changed it."""
+        self._dir_inos: dict[str, int] = {}
+        """Copying path: the inode of every directory of the checkout as the harness left it. A directory whose inode
+        changed was replaced (``mv`` of another directory into its place keeps the old change times of the files
+        inside, which the ctime walk alone would miss): all of it counts as changed."""
         self._walked: _Changes | None = None
         """Copying path: the changes since the mark, walked after the agent, while no program has run since."""
         self.index_id: safefs.FileId | None = None
@@ -212,7 +216,9 @@ class Slot:
                     if not self._mark.trusted():
                         return None
                     with safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd) as fd:
-                        self._walked = _changed_since(fd, ws.worktree, self._mark.fs_ns)
+                        self._walked = _with_replaced(
+                            _changed_since(fd, ws.worktree, self._mark.fs_ns), fd, self._dir_inos
+                        )
                 return self._walked
         except (OSError, WorktrialError):
             return None
@@ -244,13 +250,14 @@ class Slot:
                     new_fd, lower = upper_fd, safefs.fd_path(lower_fd)
                     hidden = set(changes.opaque)
                     odd = list(changes.odd)
-                    present = [p for p in changes.present if not _in_git_link(p)]
+                    moved = overlay.moved_files(lower, changes)
+                    present = [p for p in [*changes.present, *moved] if not _in_git_link(p)]
                     untracked = [p for p in present if lstat_kind(lower / p) not in ("file", "link")]
                     old = overlay.affected_lower(lower, changes)
                     for rel in old:
                         link_or_copy(rel, stage_path / STAGE_OLD / rel, src_dir_fd=lower_fd)
                 else:
-                    lower_fd, hidden = -1, set()
+                    lower_fd, hidden, moved = -1, set(), {}
                     work_fd = fds.enter_context(safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd))
                     git_fd = fds.enter_context(safefs.opened_dir(GIT_DIR_NAME, ids.git_dir, dir_fd=build_fd))
                     new_fd, work = work_fd, safefs.fd_path(work_fd)
@@ -273,7 +280,9 @@ class Slot:
                     return AgentChange(None, ignored, untouched=False)
                 skip = set(ignored)
                 for rel in present:
-                    if rel not in skip:
+                    if rel in moved:  # a renamed directory's file: the lower layer holds it, at its old path
+                        link_or_copy(moved[rel], stage_path / STAGE_NEW / rel, src_dir_fd=lower_fd)
+                    elif rel not in skip:
                         link_or_copy(rel, stage_path / STAGE_NEW / rel, src_dir_fd=new_fd)
                 patch = staged_patch(stage_path, max_bytes)
                 if patch is not None and nested:
@@ -346,6 +355,9 @@ class Slot:
         self._ws, self._ids = ws, ids
         self._dirty = False
         with self._open_build(ids) as build_fd:
+            if not self.overlay:
+                with safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd) as work_fd:
+                    self._dir_inos = _dir_inodes(work_fd)
             self._mark = _fs_mark(build_fd)
 
     def _discard(self) -> None:
@@ -425,17 +437,18 @@ class Slot:
             #    that changed (one walk; the one taken after the agent when no program ran since).
             trusted = self._mark.trusted()
             if walked is None or not trusted:
-                walked = _changed_since(work_fd, ws.worktree, self._mark.fs_ns)
+                walked = _with_replaced(_changed_since(work_fd, ws.worktree, self._mark.fs_ns), work_fd, self._dir_inos)
             changed = walked
             # 3. A fresh, unpredictable worktree path (one rename): a program that kept the old path in mind finds
             #    nothing there. (Every process of the attempt has ended before a reset.)
             new_name = _token("w")
             os.rename(ws.worktree.name, new_name, src_dir_fd=build_fd, dst_dir_fd=build_fd)
             worktree = ws.root / new_name
+            plan = None
             if trusted:
                 # 4. Put back exactly what changed, from the base commit's objects (no walk, no index, no git in the
                 #    tree), and remove what the base does not have.
-                self._restore(changed, work_fd, build_fd, git_fd)
+                plan = self._restore(changed, work_fd, build_fd, git_fd)
             else:
                 # 4'. The clock could not separate the harness's writes from the agent's: git restores everything.
                 for rel in changed.files:
@@ -472,13 +485,17 @@ class Slot:
                     for rel in sorted(touched):
                         ownership.hand_over_rel(work_fd, rel, self.owner)
             self.index_id = safefs.file_id(git_fd, snap.index_rel)
+            if trusted:
+                _update_dir_inodes(self._dir_inos, work_fd, changed, plan)
+            else:
+                self._dir_inos = _dir_inodes(work_fd)
             self._mark = _fs_mark(build_fd)
         self._ws = replace(ws, worktree=worktree)
 
-    def _restore(self, changed: _Changes, work_fd: int, build_fd: int, git_fd: int) -> None:
-        """Copying path: the worktree back to the base commit at the changed entries only."""
+    def _restore(self, changed: _Changes, work_fd: int, build_fd: int, git_fd: int) -> RestorePlan | None:
+        """Copying path: the worktree back to the base commit at the changed entries only; what it did."""
         if not changed:
-            return
+            return None
         stage = _token("stage")
         os.mkdir(stage, 0o700, dir_fd=build_fd)
         try:
@@ -497,6 +514,7 @@ class Slot:
                     else:
                         safefs.remove_at(work_fd, name)
                 base.write(wanted.files, work)
+                return wanted
         finally:
             safefs.remove_at(build_fd, stage)
 
@@ -776,3 +794,71 @@ def remove_files(tree_fd: int, rels: list[str]) -> None:
                 continue
             with safefs.opened_dir(parent, None, dir_fd=tree_fd) as parent_fd:
                 os.rmdir(name, dir_fd=parent_fd)
+
+
+def _dir_inodes(work_fd: int) -> dict[str, int]:
+    """Every directory of the worktree (but ``.git``) -> its inode (one walk, at a slot's build)."""
+    found = {".": os.fstat(work_fd).st_ino}
+    for top, subdirs, _names, dir_fd in os.fwalk(".", dir_fd=work_fd, follow_symlinks=False):
+        if top == ".":
+            subdirs[:] = [d for d in subdirs if d != _GITFILE]
+        prefix = "" if top == "." else top.removeprefix("./") + "/"
+        for name in subdirs:
+            with contextlib.suppress(OSError):
+                found[prefix + name] = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_ino
+    return found
+
+
+def _inode_of(work_fd: int, rel: str) -> int | None:
+    try:
+        st = os.stat(rel, dir_fd=work_fd, follow_symlinks=False) if rel != "." else os.fstat(work_fd)
+    except OSError:
+        return None
+    return st.st_ino if stat.S_ISDIR(st.st_mode) else None
+
+
+def _with_replaced(changes: _Changes, work_fd: int, inodes: dict[str, int]) -> _Changes:
+    """The walk's changes plus everything below each directory that is not the one the harness left there (new,
+    or moved in from elsewhere, so the files inside kept their old change times)."""
+    replaced = sorted(
+        (d for d in changes.dirs if d != "." and _inode_of(work_fd, d) != inodes.get(d)), key=lambda d: d.count("/")
+    )
+    outer: list[str] = []
+    for d in replaced:
+        if not any(d.startswith(o + "/") for o in outer):
+            outer.append(d)
+    if not outer:
+        return changes
+    files, dirs = set(changes.files), set(changes.dirs)
+    for d in outer:
+        try:
+            top_fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=work_fd)
+        except OSError:
+            continue
+        try:
+            for top, subdirs, names, _fd in os.fwalk(".", dir_fd=top_fd, follow_symlinks=False):
+                prefix = d + "/" + ("" if top == "." else top.removeprefix("./") + "/")
+                dirs.update(prefix + n for n in subdirs)
+                files.update(prefix + n for n in names)
+        finally:
+            os.close(top_fd)
+    return _Changes(sorted(files), sorted(dirs))
+
+
+def _update_dir_inodes(inodes: dict[str, int], work_fd: int, changed: _Changes, plan: RestorePlan | None) -> None:
+    """After a reset, in proportion to it: what it removed loses its entries, the directories it kept or made (those
+    of the changed entries, and the parents of every file it wrote back) get their inode."""
+    if plan is not None:
+        for rel in plan.remove:
+            for key in [k for k in inodes if k == rel or k.startswith(rel + "/")]:
+                del inodes[key]
+    touched = {".", *changed.dirs}
+    for path in plan.files if plan is not None else ():
+        parts = path.split("/")[:-1]
+        touched.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    for rel in touched:
+        ino = _inode_of(work_fd, rel)
+        if ino is None:
+            inodes.pop(rel, None)
+        else:
+            inodes[rel] = ino
