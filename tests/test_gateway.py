@@ -63,7 +63,7 @@ def sse_bytes(answer: Sse) -> bytes:
     return out + (b"data: [DONE]\n\n" if answer.done_marker else b"")
 
 
-CASES = {
+CASES: dict[str, tuple[str, str, Sse | Plain, Tokens, str]] = {
     "anthropic-stream": (
         "anthropic",
         "v1/messages",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import shutil
 import socket
@@ -19,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import httpx2 as httpx
@@ -65,44 +66,47 @@ class Gateway:
         self.port: int | None = None
         self.socket_path: Path | None = None
         self._failed: BaseException | None = None
+        self._ready = threading.Event()
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Listen (idempotent). Raises OSError when it cannot."""
+        directory = self._socket_dir()
         with self._lock:
             if self._thread is not None:
-                return
-            self._dir = Path(tempfile.mkdtemp(prefix="worktrial-gateway-"))
-            self._dir.chmod(0o755)  # a sandbox running as another uid connects to the socket in it
-            tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            tcp.bind(("127.0.0.1", 0))
-            self.port = tcp.getsockname()[1]
-            self.socket_path = self._dir / SOCKET_NAME
-            unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            unix.bind(str(self.socket_path))
-            self.socket_path.chmod(0o666)
-            (self._dir / forward.SCRIPT_NAME).write_text(forward.script_text())
-            (self._dir / forward.SCRIPT_NAME).chmod(0o644)
-            app = Starlette(
-                routes=[
-                    StarletteRoute("/g/{token}/{route}/{rest:path}", self._proxy, methods=_METHODS),
-                    StarletteRoute("/g/{token}/{route}", self._proxy, methods=_METHODS),
-                ]
-            )
-            config = uvicorn.Config(
-                app, lifespan="off", log_level="warning", access_log=False, http="h11", loop="asyncio"
-            )
-            self._server = uvicorn.Server(config)
-            ready = threading.Event()
-            self._thread = threading.Thread(
-                target=self._serve, args=([tcp, unix], ready), name="worktrial-gateway", daemon=True
-            )
-            self._thread.start()
+                ready = self._ready
+            else:
+                ready = self._ready = threading.Event()
+                self._launch(directory, ready)
         if not ready.wait(START_TIMEOUT_SECS) or self._failed is not None:
             self.close()
             raise OSError(f"the model gateway did not start: {self._failed or 'timed out'}")
+
+    def _launch(self, directory: Path, ready: threading.Event) -> None:
+        """Bind both sockets and start the server's thread (under the lock)."""
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        tcp.bind(("127.0.0.1", 0))
+        self.port = tcp.getsockname()[1]
+        self.socket_path = directory / SOCKET_NAME
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        unix.bind(str(self.socket_path))
+        self.socket_path.chmod(0o666)
+        (directory / forward.SCRIPT_NAME).write_text(forward.script_text())
+        (directory / forward.SCRIPT_NAME).chmod(0o644)
+        app = Starlette(
+            routes=[
+                StarletteRoute("/g/{token}/{route}/{rest:path}", self._proxy, methods=_METHODS),
+                StarletteRoute("/g/{token}/{route}", self._proxy, methods=_METHODS),
+            ]
+        )
+        config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, http="h11", loop="asyncio")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._serve, args=([tcp, unix], ready), name="worktrial-gateway", daemon=True
+        )
+        self._thread.start()
 
     def _serve(self, sockets: list[socket.socket], ready: threading.Event) -> None:
         async def main() -> None:
@@ -156,26 +160,37 @@ class Gateway:
         cost_cap: float | None = None,
         own_network: bool = False,
     ) -> Session:
-        """A new attempt's session. ``own_network``: the agent runs in a network namespace of its own (a sandbox
-        with ``--network off`` or ``on``), where the gateway's port is forwarded to its unix socket."""
-        self.start()
-        assert self.port is not None and self._dir is not None and self.socket_path is not None
-        prefix: Sequence[str] = ()
-        if own_network:
-            script = self._dir / forward.SCRIPT_NAME
-            prefix = (sys.executable, "-I", "-S", str(script), str(self.port), str(self.socket_path), "--")
+        """A new attempt's session; the server starts when a session first routes an upstream. ``own_network``: the
+        agent runs in a network namespace of its own (a sandbox with ``--network off`` or ``on``), where the
+        gateway's port is forwarded to its unix socket (``Session.wrap``)."""
         session = Session(
-            f"http://127.0.0.1:{self.port}",
+            functools.partial(self._listening, own_network),
             price,
             cost_cap,
             cancel,
-            prefix,
-            self._dir if own_network else None,
+            self._socket_dir() if own_network else None,
             on_close=self._forget,
         )
         with self._lock:
             self._sessions[session.token] = session
         return session
+
+    def _socket_dir(self) -> Path:
+        with self._lock:
+            if self._dir is None:
+                self._dir = Path(tempfile.mkdtemp(prefix="worktrial-gateway-"))
+                self._dir.chmod(0o755)  # a sandbox running as another uid connects to the socket in it
+            return self._dir
+
+    def _listening(self, own_network: bool) -> tuple[str, tuple[str, ...]]:
+        """Start (once); the base URL agents use and the prefix that forwards it into a network namespace."""
+        self.start()
+        assert self.port is not None and self._dir is not None and self.socket_path is not None
+        prefix: tuple[str, ...] = ()
+        if own_network:
+            script = self._dir / forward.SCRIPT_NAME
+            prefix = (sys.executable, "-I", "-S", str(script), str(self.port), str(self.socket_path), "--")
+        return f"http://127.0.0.1:{self.port}", prefix
 
     def _forget(self, session: Session) -> None:
         with self._lock:

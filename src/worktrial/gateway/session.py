@@ -89,22 +89,21 @@ class Session:
 
     def __init__(
         self,
-        base_url: str,
+        listening: Callable[[], tuple[str, tuple[str, ...]]],
         price: PriceFn | None,
         cost_cap: float | None,
         cancel: threading.Event,
-        forward: Sequence[str] = (),
         socket_dir: Path | None = None,
         on_close: Callable[[Session], None] | None = None,
     ) -> None:
         self.token = TOKEN_PREFIX + secrets.token_urlsafe(24)
-        self.base_url = base_url
+        self._listening = listening
+        """Starts the gateway (once) and says its base URL and the prefix that runs a program with the gateway's
+        port forwarded into its own network namespace (empty when the program shares the host's loopback)."""
+        self.forward: tuple[str, ...] = ()
         self.price = price
         self.cost_cap = cost_cap
         self.cancel = cancel
-        self.forward = tuple(forward)
-        """The prefix that runs a program with the gateway's port forwarded into its own network namespace
-        (empty when the program shares the host's loopback)."""
         self.socket_dir = socket_dir
         """The directory of the gateway's unix socket, which a sandbox must show for the forward to work."""
         self.routes: dict[str, Route] = {}
@@ -117,10 +116,11 @@ class Session:
 
     def route(self, route: Route) -> str:
         """Register an upstream; the URL the agent uses in place of ``route.base_url``."""
+        base_url, self.forward = self._listening()
         with self._lock:
             self.routes[route.name] = route
             self.used = True
-        return f"{self.base_url}/g/{self.token}/{route.name}"
+        return f"{base_url}/g/{self.token}/{route.name}"
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """``argv`` run so that it reaches the gateway at ``base_url`` from inside its own network namespace."""
