@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx2 as httpx
 import pytest
@@ -275,7 +275,8 @@ def test_fatal_statuses(gateway: Gateway, status: int, path: str, category: Erro
     assert failure is not None and failure.category == category and failure.fatal
     assert at.cancel.is_set()
     assert again.status_code == status and len(server.requests) == 1  # answered by the gateway from then on
-    assert "TEST_KEY" in failure.message if category == ErrorCategory.PROVIDER_AUTH else "claude-nope" in failure.message
+    named = "TEST_KEY" if category == ErrorCategory.PROVIDER_AUTH else "claude-nope"
+    assert named in failure.message
 
 
 def test_cost_cap_refuses_further_requests(gateway: Gateway) -> None:
@@ -287,9 +288,7 @@ def test_cost_cap_refuses_further_requests(gateway: Gateway) -> None:
 
     with CliServer(lambda _request: answer) as server:
         at = opened(gateway, server, price=price, cost_cap=0.025)
-        codes = [
-            httpx.post(f"{at.url}/chat/completions", json={"model": "gpt-asked"}).status_code for _ in range(4)
-        ]
+        codes = [httpx.post(f"{at.url}/chat/completions", json={"model": "gpt-asked"}).status_code for _ in range(4)]
     assert codes == [200, 200, 200, 429]  # 0.01 each: the third passes 0.025, the fourth is refused
     report = at.session.report()
     assert report.over_cap and at.cancel.is_set()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 
 from worktrial.agents.base import AgentOptions, AgentResult
+from worktrial.agents.presets import PRESETS
 from worktrial.agents.pricing import cost_usd, resolve_price
 from worktrial.engine.executor import AttemptSpec
 from worktrial.gateway import Gateway, GatewayReport, PriceFn, Session
@@ -35,6 +36,13 @@ def gateway_price(options: AgentOptions) -> PriceFn:
         return None
 
     return price
+
+
+def routes_through_gateway(agent: str) -> bool:
+    """Whether the agent's model calls go through the gateway (from inside any sandbox, even to a loopback
+    ``--base-url``): the presets that name their upstream, and the command agent given ``--base-url``."""
+    spec = PRESETS.get(agent)
+    return agent == "command" or (spec is not None and spec.upstream is not None)
 
 
 def own_network(spec: AttemptSpec) -> bool:

@@ -311,17 +311,15 @@ _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 def _upstream_headers(items: Iterable[tuple[str, str]], route: Route) -> list[tuple[str, str]]:
     """The request's headers for the upstream: hop-by-hop ones dropped, every credential header the agent sent
-    (holding the token) replaced by the real key in the same header, identity encoding asked for so the usage
-    can be read as it streams."""
+    (holding the token) replaced by the real key in the same header (a route without a key passes the agent's own
+    on), identity encoding asked for so the usage can be read as it streams."""
     out: list[tuple[str, str]] = []
     sent_key = False
     for name, value in items:
         lower = name.lower()
         if lower in _HOP_BY_HOP:
             continue
-        if lower in _CREDENTIAL_HEADERS:
-            if route.key is None:
-                continue
+        if lower in _CREDENTIAL_HEADERS and route.key is not None:  # without a key of its own: the agent's pass
             scheme, _, rest = value.partition(" ")
             value = f"{scheme} {route.key}" if lower == "authorization" and rest else route.key
             sent_key = True
