@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -203,6 +204,21 @@ def test_a_stream_is_relayed_chunk_by_chunk(gateway: Gateway) -> None:
         release.set()
         server.shutdown()
         server.server_close()
+
+
+def test_a_stream_the_agent_abandons_is_still_counted(gateway: Gateway) -> None:
+    """The provider served (and bills) the whole answer though the agent closed the connection after one chunk."""
+    answer = anthropic_stream(
+        "claude-x", [{"type": "text", "text": "hi " * 2000}], {"input_tokens": 5, "output_tokens": 3}, "end_turn"
+    )
+    with CliServer(lambda _request: answer) as server:
+        at = opened(gateway, server, "anthropic")
+        with httpx.stream("POST", f"{at.url}/v1/messages", json={"stream": True}) as got:
+            next(got.iter_raw())  # then the connection is closed with the rest unread
+        deadline = time.monotonic() + 30
+        while at.session.report().requests == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert at.session.report().usage.tokens == Tokens(input=5, output=3)
 
 
 def test_unknown_token_is_refused(gateway: Gateway) -> None:

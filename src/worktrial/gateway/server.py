@@ -67,6 +67,7 @@ class Gateway:
         self.socket_path: Path | None = None
         self._failed: BaseException | None = None
         self._ready = threading.Event()
+        self._draining: set[asyncio.Task[None]] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
 
@@ -102,7 +103,9 @@ class Gateway:
                 StarletteRoute("/g/{token}/{route}", self._proxy, methods=_METHODS),
             ]
         )
-        config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, http="h11", loop="asyncio")
+        config = uvicorn.Config(
+            app, lifespan="off", log_level="error", access_log=False, http="h11", ws="none", loop="asyncio"
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._serve, args=([tcp, unix], ready), name="worktrial-gateway", daemon=True
@@ -212,7 +215,8 @@ class Gateway:
         if (refusal := session.refusal()) is not None:
             return _error(*refusal)
         rest = request.path_params.get("rest", "")
-        wire = wire_of(rest)
+        # Only a POST is a model call (Codex first tries a WebSocket upgrade on a GET of the same path).
+        wire = wire_of(rest) if request.method == "POST" else None
         body = await request.body()
         if len(body) > MAX_REQUEST_BYTES:
             return _error(413, "worktrial gateway: request body too large")
@@ -267,29 +271,76 @@ class Gateway:
         started: float,
     ) -> AsyncIterator[bytes]:
         reader = SseReader(exchange)
-        broken: str | None = None
+        relayed = broken_handled = False
         try:
             async for chunk in answer.aiter_bytes():
                 reader.feed(chunk)
                 yield chunk
+            relayed = True
         except httpx.HTTPError as exc:  # the provider dropped the stream: the agent sees it end, as it would
+            relayed = broken_handled = True
+            await answer.aclose()
+            self._stream_ended(
+                reader, exchange, session, route, requested, started, type(exc).__name__, answer.status_code
+            )
+        finally:
+            if not relayed:
+                # The agent went away mid-stream (it gave up, or was ended): the provider still serves, and bills,
+                # the rest. Read it in a task of its own, outside this request's cancellation, to count it.
+                task = asyncio.get_running_loop().create_task(
+                    self._drain(answer, reader, exchange, session, route, requested, started)
+                )
+                self._draining.add(task)
+                task.add_done_callback(self._draining.discard)
+        if relayed and not broken_handled:
+            await answer.aclose()
+            self._stream_ended(reader, exchange, session, route, requested, started, None, answer.status_code)
+
+    async def _drain(
+        self,
+        answer: httpx.Response,
+        reader: SseReader,
+        exchange: Exchange,
+        session: Session,
+        route: Route,
+        requested: str | None,
+        started: float,
+    ) -> None:
+        broken = None
+        try:
+            async for chunk in answer.aiter_bytes():
+                reader.feed(chunk)
+        except httpx.HTTPError as exc:
             broken = type(exc).__name__
         finally:
             await answer.aclose()
-            reader.close()
-            session.answered(route, answer.status_code, (time.monotonic() - started) * 1000)
-            if broken is not None and exchange.tokens is None:
-                failure = classify(route, None, True, requested, f"the stream broke ({broken})")
-                assert failure is not None
-                session.failed(failure)
-            elif exchange.stream_error is not None:  # an error event in a 200 stream (Anthropic's overloaded_error)
-                if exchange.tokens is not None:
-                    session.used_tokens(route, exchange.model, requested, exchange.tokens)
-                where = public_url(route.base_url)
-                message = f"the provider at {where} failed mid-stream ({exchange.stream_error})"
-                session.failed(ProviderFailure(ErrorCategory.PROVIDER_SERVER, message))
-            else:
+            self._stream_ended(reader, exchange, session, route, requested, started, broken, answer.status_code)
+
+    def _stream_ended(
+        self,
+        reader: SseReader,
+        exchange: Exchange,
+        session: Session,
+        route: Route,
+        requested: str | None,
+        started: float,
+        broken: str | None,
+        status: int,
+    ) -> None:
+        reader.close()
+        session.answered(route, status, (time.monotonic() - started) * 1000)
+        if broken is not None and exchange.tokens is None:
+            failure = classify(route, None, True, requested, f"the stream broke ({broken})")
+            assert failure is not None
+            session.failed(failure)
+        elif exchange.stream_error is not None:  # an error event in a 200 stream (Anthropic's overloaded_error)
+            if exchange.tokens is not None:
                 session.used_tokens(route, exchange.model, requested, exchange.tokens)
+            where = public_url(route.base_url)
+            message = f"the provider at {where} failed mid-stream ({exchange.stream_error})"
+            session.failed(ProviderFailure(ErrorCategory.PROVIDER_SERVER, message))
+        else:
+            session.used_tokens(route, exchange.model, requested, exchange.tokens)
 
     def _settle(
         self,
