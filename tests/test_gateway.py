@@ -88,7 +88,7 @@ CASES: dict[str, tuple[str, str, Sse | Plain, Tokens, str]] = {
         "openai",
         "responses",
         responses_stream("gpt-r", [responses_message("ok")], responses_usage(500, 120, 40, 25)),
-        Tokens(input=500, output=40, cached_input=120, reasoning=25),
+        Tokens(input=500, output=40, cached_input=120, cache_creation=0, reasoning=25),
         "gpt-r",
     ),
     "chat-stream": (

@@ -115,7 +115,7 @@ def test_without_retries_a_server_error_is_an_error_not_a_failure(cli, repo: Pat
     ("answer", "words"),
     [
         (Plain(401, {"error": {"message": "bad key"}}), "refused the credentials (HTTP 401)"),
-        (Plain(404, {"error": {"message": "no such model"}}), "does not know the model 'm-1' (HTTP 404)"),
+        (Plain(404, {"error": {"message": "no such model"}}), "does not know this model 'm-1' (HTTP 404)"),
     ],
 )
 def test_a_refused_key_or_unknown_model_stops_the_run_in_one_line(

@@ -279,9 +279,9 @@ def codex_model(served: Served, cut_first: bool = False, fail: Plain | None = No
             if cut_first and first:
                 stream.cut_after = 2  # the connection drops before response.completed: nothing was served
                 return stream
-            served.add(model, Tokens(input=900, cached_input=300, output=60, reasoning=20))
+            served.add(model, Tokens(input=900, cached_input=300, output=60, reasoning=20, cache_creation=0))
             return stream
-        served.add(model, Tokens(input=1100, cached_input=800, output=15, reasoning=5))
+        served.add(model, Tokens(input=1100, cached_input=800, output=15, reasoning=5, cache_creation=0))
         return responses_stream(
             model, [responses_message("Created notes/hello.txt.")], responses_usage(1100, 800, 15, 5)
         )

@@ -51,7 +51,8 @@ def chat_model(served: Served, tool: str, fail: Plain | None = None) -> Callable
             return fail
         model = str(request.body.get("model"))
         if tool == "aider":
-            served.add(model, Tokens(input=1000, output=50))
+            # The answer reports no cached or reasoning tokens: 0 of each, as the model gateway reads them.
+            served.add(model, Tokens(input=1000, output=50, cached_input=0, reasoning=0))
             return chat_plain(model, chat_usage(1000, 50), text=WHOLE_EDIT)
         if not chat_has_tool_result(request.body.get("messages", [])):
             served.add(model, Tokens(input=1000, cached_input=300, output=50, reasoning=10))

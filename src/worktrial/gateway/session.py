@@ -222,7 +222,7 @@ def classify(
         model = f" {requested!r}" if requested else ""
         return ProviderFailure(
             ErrorCategory.MODEL_NOT_FOUND,
-            f"the provider at {where} does not know the model{model} (HTTP 404); check --model (and --base-url)",
+            f"the provider at {where} does not know this model{model} (HTTP 404); check --model (and --base-url)",
             status,
         )
     if status == 429:

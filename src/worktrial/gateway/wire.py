@@ -74,10 +74,12 @@ def openai_chat_tokens(usage: dict[str, Any]) -> Tokens:
 
 
 def responses_tokens(usage: dict[str, Any]) -> Tokens:
+    """The Responses API caches prompts without a write charge: its cache writes are 0 (as Codex reports them)."""
     return Tokens(
         input=_int(usage.get("input_tokens")),
         output=_int(usage.get("output_tokens")),
         cached_input=_int(_dict(usage.get("input_tokens_details")).get("cached_tokens")),
+        cache_creation=0,
         reasoning=_int(_dict(usage.get("output_tokens_details")).get("reasoning_tokens")),
     )
 
