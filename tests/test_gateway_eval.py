@@ -46,6 +46,8 @@ while True:
         sys.exit(1)
     if "[loop]" not in prompt:
         break
+if "[usage]" in prompt:  # a report of its own that disagrees with what the provider served
+    json.dump({"input_tokens": 5, "output_tokens": 5}, open(os.environ["WORKTRIAL_USAGE_FILE"], "w"))
 open("done.txt", "w").write("ok\n")
 """
 
@@ -100,6 +102,15 @@ def test_a_server_error_is_retried_and_never_lowers_the_score(cli, repo: Path, w
     assert [r.headers["authorization"] for r in server.requests] == ["Bearer sk-agent-own"] * 2
     trace = json.loads((repo / attempt["trace"]).read_text())
     assert trace["gateway"] == {"requests": 1, "statuses": {"200": 1}, "failure": None}
+
+
+def test_the_agents_own_report_is_a_cross_check(cli, repo: Path, write_suite) -> None:
+    with CliServer(lambda _request: chat_plain("m-1", USAGE, text="ok")) as server:
+        result = _eval(cli, repo, write_suite([_solve("Solve it. [usage]")]), server.url)
+    [attempt] = json.loads(result.stdout)["report"]["tasks"][0]["attempts"]
+    assert attempt["outcome"] == "pass" and attempt["tokens"]["input"] == 1000  # the gateway's count is kept
+    notes = json.loads((repo / attempt["trace"]).read_text())["notes"]
+    assert any("command reported 5 input / 5 output tokens, the gateway counted 1000 / 100" in n for n in notes)
 
 
 def test_without_retries_a_server_error_is_an_error_not_a_failure(cli, repo: Path, write_suite) -> None:

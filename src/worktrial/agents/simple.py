@@ -311,6 +311,7 @@ class CommandAgent:
             provider = self.options.model.split("/", 1)[0] if self.options.model and "/" in self.options.model else ""
             route = Route(provider or "openai", self.options.base_url, None, provider or "openai", "--pass-env")
             env[GATEWAY_URL_VAR] = ctx.gateway.route(route)
+            ctx.gateway.bypass_proxies(env)
             program = ctx.gateway.wrap(program)
         result = proc.run(
             program,

@@ -122,6 +122,12 @@ class Session:
             self.used = True
         return f"{base_url}/g/{self.token}/{route.name}"
 
+    def bypass_proxies(self, env: dict[str, str]) -> None:
+        """Keep the agent's own proxy settings (``HTTPS_PROXY``) off the gateway's loopback address."""
+        for name in ("NO_PROXY", "no_proxy"):
+            present = [h for h in env.get(name, "").split(",") if h.strip()]
+            env[name] = ",".join([*present, *(h for h in ("127.0.0.1", "localhost") if h not in present)])
+
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """``argv`` run so that it reaches the gateway at ``base_url`` from inside its own network namespace."""
         return [*self.forward, *argv] if self.forward and self.used else list(argv)

@@ -372,6 +372,7 @@ class PresetAgent:
         base = invocation.base_url or upstream.default_base
         url = ctx.gateway.route(Route(upstream.route, base, key, upstream.route, key_name or "the provider's API key"))
         env[key_name or upstream.keys[0]] = ctx.gateway.token
+        ctx.gateway.bypass_proxies(env)
         return replace(invocation, base_url=url), frozenset(withheld | ({key} if key else set()))
 
     def _prompt_argv(self, invocation: Invocation, prompt_file: Path) -> tuple[list[str], bool]:
