@@ -60,7 +60,6 @@ class Gateway:
         self._timeout = upstream_timeout
         self._thread: threading.Thread | None = None
         self._server: uvicorn.Server | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
         self._dir: Path | None = None
         self.port: int | None = None
@@ -104,7 +103,14 @@ class Gateway:
             ]
         )
         config = uvicorn.Config(
-            app, lifespan="off", log_level="error", access_log=False, http="h11", ws="none", loop="asyncio"
+            app,
+            lifespan="off",
+            log_level="error",
+            access_log=False,
+            http="h11",
+            ws="none",
+            loop="asyncio",
+            timeout_graceful_shutdown=5,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -115,7 +121,6 @@ class Gateway:
     def _serve(self, sockets: list[socket.socket], ready: threading.Event) -> None:
         async def main() -> None:
             assert self._server is not None
-            self._loop = asyncio.get_running_loop()
             limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
             # TCP_NODELAY: a request's headers and body leave as separate writes, and without it the body waits for
             # the server's delayed ACK of the headers (40 ms on Linux) on every call.
@@ -223,7 +228,7 @@ class Gateway:
         requested = requested_model(wire, rest, body)
         url = route.base_url.rstrip("/") + "/" + rest
         query: list[tuple[str, str | int | float | bool | None]] = [
-            (k, route.key or "" if k == "key" else v) for k, v in request.query_params.multi_items()
+            (k, route.key if k == "key" and route.key is not None else v) for k, v in request.query_params.multi_items()
         ]
         headers = _upstream_headers(request.headers.items(), route)
         assert self._client is not None
