@@ -4,11 +4,15 @@ how it sorts provider failures (tests/cli_servers.py serves the formats)."""
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx2 as httpx
 import pytest
@@ -328,3 +332,34 @@ def test_anthropic_overloaded_event_in_a_stream(gateway: Gateway) -> None:
     failure = at.session.report().failure
     assert failure is not None and failure.category == ErrorCategory.PROVIDER_SERVER
     assert "overloaded_error" in failure.message
+
+
+def test_the_forwarder_relays_to_the_socket_and_exits_with_its_program(gateway: Gateway, tmp_path: Path) -> None:
+    """What a sandbox with a network of its own runs the agent under (here on the host's network, on another port):
+    a connection to its port reaches the gateway's socket, and its exit status is the program's."""
+    answer = chat_plain("m", chat_usage(2, 1), text="ok")
+    with CliServer(lambda _request: answer) as server:
+        cancel = threading.Event()
+        session = gateway.open(cancel, own_network=True)
+        url = session.route(Route("openai", f"{server.url}/v1", KEY, "openai"))
+        prefix = session.wrap(["PROGRAM"])[:-1]
+        assert prefix[0] == sys.executable and prefix[-1] == "--" and session.socket_dir is not None
+        with socket.socket() as probe:  # a free port of the host's, for the forwarder to listen on instead
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        forwarded = url.replace(f":{gateway.port}/", f":{port}/")
+        client = tmp_path / "client.py"
+        client.write_text(
+            "import sys, time, urllib.request\n"
+            "for _ in range(200):\n"
+            "    try:\n"
+            "        urllib.request.urlopen(urllib.request.Request(sys.argv[1], data=b'{}'), timeout=30).read()\n"
+            "        break\n"
+            "    except OSError:\n"
+            "        time.sleep(0.05)  # until the forwarder listens\n"
+            "sys.exit(3)\n"
+        )
+        argv = [*prefix[:4], str(port), *prefix[5:], sys.executable, str(client), f"{forwarded}/chat/completions"]
+        done = subprocess.run(argv, timeout=60)
+    assert done.returncode == 3
+    assert session.report().usage.tokens == Tokens(input=2, output=1, cached_input=0, reasoning=0)

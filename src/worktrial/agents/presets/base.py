@@ -363,14 +363,14 @@ class PresetAgent:
         if key_name is None and not invocation.base_url:
             return invocation, frozenset()  # a login of the CLI's own (a subscription): it talks to its vendor
         key = env.get(key_name) if key_name else None
+        base = invocation.base_url or upstream.default_base
+        url = ctx.gateway.route(Route(upstream.route, base, key, upstream.route, key_name or "the provider's API key"))
         patterns = [p for name in PRESET_PROVIDERS.get(self.spec.name, ()) for p in PROVIDER_VARIABLES[name]]
         patterns += upstream.keys
         gone = [name for name in env if childenv.matches(name, patterns)]
         withheld = {env[n] for n in gone if _SECRET_NAME.search(n) and len(env[n]) >= MIN_SECRET_CHARS}
         for name in gone:
             del env[name]
-        base = invocation.base_url or upstream.default_base
-        url = ctx.gateway.route(Route(upstream.route, base, key, upstream.route, key_name or "the provider's API key"))
         env[key_name or upstream.keys[0]] = ctx.gateway.token
         ctx.gateway.bypass_proxies(env)
         return replace(invocation, base_url=url), frozenset(withheld | ({key} if key else set()))
