@@ -10,6 +10,7 @@ it, and its output parser. Spawning, deadlines, bounded capture, version probing
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -34,6 +35,7 @@ from worktrial.model.config import AgentConfig
 from worktrial.model.envelope import split_route
 from worktrial.model.records import ErrorCategory
 
+log = logging.getLogger(__name__)
 VERSION_TIMEOUT_SECS = 15.0
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.I)
 MIN_SECRET_CHARS = 8
@@ -364,7 +366,12 @@ class PresetAgent:
             return invocation, frozenset()  # a login of the CLI's own (a subscription): it talks to its vendor
         key = env.get(key_name) if key_name else None
         base = invocation.base_url or upstream.default_base
-        url = ctx.gateway.route(Route(upstream.route, base, key, upstream.route, key_name or "the provider's API key"))
+        route = Route(upstream.route, base, key, upstream.route, key_name or "the provider's API key")
+        try:
+            url = ctx.gateway.route(route)
+        except OSError as exc:  # the gateway could not listen: the CLI talks to its provider itself, as before
+            log.warning("%s: the model gateway is unavailable (%s); calling the provider directly", self.name, exc)
+            return invocation, frozenset()
         patterns = [p for name in PRESET_PROVIDERS.get(self.spec.name, ()) for p in PROVIDER_VARIABLES[name]]
         patterns += upstream.keys
         gone = [name for name in env if childenv.matches(name, patterns)]
