@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck unit bench clean fmt browser agents ray-tools sandbox
+.PHONY: demo test check lint typecheck unit bench clean fmt browser agents ray-tools sandbox containers
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "worktrial needs Python 3.11 or newer")'
@@ -70,10 +70,25 @@ ray-tools:
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 util-linux >/dev/null) \
 		|| echo "warning: iproute2/util-linux could not be installed; the Ray cluster tests will be skipped"
 
-unit: $(STAMP) browser agents ray-tools sandbox
+# Container tasks (docs/environments.md) run under Podman (runc: crun cannot run on cgroups v1 hybrid hosts) on a
+# base image built offline from Debian's busybox-static (no registry is contacted), and the presets' tests on a
+# Debian image mmdebstrap makes from the package mirror (about a minute to 8, cached in ~/.cache/worktrial-images).
+containers:
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v busybox >/dev/null || (command -v apt-get \
+		>/dev/null && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		podman runc busybox-static >/dev/null) \
+		|| echo "warning: podman/runc/busybox-static could not be installed; the container tests will be skipped"
+	@! command -v podman >/dev/null || examples/harbor/build-base-image.sh podman \
+		|| echo "warning: the example base image could not be built; the container tests will be skipped"
+	@command -v mmdebstrap >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null) || true
+	@! command -v podman >/dev/null || examples/harbor/build-debian-image.sh podman \
+		|| echo "warning: the Debian image could not be built; the preset-in-a-container tests will be skipped"
+
+unit: $(STAMP) browser agents ray-tools sandbox containers
 	$(BIN)/pytest -q
 
-# Everything, as CI runs it (.ci/run): installs the agent CLIs, the browser, bubblewrap and the Ray tools first.
+# Everything, as CI runs it (.ci/run): installs the agent CLIs, the browser, bubblewrap, the Ray tools and Podman first.
 test: lint typecheck unit
 
 # The edit loop: lint, types and the tests that need none of those installs and take at most a few seconds each.

@@ -10,8 +10,18 @@ attempt inside it, on a network of its own through slirp4netns, as an unprivileg
 sandbox's own cost per attempt is the difference of the two rows; a third row runs the sandbox on the host's
 network (`--network host`), so the cost of the attempt's own network is the difference of the last two.
 
-    .venv/bin/python benchmarks/overhead.py            # everything (a few minutes)
+CPU per attempt (first table): user + system CPU of the worktrial process and all its children, per attempt, at
+100 / 1,000 / 10,000 / 50,000 files, for a nop agent, an agent that appends to one file and one that writes 1,000 new
+files, with overlay rooms (the default with bubblewrap) and with the copying path (``WORKTRIAL_OVERLAY=off``), side
+by side with the plain ``git worktree add/remove`` loop and the overlay floor (mount an overlay in a new mount
+namespace, write one file, discard the upper directory). Each attempt is timed from inside the worktrial process
+(its own CPU, all threads, plus what its children used during the attempt); the first attempt, which builds the
+slot (a checkout of the whole repository, once per run), is left out and the median of the other ten printed.
+CPU, not wall time, because wall times swing with the machine's load.
+
+    .venv/bin/python benchmarks/overhead.py            # everything (several minutes)
     .venv/bin/python benchmarks/overhead.py --quick    # skip the 5,000-attempt memory run
+    .venv/bin/python benchmarks/overhead.py --cpu-only # only the CPU table and the start-up figures
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ MODES = {"off": ("off", "host"), "on": ("on", "on"), "on-host": ("on", "host")}
 
 def make_repo(root: Path, files: int) -> Path:
     repo = root / f"repo-{files}"
-    repo.mkdir()
+    repo.mkdir(parents=True)
     for i in range(files):
         d = repo / f"d{i % 100:02d}" / f"s{i % 7}"
         d.mkdir(parents=True, exist_ok=True)
@@ -91,14 +101,151 @@ def run_plain_loop(repo: Path, iterations: int) -> tuple[float, float]:
     return wall / iterations, usage.ru_maxrss / 1024
 
 
+CPU_SIZES = (100, 1_000, 10_000, 50_000)
+CPU_ATTEMPTS = 11
+AGENTS = {
+    "nop": ["--agent", "nop"],
+    "1 changed file": ["--agent-cmd", "sh -c 'echo more >> d00/s0/f0.txt'"],
+    "1,000 new files": [
+        "--agent-cmd",
+        'awk \'BEGIN { system("mkdir -p gen"); for (i = 0; i < 1000; i++) { f = "gen/f" i; print i > f; close(f) } }\'',
+    ],
+}
+PATHS = {"overlay": "on", "copying": "off"}
+
+
+def _cpu_of(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(CPU seconds of the process and all it waited for, wall seconds) of one command."""
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(argv)}")
+    return usage.ru_utime + usage.ru_stime, wall
+
+
+# Runs worktrial in a child process with each attempt timed from inside: CPU (the process's own, all threads, plus
+# the children it reaped during the attempt) and wall, written one line per attempt. The first attempt of a slot
+# builds it (a checkout of the whole repository, once per run): it is left out, and the median of the rest taken.
+_TIMED = """
+import json, os, resource, sys, time
+import worktrial.engine.local as local
+real = local.run_attempt
+out = open(sys.argv[1], "a")
+def timed(*args, **kwargs):
+    before = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    wall = time.perf_counter()
+    try:
+        return real(*args, **kwargs)
+    finally:
+        after = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+        cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
+        out.write(json.dumps([cpu, time.perf_counter() - wall]) + "\\n"); out.flush()
+local.run_attempt = timed
+from worktrial.cli import entry
+sys.argv = ["worktrial", *sys.argv[2:]]
+entry()
+"""
+
+
+def cpu_per_attempt(repo: Path, root: Path, agent: list[str], overlay: str, config: Path) -> tuple[float, float]:
+    """Median CPU and wall ms per attempt after the first (sandbox on, --jobs 1, verify ``true``)."""
+    env = {**os.environ, "WORKTRIAL_TRUST": "1", "WORKTRIAL_CONFIG_DIR": str(config), "WORKTRIAL_OVERLAY": overlay}
+    suite = root / "cpu-suite.json"
+    suite.write_text(json.dumps({"id": "cpu", "attempts": CPU_ATTEMPTS, "tasks": [
+        {"id": "t", "prompt": "nothing", "verify_commands": ["true"]}]}))  # fmt: skip
+    figures = root / f"figures-{time.monotonic_ns()}.jsonl"
+    argv = [sys.executable, "-c", _TIMED, str(figures), "eval", "--suite", str(suite), *agent, "--jobs", "1", "-q",
+            "--format", "json", "--output", os.devnull, "--sandbox", "on"]  # fmt: skip
+    _cpu_of(argv, repo, env)
+    rows = [json.loads(line) for line in figures.read_text().splitlines()][1:]
+    cpu = sorted(r[0] for r in rows)[len(rows) // 2]
+    wall = sorted(r[1] for r in rows)[len(rows) // 2]
+    return cpu * 1000, wall * 1000
+
+
+def plain_loop_cpu(repo: Path, iterations: int = 10) -> float:
+    script = (
+        f'for i in $(seq {iterations}); do git worktree add -q --detach "$WT/w$i" HEAD && '
+        'git worktree remove --force "$WT/w$i"; done'
+    )
+    with tempfile.TemporaryDirectory() as wt:
+        cpu, _ = _cpu_of(["sh", "-c", script], repo, {**os.environ, "WT": wt})
+    return cpu / iterations * 1000
+
+
+def overlay_floor_cpu(repo: Path, iterations: int = 20) -> float:
+    """CPU ms of the isolation floor: an overlay of the repository mounted in a new mount namespace (a user
+    namespace too when not root), one file written through it, the upper directory discarded."""
+    ns = "--mount" if os.geteuid() == 0 else "--user --map-root-user --mount"
+    script = (
+        f'for i in $(seq {iterations}); do mkdir "$T/u" "$T/w" "$T/m" && unshare {ns} --propagation private '
+        f'sh -c \'mount -t overlay overlay -o "lowerdir=$0,upperdir=$1/u,workdir=$1/w" "$1/m" && echo x > "$1/m/new"\' '
+        '"$R" "$T" && rm -rf "$T/u" "$T/w" "$T/m"; done'
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        cpu, _ = _cpu_of(["sh", "-c", script], repo, {**os.environ, "T": tmp, "R": str(repo)})
+    return cpu / iterations * 1000
+
+
+def startup_figures(root: Path, repo: Path, config: Path) -> None:
+    env = {**os.environ, "WORKTRIAL_TRUST": "1", "WORKTRIAL_CONFIG_DIR": str(config)}
+    cpu, _ = _cpu_of([sys.executable, "-m", "worktrial", "--version"], root, env)
+    print(f"worktrial --version: {cpu * 1000:.0f} ms CPU (target <= 300)")
+    suite = root / "one.json"
+    suite.write_text(json.dumps({"id": "one", "tasks": [{"id": "t", "prompt": "p", "verify_commands": ["true"]}]}))
+    argv = [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--agent", "nop", "-q",
+            "--format", "json", "--output", os.devnull]  # fmt: skip
+    cpu, _ = _cpu_of(argv, repo, env)
+    print(f"eval of one nop attempt (sandbox on, 100 files), end to end: {cpu * 1000:.0f} ms CPU (target <= 800)")
+
+
+def cpu_table(root: Path, config: Path, sizes: tuple[int, ...]) -> None:
+    print("CPU ms per attempt (wall ms in brackets); sandbox on, --jobs 1, verify `true`")
+    columns = [f"{n:,} files" for n in sizes]
+    print(f"{'':>34}" + "".join(f"{c:>26}" for c in columns))
+    nop: dict[tuple[str, int], float] = {}
+    rows: dict[str, list[str]] = {}
+    repos = {n: make_repo(root, n) for n in sizes}
+    for agent, args in AGENTS.items():
+        for path, flag in PATHS.items():
+            cells = []
+            for n in sizes:
+                cpu, wall = cpu_per_attempt(repos[n], root, args, flag, config)
+                if agent == "nop":
+                    nop[(path, n)] = cpu
+                cells.append(f"{cpu:.0f} [{wall:.0f}]")
+                if agent == "1,000 new files":
+                    cells[-1] += f" {max(cpu - nop[(path, n)], 0) / 1000:.2f}/file"
+            rows[f"{agent}, {path}"] = cells
+            print(f"{agent + ', ' + path:>34}" + "".join(f"{c:>26}" for c in cells), flush=True)
+    print(f"{'git worktree add+remove':>34}" + "".join(f"{plain_loop_cpu(repos[n]):>26.0f}" for n in sizes))
+    print(f"{'floor: overlay mount + discard':>34}" + "".join(f"{overlay_floor_cpu(repos[n]):>26.0f}" for n in sizes))
+    for path in PATHS:
+        small, large = nop[(path, sizes[0])], nop[(path, sizes[-1])]
+        print(
+            f"nop, {path}: {sizes[-1]:,} files costs {large / max(small, 1e-9):.2f}x {sizes[0]:,} files (target <= 1.3)"
+        )
+    print("targets (overlay): nop <= 40 ms at every size; 1 changed file <= 1.5x nop at 50,000 files; "
+          "<= 0.5 ms per new file")  # fmt: skip
+    startup_figures(root, repos[sizes[0]], config)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="skip the 5,000-attempt memory run")
+    parser.add_argument("--cpu-only", action="store_true", help="only the CPU-per-attempt table and start-up figures")
+    parser.add_argument("--sizes", default=",".join(map(str, CPU_SIZES)), help="repository sizes of the CPU table")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory(prefix="worktrial-bench-") as tmp:
         root = Path(tmp)
         config = root / "config"
+        cpu_table(root / "cpu", config, tuple(int(n) for n in args.sizes.split(",")))
+        if args.cpu_only:
+            return
+        print()
         suite = make_suite(root, TASKS, ATTEMPTS)
         attempts = TASKS * ATTEMPTS
         header = f"{'repository':>12} {'runner':>24} {'attempts/s':>11} {'ms/attempt':>11} {'peak RSS MB':>12}"

@@ -69,6 +69,14 @@ def git(repo: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
+@pytest.fixture(params=["overlay", "copying"])
+def rooms(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test on both paths of the agent's and the verifier's rooms: overlays (where the sandbox can mount
+    them) and the copying path (``WORKTRIAL_OVERLAY=off``), which must give the same patches and verdicts."""
+    monkeypatch.setenv("WORKTRIAL_OVERLAY", "on" if request.param == "overlay" else "off")
+    return str(request.param)
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A real git repository with one commit, to evaluate in."""

@@ -43,3 +43,16 @@ def test_help_runs_and_report_load_no_engine_agent_or_sdk(cli, repo: Path, write
     # ... while a command that runs attempts does load the engine: the probe sees what is imported.
     ran = _loaded(["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "-q"], repo)
     assert "worktrial.engine.run" in ran
+
+
+def test_version_answers_before_any_command_is_loaded(cli) -> None:
+    """``worktrial --version`` prints what click's version option prints, without importing the commands."""
+    probe = (
+        "import sys; sys.argv = ['worktrial', '--version']\n"
+        "from worktrial.cli import entry; entry()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('worktrial.cli.') or m in ('click', 'pydantic')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    version_line, loaded = done.stdout.splitlines()
+    assert loaded == "[]"
+    assert version_line == cli(["--version"]).stdout.strip()

@@ -55,6 +55,34 @@ RUN_ELSEWHERE: dict[tuple[str, ...], tuple[str, str]] = {
         "tests.test_check",
         "test_check_passes_the_bundled_suite",
     ),
+    # docs/environments.md: the Harbor example dataset in containers (needs podman and the base image)
+    ("check", "examples/harbor", "--trust", "--workspace", "/tmp/ws"): (
+        "tests.test_containers",
+        "test_check_passes_on_the_example_dataset",
+    ),
+    ("eval", "--suite", "examples/harbor", "--agent", "oracle", "--trust", "--workspace", "/tmp/ws"): (
+        "tests.test_containers",
+        "test_oracle_passes_nop_fails_and_the_envelope_pins_each_image",
+    ),
+    (
+        "eval",
+        "--suite",
+        "examples/harbor",
+        "--agent",
+        "oracle",
+        "--trust",
+        "--runtime",
+        "podman",
+        "--workspace",
+        "/tmp/ws",
+    ): (
+        "tests.test_containers",
+        "test_oracle_passes_nop_fails_and_the_envelope_pins_each_image",
+    ),
+    ("init", "--container", "--base-image", "debian:bookworm-slim"): (
+        "tests.test_containers",
+        "test_init_container_writes_a_suite_check_passes",
+    ),
     # docs/suite-format.md, the example suite for a real library
     ("check", "examples/inflection/suite.json", "--trust"): (
         "tests.test_example_suite",

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import git, task
 
-pytestmark = pytest.mark.sandbox  # every attack runs under --sandbox on
+pytestmark = [pytest.mark.sandbox, pytest.mark.usefixtures("rooms")]  # every attack, --sandbox on, both room paths
 
 
 def _eval(cli: Any, repo: Path, suite: Path, *args: str) -> dict[str, Any]:

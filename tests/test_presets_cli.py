@@ -52,6 +52,19 @@ def test_missing_binary_is_one_clear_error_naming_the_install(
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("preset", ["copilot", "continue", "kilo", "gptme", "droid"])
+def test_a_base_url_without_a_model_is_one_clear_error(
+    preset: str, cli: Callable[..., Result], repo: Path, write_suite, fake_env: FakeEnv
+) -> None:
+    """These CLIs must be told which model a --base-url endpoint serves: refused before any attempt starts."""
+    suite = write_suite([task("t")])
+    argv = ["eval", "--suite", str(suite), "--agent", preset, "--base-url", "http://127.0.0.1:9/v1", "--trust"]
+    result = cli(argv, cwd=repo)
+    assert result.exit_code == 2
+    [line] = result.stderr.strip().splitlines()
+    assert f"agent {preset} needs --model with --base-url" in line
+
+
 def test_claude_code_as_root_needs_a_declared_sandbox(monkeypatch: pytest.MonkeyPatch, fake_env: FakeEnv) -> None:
     install_fake(fake_env.bin_dir, "claude", SCENARIOS["claude-code"][1])
     monkeypatch.delenv("IS_SANDBOX")

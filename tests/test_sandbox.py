@@ -29,6 +29,8 @@ from tests.conftest import alive_with_marker, git, task
 from worktrial.isolation.limits import Enforcer, Limits, mechanism
 from worktrial.isolation.sandbox import AttemptView, Bubblewrap, SandboxSettings
 
+pytestmark = pytest.mark.usefixtures("rooms")  # every test on both room paths: overlays and copying
+
 DEADLINE_SECS = 60.0
 
 HOSTILE = r"""

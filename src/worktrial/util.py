@@ -22,11 +22,12 @@ def atomic_write_text(path: Path, text: str) -> None:
     replace_file(path, text)
 
 
-def replace_file(path: Path, text: str) -> None:
+def replace_file(path: Path, text: str, *, durable: bool = True) -> None:
     """Write one of the harness's own files: always a new regular file renamed into place.
 
     Unlike ``atomic_write_text`` it never writes through whatever is at ``path``: a symlink, FIFO or device
     someone put there is replaced, not followed (a FIFO would hang the harness, a symlink redirect it).
+    ``durable=False`` skips the fsync, for a file that only matters while the machine keeps running.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -34,7 +35,8 @@ def replace_file(path: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -8,7 +8,7 @@ writes ``done.txt`` into its working directory (the worktree) so verification pa
 each config directory named by ``touch_env`` (to prove where state goes), writes files named by
 ``flag_files`` (``{"-o": content}`` writes content to the path after ``-o``), records whether such a file
 was already there (state leaking from an earlier attempt), prints the scenario's stdout
-lines, and exits, or hangs to be cut off by the task timeout.
+lines (and ``stderr`` lines), and exits, or hangs to be cut off by the task timeout.
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ for flag, content in scenario.get("flag_files", {{}}).items():
     path = sys.argv[sys.argv.index(flag) + 1]
     with open(path, "w") as fh:
         fh.write(content)
+for line in scenario.get("stderr", []):
+    sys.stderr.write(line + "\n")
 for line in scenario.get("stdout", []):
     sys.stdout.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
     sys.stdout.flush()

@@ -318,3 +318,133 @@ VTCODE_FAILED = [
         "num_turns": 1,
     },
 ]
+
+# --- copilot (--output-format json; usage in the --usage-output-file document) ---------------------------------
+
+
+def _cp(kind: str, data: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": kind, "data": data, "id": f"ev-{kind}", "timestamp": "2026-01-01T00:00:00.000Z", **extra}
+
+
+COPILOT_NORMAL = [
+    _cp("session.tools_updated", {"model": "model-x"}, ephemeral=True),
+    _cp("user.message", {"content": "Create done.txt"}),
+    _cp("assistant.turn_start", {"turnId": "0"}),
+    _cp(
+        "assistant.message",
+        {
+            "messageId": "m1",
+            "model": "model-x",
+            "content": "",
+            "toolRequests": [
+                {"toolCallId": "c1", "name": "bash", "arguments": {"command": "ls"}, "type": "function"},
+                {"toolCallId": "c2", "name": "create", "arguments": {"path": "done.txt"}, "type": "function"},
+            ],
+        },
+    ),
+    _cp("tool.execution_complete", {"toolCallId": "c1", "success": True}),
+    _cp("tool.execution_complete", {"toolCallId": "c2", "success": True}),
+    _cp("assistant.turn_end", {"turnId": "0"}),
+    _cp(
+        "assistant.message", {"messageId": "m2", "model": "model-x", "content": "Created done.txt", "toolRequests": []}
+    ),
+    {"type": "result", "timestamp": "2026-01-01T00:00:01.000Z", "sessionId": "s1", "exitCode": 0, "usage": {}},
+]
+COPILOT_USAGE = {
+    "totalPremiumRequestCost": 0,
+    "modelMetrics": {
+        "model-x": {
+            "requests": {"count": 2, "cost": 0},
+            "usage": {
+                "inputTokens": 2300,
+                "outputTokens": 59,
+                "cacheReadTokens": 1300,
+                "cacheWriteTokens": 0,
+                "reasoningTokens": 12,
+            },
+        }
+    },
+    "currentModel": "model-x",
+}
+COPILOT_FAILED = [
+    _cp("user.message", {"content": "Create done.txt"}),
+    _cp(
+        "assistant.message", {"messageId": "m1", "model": "model-x", "content": "I cannot do that.", "toolRequests": []}
+    ),
+    {"type": "result", "timestamp": "2026-01-01T00:00:01.000Z", "sessionId": "s1", "exitCode": 1, "usage": {}},
+]
+
+# --- gptme (--output-format json: one conversation message per line) ------------------------------------------
+
+
+def _gp(role: str, content: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"type": "message", "role": role, "content": content, "timestamp": "2026-01-01T00:00:00"}
+    return message | ({"metadata": metadata} if metadata is not None else {})
+
+
+GPTME_NORMAL = [
+    _gp("user", "Create done.txt"),
+    _gp(
+        "assistant",
+        '\n@shell(call_1): {"command": "touch done.txt"}',
+        {
+            "model": "local/model-x",
+            "served_model": "model-x",
+            "usage": {"input_tokens": 700, "output_tokens": 50, "cache_read_tokens": 300, "reasoning_tokens": 10},
+        },
+    ),
+    _gp("system", "Ran command: `touch done.txt`\n\nNo output\n", {"tool": "shell"}),
+    _gp(
+        "assistant",
+        "\n@complete(call_2): {}",
+        {
+            "model": "local/model-x",
+            "served_model": "model-x",
+            "usage": {"input_tokens": 300, "output_tokens": 9, "cache_read_tokens": 1000, "cache_creation_tokens": 20},
+            "cost": 0.0042,
+        },
+    ),
+    _gp("system", "Task complete. Autonomous session finished.", {"tool": "complete"}),
+]
+GPTME_FAILED = [
+    _gp("user", "Create done.txt"),
+    _gp(
+        "assistant",
+        "I could not finish.",
+        {"model": "local/model-x", "usage": {"input_tokens": 100, "output_tokens": 5}},
+    ),
+]
+
+# --- droid (exec -o stream-json) -------------------------------------------------------------------------------
+
+_DROID_SESSION = {"session_id": "d1", "timestamp": 1_700_000_000_000}
+DROID_NORMAL = [
+    {"type": "system", "subtype": "init", "cwd": "/w", "model": "custom:model-x", "tools": ["Execute", "Create"]}
+    | _DROID_SESSION,
+    {"type": "message", "role": "user", "id": "u1", "text": "Create done.txt"} | _DROID_SESSION,
+    {"type": "tool_call", "id": "c1", "toolId": "Execute", "toolName": "Execute", "parameters": {"command": "ls"}}
+    | _DROID_SESSION,
+    {"type": "tool_result", "id": "c1", "toolId": "Execute", "isError": False, "value": "ok"} | _DROID_SESSION,
+    {"type": "tool_call", "id": "c2", "toolId": "Create", "toolName": "Create", "parameters": {}} | _DROID_SESSION,
+    {"type": "tool_result", "id": "c2", "toolId": "Create", "isError": False, "value": "ok"} | _DROID_SESSION,
+    {"type": "message", "role": "assistant", "id": "a1", "text": "Created done.txt"} | _DROID_SESSION,
+    {
+        "type": "completion",
+        "finalText": "Created done.txt",
+        "numTurns": 3,
+        "durationMs": 900,
+        "usage": {
+            "input_tokens": 1000,
+            "output_tokens": 59,
+            "cache_read_input_tokens": 1300,
+            "cache_creation_input_tokens": 40,
+            "factory_credits": 0,
+        },
+    }
+    | _DROID_SESSION,
+]
+DROID_FAILED = [
+    {"type": "system", "subtype": "init", "cwd": "/w", "model": "custom:model-x"} | _DROID_SESSION,
+    {"type": "message", "role": "user", "id": "u1", "text": "Create done.txt"} | _DROID_SESSION,
+    {"type": "error", "source": "cli", "message": "Exec failed"} | _DROID_SESSION,
+]

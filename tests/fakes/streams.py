@@ -16,10 +16,17 @@ from tests.fakes.events import (
     CLAUDE_NORMAL,
     CODEX_FAILED,
     CODEX_NORMAL,
+    COPILOT_FAILED,
+    COPILOT_NORMAL,
+    COPILOT_USAGE,
     CURSOR_FAILED,
     CURSOR_NORMAL,
+    DROID_FAILED,
+    DROID_NORMAL,
     GOOSE_FAILED,
     GOOSE_NORMAL,
+    GPTME_FAILED,
+    GPTME_NORMAL,
     OPENCODE_FAILED,
     OPENCODE_NORMAL,
     VTCODE_FAILED,
@@ -57,6 +64,16 @@ def _scenarios(
         "crash": {**base, "stdout": [], "exit": 2, "write_done": False},
         "partial": {**base, "stdout": normal[:-1], "partial": half, "hang": True, "write_done": False},
     }
+
+
+# --- continue (one JSON object at the end; an error is a JSON line on stderr) ------------------------------------
+
+
+def continue_scenarios() -> dict[str, dict[str, Any]]:
+    done = {"response": "Created done.txt", "status": "success"}
+    scenarios = _scenarios([done], [], touch_env=("CONTINUE_GLOBAL_DIR",))
+    scenarios["failed"]["stderr"] = [json.dumps({"status": "error", "message": "Error: the tool call failed"})]
+    return scenarios
 
 
 # --- gemini-cli (one JSON document) ----------------------------------------------------------------
@@ -233,6 +250,20 @@ SCENARIOS: dict[str, tuple[str, dict[str, dict[str, Any]]]] = {
     "aider": ("aider", aider_scenarios()),
     "mini-swe-agent": ("mini", mini_scenarios()),
     "vtcode": ("vtcode", _scenarios(VTCODE_NORMAL, VTCODE_FAILED, failed_exit=0, touch_env=("VTCODE_HOME",))),
+    "copilot": (
+        "copilot",
+        _scenarios(
+            COPILOT_NORMAL,
+            COPILOT_FAILED,
+            touch_env=("COPILOT_HOME",),
+            flag_files={"normal": {"--usage-output-file": json.dumps(COPILOT_USAGE)}},
+        ),
+    ),
+    "continue": ("cn", continue_scenarios()),
+    # Kilo's CLI is a fork of OpenCode and prints OpenCode's events.
+    "kilo": ("kilo", _scenarios(OPENCODE_NORMAL, OPENCODE_FAILED, touch_env=("XDG_DATA_HOME",))),
+    "gptme": ("gptme", _scenarios(GPTME_NORMAL, GPTME_FAILED, touch_env=("XDG_DATA_HOME",))),
+    "droid": ("droid", _scenarios(DROID_NORMAL, DROID_FAILED, touch_env=("FACTORY_HOME_OVERRIDE",))),
 }
 """preset name -> (binary, scenarios)."""
 
@@ -300,6 +331,35 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "turns": 2,
         "tool_counts": {"write_file": 1, "run_pty_cmd": 1},
     },
+    "copilot": {
+        # The tokens come from the --usage-output-file document; its input counts the cached part.
+        "tokens": {"input": 2300, "output": 59, "cached_input": 1300, "cache_creation": 0, "reasoning": 12},
+        "cost_usd": None,
+        "turns": 2,
+        "tool_counts": {"bash": 1, "create": 1},
+    },
+    "continue": {
+        # Continue's usage is in its session file, which the fake does not write (the real-CLI test reads one).
+        "tokens": {"input": None, "output": None, "cached_input": None, "cache_creation": None, "reasoning": None},
+        "cost_usd": None,
+        "turns": None,
+        "tool_counts": {},
+    },
+    "gptme": {
+        # gptme's input excludes cache reads and writes: added back.
+        "tokens": {"input": 2320, "output": 59, "cached_input": 1300, "cache_creation": 20, "reasoning": 10},
+        "cost_usd": 0.0042,
+        "turns": 2,
+        "tool_counts": {"shell": 1, "complete": 1},
+    },
+}
+EXPECTED["kilo"] = EXPECTED["opencode"]
+# Droid's input excludes cache reads and writes: added back.
+EXPECTED["droid"] = {
+    "tokens": {"input": 2340, "output": 59, "cached_input": 1300, "cache_creation": 40, "reasoning": None},
+    "cost_usd": None,
+    "turns": 3,
+    "tool_counts": {"Execute": 1, "Create": 1},
 }
 
 CONFIG_ENV: dict[str, str] = {
@@ -313,5 +373,10 @@ CONFIG_ENV: dict[str, str] = {
     "mini-swe-agent": "MSWEA_GLOBAL_CONFIG_DIR",
     "vtcode": "VTCODE_HOME",
     "qwen-code": "QWEN_RUNTIME_DIR",
+    "copilot": "COPILOT_HOME",
+    "continue": "CONTINUE_GLOBAL_DIR",
+    "kilo": "XDG_DATA_HOME",
+    "gptme": "XDG_DATA_HOME",
+    "droid": "FACTORY_HOME_OVERRIDE",
 }
 """The config-directory variable each preset must point into the attempt's scratch directory."""

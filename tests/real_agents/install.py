@@ -28,6 +28,9 @@ class Tool:
     version: str
     binary: str
     root: Path
+    also: tuple[str, ...] = ()
+    """More npm packages (``name@version``) installed next to it: a platform binary the registry here has only
+    under another version than the one the package names."""
 
     @property
     def home(self) -> Path:
@@ -51,7 +54,10 @@ def cache_root() -> Path:
 def tools() -> dict[str, Tool]:
     data = tomllib.loads(VERSIONS.read_text())
     root = cache_root()
-    return {name: Tool(name=name, root=root, **fields) for name, fields in data.items()}
+    return {
+        name: Tool(name=name, root=root, **{**fields, "also": tuple(fields.get("also", ()))})
+        for name, fields in data.items()
+    }
 
 
 def install(tool: Tool) -> None:
@@ -66,6 +72,7 @@ def install(tool: Tool) -> None:
         if npm is None:
             raise SystemExit("npm is needed to install the real agent CLIs (apt-get install nodejs npm)")
         cmd = [npm, "install", "--prefix", str(tool.home), "--no-audit", "--no-fund", "--loglevel=error", spec]
+        cmd += tool.also
         subprocess.run(cmd, check=True)
     else:
         subprocess.run([sys.executable, "-m", "venv", str(tool.home)], check=True)
@@ -73,7 +80,7 @@ def install(tool: Tool) -> None:
         subprocess.run([*pip, spec], check=True)
     if not tool.executable.exists():
         raise SystemExit(f"{spec} installed but {tool.executable} is missing")
-    (tool.home / MARKER).write_text(spec + "\n")
+    (tool.home / MARKER).write_text("\n".join((spec, *tool.also)) + "\n")
 
 
 def main() -> None:

@@ -60,6 +60,11 @@ PRESET_PROVIDERS: dict[str, tuple[str, ...]] = {
     "mini-swe-agent": (*_MANY, "litellm"),
     "goose": (*_MANY, "litellm"),
     "vtcode": (*_MANY, "moonshot", "zai"),
+    "copilot": ("openai", "anthropic"),
+    "continue": (*_MANY, "moonshot"),
+    "kilo": (*_MANY, "moonshot", "zai"),
+    "gptme": (*_MANY, "moonshot"),
+    "droid": ("openai", "anthropic", "google", "openrouter", "groq", "deepseek", "xai", "fireworks", "ollama"),
 }
 """Preset -> the providers its CLI can be configured for."""
 
@@ -73,6 +78,12 @@ PRESET_EXTRA: dict[str, tuple[str, ...]] = {
     "opencode": ("OPENCODE_*",),
     "aider": ("AIDER_*",),
     "mini-swe-agent": ("MSWEA_*",),
+    # Copilot's BYOK provider (COPILOT_PROVIDER_*) and its GitHub login tokens, in the CLI's order of precedence.
+    "copilot": ("COPILOT_*", "GH_TOKEN", "GITHUB_TOKEN", "GH_HOST"),
+    "continue": ("CONTINUE_*",),
+    "kilo": ("KILO_*",),
+    "gptme": ("GPTME_*",),
+    "droid": ("FACTORY_*", "DROID_*"),
 }
 """Preset -> its CLI's own variables (a vendor login token, the CLI's documented settings)."""
 

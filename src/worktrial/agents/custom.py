@@ -70,6 +70,8 @@ def custom_tables(config: Config) -> dict[str, AgentConfig]:
 class CustomAgent:
     """An agent defined by a command template in worktrial.toml and one of the built-in parsers."""
 
+    sandboxed_files = True
+
     def __init__(self, name: str, table: AgentConfig, options: AgentOptions) -> None:
         """``table`` is already type-checked (``worktrial.model.config``); what is left needs the agent registry."""
         where = f"[agents.{name}]"

@@ -48,6 +48,8 @@ class OracleAgent:
     """Runs the task's reference ``solution``: proves a suite is solvable and its verifiers accept it."""
 
     name = "oracle"
+    sandboxed_files = True
+    """Every file it touches is touched by a program it starts in the attempt's sandbox (overlay rooms)."""
 
     def __init__(self, options: AgentOptions) -> None:
         self.options = options
@@ -83,6 +85,7 @@ class NopAgent:
     """Does nothing and claims success: a verify command that then passes measures nothing."""
 
     name = "nop"
+    sandboxed_files = True
 
     def __init__(self, options: AgentOptions) -> None:
         self.options = options
@@ -269,6 +272,7 @@ class CommandAgent:
     """
 
     name = "command"
+    sandboxed_files = True
 
     def __init__(self, options: AgentOptions) -> None:
         if not options.agent_cmd or not options.agent_cmd.strip():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,39 @@ def _outcome_problems(record: AttemptRecord) -> list[str]:
     if record.outcome != "pass" and record.claimed is True and record.verified is True:
         return [f"{where}: outcome {record.outcome} although it claimed success and verification passed"]
     return []
+
+
+_IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def _image_problems(envelope: Envelope, loaded: LoadedSuite) -> list[str]:
+    """Every container task ran in an image the envelope pins by id, and only those tasks; a reward, where a
+    verifier wrote one, agrees with the verdict (1 and only 1 verifies)."""
+    suite = loaded.suite
+    container = {t.id for t in suite.tasks if (env := suite.environment_for(t)) is not None and env.container}
+    ran = {t.task_id for t in envelope.report.tasks}
+    pinned = envelope.environment_images or {}
+    problems = [
+        f"environment_images: task {task_id} has a container environment but the envelope pins no image for it"
+        for task_id in sorted((container & ran) - set(pinned))
+    ]
+    problems += [
+        f"environment_images[{task_id}]: {digest!r} is not an image id (sha256:<64 hex>)"
+        for task_id, digest in sorted(pinned.items())
+        if not _IMAGE_ID.match(digest)
+    ]
+    problems += [
+        f"environment_images[{task_id}]: the suite's task has no container environment"
+        for task_id in sorted(set(pinned) - container)
+    ]
+    for task in envelope.report.tasks:
+        for record in task.attempts:
+            if record.reward is not None and record.verified is not None and (record.reward == 1) != record.verified:
+                problems.append(
+                    f"report.tasks[{record.task_id}].attempts[{record.attempt}]: reward {record.reward:g} but "
+                    f"verified={record.verified}"
+                )
+    return problems
 
 
 def _forbidden(value: Any, path: str = "$") -> list[str]:
@@ -249,6 +283,7 @@ def audit_envelope(
             f"but {loaded.path} and its declared files now digest to {loaded.digest} "
             f"({_bundle_change(envelope, loaded)})"
         )
+    mismatches += _image_problems(envelope, loaded)
     report = envelope.report
     if envelope.run.k != report.k:
         mismatches.append(f"run.k: {envelope.run.k}, but report.k is {report.k}")

@@ -42,6 +42,8 @@ def _commands(loaded: LoadedSuite) -> Iterator[tuple[str | None, str, Command]]:
         for i, c in enumerate(suite.environment.setup):
             yield None, f"$.environment.setup[{i}]", c
     for t, task in enumerate(suite.tasks):
+        if (env := suite.environment_for(task)) is not None and env.container:
+            continue  # its commands run in its image: absolute paths are the image's, pinned by its digest
         groups = [("setup_commands", task.setup_commands), ("verify_commands", task.verify_commands)]
         if task.environment is not None:
             groups.append(("environment.setup", task.environment.setup))

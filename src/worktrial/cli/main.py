@@ -8,7 +8,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import click
 from rich.console import Console
@@ -27,6 +27,7 @@ from worktrial.cli.options import (
     reasons_option,
     report_format_option,
     retry_errors_option,
+    runtime_option,
     sandbox_options,
     selection_options,
     suite_option,
@@ -153,6 +154,7 @@ def eval_options(func: F) -> F:
             help="End an attempt whose spend passes this (as it streams where the agent shows it); it fails.",
         ),
         sandbox_options,
+        runtime_option,
         quiet_option,
         reasons_option,
     ]
@@ -202,6 +204,7 @@ def eval_cmd(
     max_memory: str | None,
     max_procs: int | None,
     sandbox_show: tuple[str, ...],
+    container_runtime: Literal["auto", "docker", "podman"],
     quiet: bool,
     verbose: bool,
     executor: str,
@@ -244,6 +247,7 @@ def eval_cmd(
         max_cost=max_cost,
         max_cost_per_attempt=max_cost_per_attempt,
         allow_unpriced=allow_unpriced,
+        container_runtime=container_runtime,
         agent_settings={
             key: value
             for key, value in {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}.items()
@@ -335,6 +339,7 @@ exec_group.add_command(eval_cmd)
 @trust_option
 @trust_project_option
 @budget_options
+@runtime_option
 @executor_options
 def resume_cmd(
     run_id: str,
@@ -351,6 +356,7 @@ def resume_cmd(
     trust_project: bool,
     max_cost: float | None,
     allow_unpriced: bool,
+    container_runtime: Literal["auto", "docker", "podman"],
     executor: str,
     ray_address: str | None,
     ray_cpus_per_attempt: float,
@@ -374,6 +380,7 @@ def resume_cmd(
         executor=executor_factory(executor, ray_address, ray_cpus_per_attempt, ray_resources),
         max_cost=max_cost,
         allow_unpriced=allow_unpriced,
+        container_runtime=container_runtime,
     )
     _run_and_report(
         lambda opts, obs: resume_run(run_id, opts, loaded, observer=obs), options, fmt, output, quiet, verbose, junit

@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import click
 from pydantic import BaseModel
@@ -28,6 +28,7 @@ from worktrial.cli.options import (
     output_option,
     quiet_option,
     report_format_option,
+    runtime_option,
     sandbox_option,
     selection_options,
     suite_option,
@@ -153,6 +154,7 @@ def power_cmd(
 @trust_option
 @selection_options
 @sandbox_option
+@runtime_option
 @report_format_option
 @output_option
 @quiet_option
@@ -166,6 +168,7 @@ def check_cmd(
     categories: tuple[str, ...],
     limit: int | None,
     sandbox: str | None,
+    container_runtime: Literal["auto", "docker", "podman"],
     fmt: str,
     output: Path | None,
     quiet: bool,
@@ -187,6 +190,7 @@ def check_cmd(
         sandbox=SandboxChoice(mode=sandbox),
         jobs=jobs,
         observer=lambda _agent: _progress(quiet),
+        container_runtime=container_runtime,
     )
     report = check_suite(loaded, options)
     emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output, fmt=fmt)

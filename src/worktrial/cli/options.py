@@ -54,7 +54,12 @@ def workspace_option(default: str = "the one containing the current directory") 
 
 
 suite_option = click.option(
-    "--suite", "suite_path", required=True, type=click.Path(path_type=Path), metavar="FILE", help="The suite file."
+    "--suite",
+    "suite_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    metavar="PATH",
+    help="The suite file, or a Harbor task directory or a directory of them (docs/environments.md).",
 )
 
 REPORT_FORMAT_HELP = "auto: tables on a terminal, markdown when piped; markdown; json."
@@ -135,6 +140,15 @@ retry_errors_option = click.option(
     metavar="N",
     help="Run an attempt that ended in an infrastructure error again, up to N times (never failures, timeouts or "
     "other errors; docs/results.md lists which).",
+)
+
+runtime_option = click.option(
+    "--runtime",
+    "container_runtime",
+    type=click.Choice(["auto", "docker", "podman"]),
+    default="auto",
+    show_default=True,
+    help="The container CLI for tasks with a container environment (auto: podman, then docker; docs/environments.md).",
 )
 
 selection_options = apply(

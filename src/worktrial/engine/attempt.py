@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 import time
@@ -15,17 +14,18 @@ from typing import Literal
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOutput, AgentResult
 from worktrial.agents.credentials import preset_credentials
 from worktrial.agents.prompt import prompt_file_env, write_prompt_file
+from worktrial.engine import containers
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
 from worktrial.engine.model_gateway import apply_report, open_session
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
 from worktrial.gateway import Gateway
-from worktrial.isolation import childenv, ownership, proc, verifier
+from worktrial.isolation import childenv, overlay, ownership, proc, safefs, verifier
 from worktrial.isolation.alternates import read_alternates
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import ENV_OBJECTS, EnvironmentSetupError, run_setup
 from worktrial.isolation.patch import PatchData, agent_patch
-from worktrial.isolation.pool import AdminSnapshot, Slot, admin_snapshot
+from worktrial.isolation.pool import AdminSnapshot, AgentChange, Slot, admin_snapshot, remove_files
 from worktrial.isolation.proc import ProcResult, run_command
 from worktrial.isolation.sandbox import AttemptView, Sandbox, decide, open_sandbox
 from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo, create_attempt_workspace, remove_tree
@@ -103,6 +103,7 @@ def attempt_sandbox(spec: AttemptSpec, ws: AttemptWorkspace, source: SourceRepo 
         home=scratch / "home",
         scratch=scratch,
         private=ws.root / SANDBOX_ETC,
+        overlay=ws.layers,
     )
     decision = spec.sandbox_decision or decide(spec.sandbox)
     return open_sandbox(spec.sandbox, decision, view)
@@ -123,10 +124,37 @@ SANDBOX_ETC = "sandbox-etc"
 """Next to the worktree, where only the harness writes: the files the sandbox sees in place of the host's /etc ones."""
 
 
+def _container_sandbox(
+    spec: AttemptSpec, task: Task, ws: AttemptWorkspace, source: SourceRepo | None
+) -> containers.ContainerSandbox | None:
+    """A container task's sandbox: its image, the run's network and limits (docs/environments.md)."""
+    settings = spec.sandbox
+    return containers.container_sandbox(
+        spec.containers,
+        task,
+        ws,
+        source,
+        network=settings.network,
+        max_memory=settings.limits.max_memory,
+        max_procs=settings.limits.max_procs,
+    )
+
+
 def sandbox_owner(spec: AttemptSpec) -> int | None:
     """The uid the attempt's trees must belong to: the one its sandboxed programs run as when the harness is root."""
     decision = spec.sandbox_decision or decide(spec.sandbox)
     return decision.uid if decision.kind == "bubblewrap" else None
+
+
+def slot_overlay(spec: AttemptSpec, agent: Agent, base: TaskBase | None = None) -> bool:
+    """Whether a slot gives each attempt an overlay room (``isolation/overlay.py``): the sandbox is bubblewrap, the
+    kernel mounts overlays in it, and every file the agent reads or writes goes through a sandboxed program (an
+    agent that works on files from the harness's own process, like the builtin agent's tools, sees the host, where
+    the room is never mounted). Never for a container task: its containers mount the worktree from the host."""
+    if base is not None and base.container:
+        return False
+    decision = spec.sandbox_decision or decide(spec.sandbox)
+    return decision.kind == "bubblewrap" and bool(getattr(agent, "sandboxed_files", False)) and overlay.usable()
 
 
 def _harness_scope(scope: proc.ProcessScope | None, sandbox: Sandbox, spec: AttemptSpec) -> proc.ProcessScope:
@@ -239,6 +267,8 @@ class _Progress:
     patch: PatchData | None = None
     agent_ran: bool = False
     agent_ended: str | None = None
+    reward: float | None = None
+    """A container task's reward file (Harbor's verifiers): 1 passes."""
     agent_start: float | None = None
     """When the agent started (monotonic): setup is everything before, the attempt's duration everything after."""
 
@@ -280,7 +310,7 @@ def run_attempt(
                 workspace = create_attempt_workspace(source, base.commit, root)
                 ownership.hand_over(workspace.root, sandbox_owner(spec))
                 origin = Start(base.commit, source.objects_dir)
-            sandbox = attempt_sandbox(spec, workspace, source)
+            sandbox = _container_sandbox(spec, task, workspace, source) or attempt_sandbox(spec, workspace, source)
             sandbox.prepare()
             if slot is None and base.prepared:
                 origin = Start(_environment_setup(spec, base, workspace, sandbox, scope), source.objects_dir)
@@ -318,7 +348,8 @@ def run_attempt(
     end = time.monotonic()
     setup_end = progress.agent_start if progress.agent_start is not None else end
     setup_secs, duration = round(setup_end - start, 3), round(end - setup_end, 3)
-    _sanitise(progress, attempt_redactor(spec, env))
+    redactor = attempt_redactor(spec, env)  # one per attempt: building it scans the environment
+    _sanitise(progress, redactor)
     usage = progress.usage
     trace = build_trace(
         task_id=task.id,
@@ -349,8 +380,9 @@ def run_attempt(
         worktree=str(workspace.worktree) if spec.keep_worktrees and workspace else None,
         model=usage.model,
         agent_ended=progress.agent_ended,
+        reward=progress.reward,
     )
-    artifacts = _artifacts(task.id, attempt, progress, attempt_redactor(spec, env)) if spec.artifacts else None
+    artifacts = _artifacts(task.id, attempt, progress, redactor) if spec.artifacts else None
     return AttemptResult(record=record, trace=trace, fatal=progress.fatal, worker=worker, artifacts=artifacts)
 
 
@@ -484,7 +516,9 @@ def _run_in(
     agent_start = progress.agent_start = time.monotonic()
     deadline = agent_start + task.timeout_secs  # the agent's timeout starts now, after every setup
     cancel = threading.Event()
-    session = open_session(gateway, job.spec, cancel) if gateway is not None else None
+    # A task's container has no forwarder of its own yet: its agents call their providers directly, as before.
+    routable = gateway is not None and not isinstance(sandbox, containers.ContainerSandbox)
+    session = open_session(gateway, job.spec, cancel) if gateway is not None and routable else None
     # The gateway's unix socket (and the forwarder next to it) is what a sandbox with a network of its own reaches
     # the model through: shown read-only to the agent's processes, useless without the attempt's token.
     agent_sandbox = sandbox.widened([session.socket_dir]) if session is not None and session.socket_dir else sandbox
@@ -518,17 +552,22 @@ def _run_in(
     if report is not None:
         apply_report(result, report, job.spec.agent.name)
     progress.agent_secs = time.monotonic() - agent_start
+    if isinstance(sandbox, containers.ContainerSandbox):
+        sandbox.end_containers()  # the verifier starts only once every agent container is gone
     progress.usage = result.usage
     progress.output = result.output
     progress.agent_ended = result.ended
-    # Whether nothing in the worktree is newer than its reset (one walk, asked once): the patch is then empty and the
-    # verifier's room needs no git.
-    untouched = functools.cache(lambda: slot is not None and slot.untouched())
+    # What the agent changed, found once in O(the change) (its room's upper directory, or one walk of the
+    # slot's checkout): the patch, and the ignored files neither the patch nor the verifier's room keeps.
+    change: AgentChange | None = None
+    if slot is not None:
+        change = slot.agent_change(PATCH_MAX_BYTES if job.spec.artifacts else None)
+    untouched = change is not None and change.untouched
     if job.spec.artifacts:
         # Taken before verification, which may leave caches behind that are not the agent's work.
-        if untouched():
-            progress.patch = PatchData(diff=b"", total_bytes=0, truncated=False, files=[])
-        else:
+        if change is not None:
+            progress.patch = change.patch
+        elif slot is None or not slot.overlay:
             borrowed = [p for p in (start.objects, workspace.root / ENV_OBJECTS) if p is not None and p.is_dir()]
             progress.patch = agent_patch(workspace, start.commit, PATCH_MAX_BYTES, borrowed)
     overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS  # an in-process agent gets no SIGTERM grace
@@ -560,10 +599,28 @@ def _run_in(
     timeout_verified = progress.outcome == "timeout" and task.on_timeout == "verify"
     if verify_decides or timeout_verified or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
         on_phase("verify")
+        verify_tree = workspace.worktree
         if task.verify_in != "worktree" and start.snapshot is not None:
             try:
                 head = verifier.agent_head(workspace, start.snapshot.admin)
-                verifier.enter(workspace, start.snapshot, head, start.commit, untouched(), sandbox_owner(job.spec))
+                room = workspace
+                if slot is not None and slot.overlay:
+                    room = slot.verifier_room(change.ignored if change is not None else [])
+                elif change is not None:
+                    _remove_ignored(workspace, change.ignored)
+                kept = slot.index_id if slot is not None else None
+                index = verifier.enter(
+                    room,
+                    start.snapshot,
+                    head,
+                    start.commit,
+                    untouched,
+                    sandbox_owner(job.spec),
+                    clean=change is None,
+                    index_id=kept,
+                )
+                if slot is not None:
+                    slot.index_id = index
             except WorktrialError as exc:  # what the agent left cannot be verified (a replaced worktree or git dir)
                 progress.outcome, progress.verified = "fail", False
                 progress.reason = f"nothing to verify: the agent's worktree or repository is not the harness's ({exc})"
@@ -573,9 +630,20 @@ def _run_in(
                 progress.reason = f"the verifier's room could not be built: {exc.strerror or exc}"
                 return
             shown = [p for p in (job.spec.suite_dir, workspace.root / verifier.AGENT_OBJECTS) if p]
-            scope = run_scope.confined(sandbox.widened([Path(p) for p in shown]))
+            room_sandbox = sandbox.in_room(workspace.worktree, room.worktree, room.layers)
+            scope = run_scope.confined(room_sandbox.widened([Path(p) for p in shown]))
+            verify_tree = room.worktree
+        if slot is not None:
+            slot.ran_in_place()
         harness_env = suite_env(job.spec, workspace.root)  # a home made after the agent ended
-        check: VerifyResult = run_verify(task, workspace.worktree, harness_env, scope, tail_bytes=COMMAND_TAIL_BYTES)
+        scope, reward_dir = containers.verifier_scope(scope, job.spec.suite_dir, scratch)
+        check: VerifyResult = run_verify(task, verify_tree, harness_env, scope, tail_bytes=COMMAND_TAIL_BYTES)
+        if reward_dir is not None:  # a reward file decides, not the verifier's exit status (Harbor's convention)
+            progress.reward, missing = containers.read_reward(reward_dir)
+            if not any(run.timed_out for run in check.runs):
+                won = progress.reward == 1
+                why = missing or f"the verifier's reward is {progress.reward:g}, not 1"
+                check = replace(check, passed=won, reason=None if won else f"verify failed: {why}")
         progress.commands += [
             _command_log("verify", i, command, run)
             for i, (command, run) in enumerate(zip(task.verify_commands, check.runs, strict=False), start=1)
@@ -584,3 +652,11 @@ def _run_in(
         progress.verified = check.passed
         if verify_decides and not check.passed:
             progress.outcome, progress.reason = "fail", check.reason
+
+
+def _remove_ignored(ws: AttemptWorkspace, ignored: list[str]) -> None:
+    """Copying path: the new untracked files the tree ignores leave the worktree before verification, as
+    ``git clean -X`` would remove them, without its walk of the whole tree."""
+    if ignored:
+        with safefs.opened_dir(ws.worktree, ws.worktree_id) as work_fd:
+            remove_files(work_fd, ignored)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from worktrial.analysis.check_report import (
@@ -27,6 +27,7 @@ from worktrial.analysis.suite_paths import static_lints
 from worktrial.engine.check_rebuild import Rebuild, rebuilder
 from worktrial.engine.confine import SandboxChoice
 from worktrial.engine.run import RunObserver, RunOptions, resolve_task_bases, run_suite
+from worktrial.isolation.container import RuntimeChoice
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.workspace import remove_tree
 from worktrial.model.commands import display
@@ -51,6 +52,8 @@ class CheckOptions:
     """Attempts of the oracle and nop runs to run at once (default: as eval's)."""
     observer: Callable[[str], contextlib.AbstractContextManager[RunObserver]] | None = None
     """Watches the oracle's and the nop's run (given the agent's name), e.g. a progress bar with an ETA."""
+    container_runtime: RuntimeChoice = "auto"
+    """--runtime, for tasks with a container environment."""
 
 
 def _flaky(task: Task, repeats: Rebuild, oracle_verified: bool | None) -> list[str]:
@@ -114,6 +117,26 @@ def _task_check(task: Task, oracle: TaskReport, nop: TaskReport, repeats: Rebuil
     )
 
 
+def _container_repeats(
+    loaded: LoadedSuite, repeats: int, run: Callable[[str, LoadedSuite, int], Envelope]
+) -> dict[str, Rebuild]:
+    """A container task's verifier re-runs: the oracle again ``repeats`` times, each attempt in fresh containers of
+    the task's image (its verifier never runs on the host)."""
+    suite = loaded.suite
+    ids = [t.id for t in suite.tasks if t.solution and (e := suite.environment_for(t)) is not None and e.container]
+    if not ids:
+        return {}
+    tasks = [t for t in suite.tasks if t.id in ids]
+    narrowed = replace(loaded, suite=suite.model_copy(update={"tasks": tasks}))
+    envelope = run("oracle", narrowed, repeats)
+    out: dict[str, Rebuild] = {}
+    for task in envelope.report.tasks:
+        rounds = [[a.verified is True] for a in task.attempts]
+        broken = [a.reason for a in task.attempts if a.outcome == "error"]
+        out[task.task_id] = Rebuild(rounds, f"the oracle's re-run broke: {broken[0]}" if broken else None)
+    return out
+
+
 def _by_id(envelope: Envelope) -> dict[str, TaskReport]:
     return {t.task_id: t for t in envelope.report.tasks}
 
@@ -135,10 +158,16 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
     say = options.on_progress or (lambda _message: None)
     lints = static_lints(loaded)
 
-    def run(agent: str) -> Envelope:
-        say(f"running the {agent} agent on {plural(len(loaded.suite.tasks), 'task')}")
+    def run(agent: str, suite: LoadedSuite = loaded, attempts: int = 1) -> Envelope:
+        say(f"running the {agent} agent on {plural(len(suite.suite.tasks), 'task')}")
         opts = RunOptions(
-            agent=agent, attempts=1, k=1, workspace=options.workspace, sandbox=options.sandbox, jobs=options.jobs
+            agent=agent,
+            attempts=attempts,
+            k=1,
+            workspace=options.workspace,
+            sandbox=options.sandbox,
+            jobs=options.jobs,
+            container_runtime=options.container_runtime,
         )
         watching = (
             options.observer(agent) if options.observer else contextlib.nullcontext(_Warnings(options.on_warning))
@@ -148,6 +177,7 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
 
     oracle, nop = run("oracle"), run("nop")
     oracle_tasks, nop_tasks = _by_id(oracle), _by_id(nop)
+    in_containers = _container_repeats(loaded, options.repeats, run)
     base_commit = oracle.run.workspace.base_commit
     bases = resolve_task_bases(loaded, options.workspace, base_commit)
     work_root = Path(tempfile.mkdtemp(prefix="worktrial-check-"))
@@ -156,7 +186,9 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
         with rebuilder(loaded, work_root, EnvironmentCache(cache_dir() / "environments")) as builder:
             for task in loaded.suite.tasks:
                 repeats = None
-                if task.solution:
+                if task.id in in_containers:
+                    repeats = in_containers[task.id]
+                elif task.solution:
                     say(f"re-running the verifier of {task.id} {options.repeats} times on the oracle's result")
                     repeats = builder.rebuild(task, bases[task.id], options.repeats)
                 count = sum(1 for lint in lints if lint.task_id == task.id and lint.severity == "problem")

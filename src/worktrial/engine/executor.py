@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from worktrial.agents.base import AgentError, AgentOptions
+from worktrial.isolation.container import ContainerPlan
 from worktrial.isolation.sandbox import SandboxDecision, SandboxSettings
 from worktrial.model.artifacts import AttemptArtifacts
 from worktrial.model.records import AttemptRecord
@@ -54,8 +55,14 @@ class TaskBase:
 
     @property
     def prepared(self) -> bool:
-        """Whether the base is a commit the harness makes on top of ``commit`` (environment or hidden paths)."""
-        return self.environment is not None or bool(self.hide)
+        """Whether the base is a commit the harness makes on top of ``commit`` (environment setup or hidden paths;
+        a container environment is the image the attempt runs in, never a setup)."""
+        return (self.environment is not None and bool(self.environment.setup)) or bool(self.hide)
+
+    @property
+    def container(self) -> bool:
+        """Whether the task's commands run in a container of its environment's image (docs/environments.md)."""
+        return self.environment is not None and self.environment.container
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,8 @@ class AttemptSpec:
     """``--max-cost-per-attempt`` in USD: an attempt whose spend passes it ends as a failure."""
     environment_cache: str | None = None
     """Directory of the cache of environment setups across runs (for environments with a ``cache_key``)."""
+    containers: ContainerPlan | None = None
+    """The runtime and each container task's image (docs/environments.md); None: no task runs in a container."""
 
 
 @dataclass(frozen=True)

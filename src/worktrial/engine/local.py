@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from worktrial.agents import create_agent
 from worktrial.agents.base import Agent
-from worktrial.engine.attempt import run_attempt, sandbox_owner, slot_preparer
+from worktrial.engine.attempt import run_attempt, sandbox_owner, slot_overlay, slot_preparer
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptResult, ExecutorEvent, RepoSource
 from worktrial.errors import HarnessError
 from worktrial.gateway import Gateway
@@ -128,8 +128,14 @@ class LocalExecutor:
                     while len(slots) >= SLOTS_PER_WORKER:
                         _close_slot(slots.pop(next(iter(slots))), index)
                     prepare = slot_preparer(base, job.spec, self.scope)
+                    assert self._agent is not None
                     slot = Slot(
-                        source, base.commit, self.work_root / f"slot-{index}-{made}", prepare, sandbox_owner(job.spec)
+                        source,
+                        base.commit,
+                        self.work_root / f"slot-{index}-{made}",
+                        prepare,
+                        sandbox_owner(job.spec),
+                        overlay=slot_overlay(job.spec, self._agent, base),
                     )
                     made += 1
                 if slot is not None:

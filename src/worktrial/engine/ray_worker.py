@@ -25,7 +25,7 @@ from typing import Any
 
 from worktrial.agents import create_agent
 from worktrial.agents.base import Agent, AgentError
-from worktrial.engine.attempt import run_attempt, sandbox_owner, slot_preparer
+from worktrial.engine.attempt import run_attempt, sandbox_owner, slot_overlay, slot_preparer
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptResult, RepoSource
 from worktrial.errors import WorktrialError
 from worktrial.gateway import Gateway
@@ -245,7 +245,10 @@ class SlotWorker:
                 except Exception as exc:
                     log.warning("could not remove a workspace slot of %s: %s", self.name, exc)
             prepare = slot_preparer(base, job.spec, self.scope)
-            slot = Slot(source, base.commit, self.root / f"slot-{self._made}", prepare, sandbox_owner(job.spec))
+            assert self._agent is not None
+            overlay = slot_overlay(job.spec, self._agent)
+            root = self.root / f"slot-{self._made}"
+            slot = Slot(source, base.commit, root, prepare, sandbox_owner(job.spec), overlay)
             self._made += 1
         self._slots[base.key] = slot
         return slot

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from worktrial.engine.confine import SandboxChoice, requested_sandbox
+from worktrial.engine.containers import image_differences, plan_containers, with_agent_tools
 from worktrial.engine.run import (
     RunObserver,
     RunOptions,
@@ -25,6 +26,7 @@ from worktrial.engine.run import (
     end_previous,
     execute,
     new_budget,
+    refuse_remote,
     resolve_run_sandbox,
     resolve_workspace,
     session_settings,
@@ -196,6 +198,8 @@ def _resume(
     wanted, given = given_config(options, config)
     differences = _suite_differences(loaded, ws.base_commit, {t: b.commit for t, b in bases.items()}, meta)
     differences += config.differences(wanted, given)
+    containers = plan_containers(loaded, options.container_runtime, observer.warning)
+    differences += image_differences(containers, meta.environment_images)
     if differences:
         raise BadInputError(
             f"cannot resume run {run_id}; it differs from the stored run: {'; '.join(differences)} "
@@ -220,6 +224,8 @@ def _resume(
     with started(run_id, jobs, session) as (executor, work_root):
         request: SandboxChoice | SandboxRequest = config.sandbox if config.sandbox is not None else options.sandbox
         description = executor.preflight(ref)  # bad agent input is one line, before any sandbox warning
+        refuse_remote(containers, executor)
+        containers = with_agent_tools(containers, description, observer.warning)
         sandbox = resolve_run_sandbox(request, session.base_url, ref, ws, work_root, bases, observer)
         budget = new_budget(session, config, ref.name, description)
         earlier = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])
@@ -235,7 +241,9 @@ def _resume(
             }
         )
         store.write_meta(meta)
-        settings = session_settings(loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox)
+        settings = session_settings(
+            loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox, containers
+        )
         return execute(settings, executor, store, observer, done=stored_records.records, budget=budget)
 
 

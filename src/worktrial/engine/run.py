@@ -33,11 +33,13 @@ from worktrial.engine.confine import (
     unreadable_objects,
     unwritable_shared,
 )
+from worktrial.engine.containers import plan_containers, with_agent_tools
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
 from worktrial.engine.model_gateway import routes_through_gateway
 from worktrial.errors import BadInputError, WorkspaceError
 from worktrial.isolation import cgroups
+from worktrial.isolation.container import ContainerPlan, RuntimeChoice
 from worktrial.isolation.proc import ProcessScope
 from worktrial.isolation.workspace import (
     SourceRepo,
@@ -128,6 +130,8 @@ class RunOptions:
     """--max-cost (USD) for the run: no attempt starts once it would likely be passed; may change on resume."""
     allow_unpriced: bool = False
     """--allow-unpriced: a budget counts unknown costs as $0 instead of refusing them."""
+    container_runtime: RuntimeChoice = "auto"
+    """--runtime: the container CLI for tasks with a container environment (docker, podman, auto)."""
 
 
 class RunObserver:
@@ -437,10 +441,13 @@ def run_suite(
             f"{ws.base_commit[:12]} that every attempt starts from"
         )
     bases = task_bases(loaded, ws)
+    containers = plan_containers(loaded, options.container_runtime, observer.warning)
     end_previous(ws.state_root, observer)
     run_id = new_run_id()
     with started(run_id, jobs, options) as (executor, work_root):
         description = executor.preflight(ref)  # bad agent input is one line, before any sandbox warning
+        refuse_remote(containers, executor)
+        containers = with_agent_tools(containers, description, observer.warning)
         sandbox = resolve_run_sandbox(options.sandbox, options.base_url, ref, ws, work_root, bases, observer)
         config = frozen_config(options, ref.name, attempts, k, sandbox.request)
         budget = new_budget(options, config, ref.name, description)
@@ -472,17 +479,27 @@ def run_suite(
             selection=selection,
             sandbox=sandbox.info,
             sandboxes=[sandbox.info],
+            environment_images=containers.images() if containers is not None else {},
             budget=budget.info(),
             **config_fields(config),
         )
         store = RunStore.create(ws.state_root, meta)
         try:
             settings = session_settings(
-                loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox
+                loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox, containers
             )
             return execute(settings, executor, store, observer, done=[], budget=budget)
         finally:
             store.close()
+
+
+def refuse_remote(plan: ContainerPlan | None, executor: Executor) -> None:
+    """Container tasks run where their images were built: on this machine, with the local executor."""
+    if plan is not None and not isinstance(executor, LocalExecutor):
+        raise BadInputError(
+            "tasks with a container environment run on this machine only (their images are built here); "
+            "drop --executor ray / --ray-address for this suite"
+        )
 
 
 def end_previous(state_root: Path, observer: RunObserver, own: Path | None = None) -> None:
@@ -561,6 +578,7 @@ def session_settings(
     bases: Mapping[str, TaskBase],
     store_dir: Path,
     sandbox: ResolvedSandbox,
+    containers: ContainerPlan | None = None,
 ) -> RunSettings:
     suite_dir = work_root / "suite"
     copy_bundle(loaded.path, loaded.files, suite_dir)
@@ -581,6 +599,7 @@ def session_settings(
         max_cost_per_attempt=meta.config.max_cost_per_attempt if meta.config is not None else None,
         suite_digest=meta.suite_bundle_sha256 or meta.suite_sha256,
         environment_cache=str(cache_dir() / "environments"),
+        containers=containers,
     )
     return RunSettings(
         loaded=loaded,

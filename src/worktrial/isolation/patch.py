@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -146,3 +147,110 @@ def _patch(git_dir: Path, worktree: Path, start_commit: str, max_bytes: int) -> 
         with open(out, "rb") as fh:
             diff = fh.read(max_bytes)
     return PatchData(diff=diff, total_bytes=total, truncated=total > max_bytes, files=files)
+
+
+# -- the patch of a change set: two small trees, one ``git diff --no-index`` ------------------------------------------
+
+STAGE_OLD = "a"
+STAGE_NEW = "b"
+_NO_INDEX = [
+    "diff",
+    "--no-index",
+    "--no-prefix",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--no-renames",
+]
+
+
+def link_or_copy(src: Path | str, dest: Path, *, src_dir_fd: int | None = None) -> None:
+    """``dest`` as a hard link of ``src`` (never followed), or a copy where a link is refused."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dest, src_dir_fd=src_dir_fd, follow_symlinks=False)
+        return
+    except OSError:
+        pass
+    source = f"/proc/self/fd/{src_dir_fd}/{src}" if src_dir_fd is not None else str(src)
+    if os.path.islink(source):
+        os.symlink(os.readlink(source), dest)
+    else:
+        shutil.copyfile(source, dest, follow_symlinks=False)
+        os.chmod(dest, 0o755 if os.stat(source).st_mode & 0o100 else 0o644)
+
+
+def staged_patch(stage: Path, max_bytes: int) -> PatchData | None:
+    """The patch from ``stage/a`` (the base's version of every changed path) to ``stage/b`` (the agent's version;
+    a path missing there was deleted), as ``git diff`` of the two commits would print it. No repository is read and
+    no object is written: git only hashes the files it compares. None when git fails."""
+    for side in (STAGE_OLD, STAGE_NEW):
+        (stage / side).mkdir(exist_ok=True)
+    out = stage / "patch.diff"
+    env = proc.clean_env(
+        extra={
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_CEILING_DIRECTORIES": str(stage.parent),
+            "GIT_DIR": str(stage / "no-repository"),
+        }
+    )
+    argv = ["git", *_HARNESS_ONLY, *_NO_INDEX, f"--output={out}", STAGE_OLD, STAGE_NEW]
+    result = proc.run(argv, cwd=stage, env=env, timeout=_GIT_TIMEOUT, sweep=False)
+    if result.returncode not in (0, 1) or not out.is_file():
+        return None
+    total = out.stat().st_size
+    files: list[str] = []
+    kept = bytearray()
+    with open(out, "rb") as fh:
+        for line in fh:
+            if line.startswith(b"diff --git "):
+                line, path = _canonical_header(line)
+                files.append(path)
+            if len(kept) < max_bytes:
+                kept += line
+    if total == 0:
+        return PatchData(diff=b"", total_bytes=0, truncated=False, files=[])
+    # The headers were rewritten to git's usual a/ b/ form (same length), so total_bytes is the patch's size.
+    return PatchData(diff=bytes(kept[:max_bytes]), total_bytes=total, truncated=total > max_bytes, files=files)
+
+
+def _canonical_header(line: bytes) -> tuple[bytes, str]:
+    """``diff --git b/x b/x`` (a new file: both names from the new side) as ``diff --git a/x b/x``, and the path.
+
+    With ``--no-prefix`` each name is the staged side's directory (``a`` or ``b``) plus the path, so both halves
+    have the same length and differ only in that letter (after the opening quote of a quoted name)."""
+    rest = line[len(b"diff --git ") :].rstrip(b"\n")
+    half = (len(rest) - 1) // 2
+    first, second = rest[:half], rest[half + 1 :]
+
+    def side(name: bytes, letter: bytes) -> bytes:
+        return name[:1] + letter + name[2:] if name.startswith(b'"') else letter + name[1:]
+
+    first, second = side(first, b"a"), side(second, b"b")
+    quoted = second.startswith(b'"')
+    path = _unquote(second[1:-1] if quoted else second)[2:] if quoted else second[2:].decode("utf-8", "replace")
+    return b"diff --git " + first + b" " + second + b"\n", path
+
+
+def _unquote(text: bytes) -> str:
+    """A name git quoted C-style (``core.quotePath``): backslash escapes and octal bytes."""
+    out = bytearray()
+    simple = {ord("n"): 10, ord("t"): 9, ord('"'): 34, ord("\\"): 92, ord("a"): 7, ord("b"): 8, ord("f"): 12}
+    simple |= {ord("r"): 13, ord("v"): 11}
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == 92 and i + 1 < len(text):
+            nxt = text[i + 1]
+            if 48 <= nxt <= 55 and i + 3 < len(text) + 1:
+                out.append(int(text[i + 1 : i + 4], 8))
+                i += 4
+                continue
+            out.append(simple.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return out.decode("utf-8", "replace")

@@ -252,3 +252,28 @@ def _chmod_dir(path: str) -> None:
         st = os.lstat(path)
         if stat.S_ISDIR(st.st_mode):
             os.chmod(path, st.st_mode | stat.S_IRWXU)
+
+
+FileId = tuple[int, int, int, int]
+"""(inode, ctime in ns, size, links) of a file: what a later write, replacement or link to it would change."""
+
+
+def file_id(dir_fd: int, rel: str) -> FileId | None:
+    try:
+        st = os.stat(rel, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_ctime_ns, st.st_size, st.st_nlink) if stat.S_ISREG(st.st_mode) else None
+
+
+def stash_if_same(dir_fd: int, rel: str, known: FileId | None, into_fd: int, name: str) -> bool:
+    """Move the file at ``rel`` out to ``name`` in ``into_fd`` if it is still exactly the one identified by ``known``
+    (the harness wrote it and nothing changed it since: a change would have moved its ctime, which no process can
+    set back). Lets the harness keep a large file of its own (an index) instead of writing it again."""
+    if known is None or file_id(dir_fd, rel) != known:
+        return False
+    try:
+        os.rename(rel, name, src_dir_fd=dir_fd, dst_dir_fd=into_fd)
+    except OSError:
+        return False
+    return True

@@ -40,6 +40,7 @@ from typing import Literal
 from worktrial.errors import BadInputError
 from worktrial.isolation import netstack, ownership, proc
 from worktrial.isolation.limits import Enforcer, Limits
+from worktrial.isolation.overlay import Layers
 
 SandboxMode = Literal["auto", "on", "off"]
 NetworkMode = Literal["on", "off", "host"]
@@ -259,6 +260,9 @@ class AttemptView:
     private: Path | None = None
     """A directory only the harness writes, for the files the sandbox is given in place of the host's (``/etc/passwd``
     naming its uid, ``/etc/resolv.conf`` for its own network)."""
+    overlay: Layers | None = None
+    """The worktree as an overlay room (``overlay.py``): mounted at its mount point (one of ``writable``) in each
+    program's own mount namespace before bubblewrap starts."""
 
 
 @dataclass
@@ -289,6 +293,10 @@ class Sandbox(ABC):
     @abstractmethod
     def widened(self, readonly: Iterable[Path]) -> Sandbox:
         """The same sandbox (same limits) seeing more paths read-only: setup and verify see the suite's files."""
+
+    def in_room(self, old: Path, worktree: Path, layers: Layers | None) -> Sandbox:
+        """The same sandbox with the worktree ``old`` replaced by another room's (the verifier's)."""
+        return self
 
     def limits_cgroup(self) -> Path | None:
         """The attempt's cgroup v2 of limits that each unsandboxed command joins (and is ended with), if any."""
@@ -360,7 +368,10 @@ def _interpreter(program: str) -> Path | None:
 
 
 def _under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+    """``path`` is ``root`` or below it (both absolute and normalised; compared as text, which is what a mount
+    table does, and much cheaper than walking ``path.parents`` for every bind of every program started)."""
+    p, r = str(path), str(root)
+    return p == r or p.startswith(r if r.endswith("/") else r + "/")
 
 
 def _system(path: Path) -> bool:
@@ -599,6 +610,13 @@ class Bubblewrap(Sandbox):
         widened._etc = self._etc
         return widened
 
+    def in_room(self, old: Path, worktree: Path, layers: Layers | None) -> Sandbox:
+        writable = tuple(worktree if p == old else p for p in self.view.writable)
+        view = replace(self.view, writable=writable, overlay=layers)
+        moved = Bubblewrap(self.settings, view, self.enforcer, self.program, self.decision)
+        moved._etc = self._etc
+        return moved
+
     def limit_hit(self) -> str | None:
         return self.enforcer.hit()
 
@@ -660,7 +678,8 @@ class Bubblewrap(Sandbox):
             remount += ["--chmod", "0555", str(path)]
         args += [*remount, "--remount-ro", "/", "--chdir", str(_real(cwd)), "--"]
         drop = _drop_to(self.uid) if self.uid is not None else []
-        return Wrapped([*self.enforcer.prefix(), *args, *drop, *argv], child, link)
+        mount = self.view.overlay.prefix() if self.view.overlay is not None else []
+        return Wrapped([*self.enforcer.prefix(), *mount, *args, *drop, *argv], child, link)
 
     def _hand_over(self, home: Path) -> None:
         """What the harness wrote for this program (scratch's new entries, what a preset put in the home it runs

@@ -31,6 +31,7 @@ from worktrial.isolation.alternates import quote_line
 from worktrial.isolation.pool import AdminSnapshot
 from worktrial.isolation.workspace import ATTEMPT_BRANCH, AttemptWorkspace, git
 
+_INDEX_KEPT = "index-kept"
 AGENT_OBJECTS = "agent-objects"
 """Next to the worktree: the objects the agent wrote, moved out of its private repository for verification."""
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
@@ -80,18 +81,28 @@ def enter(
     start_commit: str,
     untouched: bool,
     owner: int | None,
-) -> None:
+    *,
+    clean: bool = True,
+    index_id: safefs.FileId | None = None,
+) -> safefs.FileId | None:
     """Put the private repository back to the harness's ``snapshot`` (made before any agent ran) with the branch at
     ``head`` (the start commit when ``head`` is None or not a commit), an index the harness made for it, and the
     worktree without ignored untracked files. ``untouched``: the worktree is still the pristine checkout (nothing in
     it is newer than the last reset), so with no new commit the snapshot's own index is that index and there is no
-    file to remove. Raises WorkspaceError (or OSError) when the room cannot be built."""
+    file to remove. ``clean=False``: the caller already removed the ignored untracked files it found in O(the change)
+    (``Slot.agent_change``), so git does not walk the tree for them; with no new commit the snapshot's index (the
+    start commit's, its stat data a cache that any changed file misses) is then the index. ``ws.layers``: the room is
+    an overlay whose lower layer already holds the harness's ``.git`` link. Raises WorkspaceError (or OSError) when
+    the room cannot be built. ``index_id``: the index as the harness last left it, kept (not written again) when it
+    is still that file and is the index the room needs. Returns the identity of the index the room has."""
     admin = snapshot.admin
     with contextlib.ExitStack() as fds:
         build_fd = fds.enter_context(safefs.opened_dir(ws.root, None))
         git_fd = fds.enter_context(safefs.opened_dir(ws.git_dir, ws.git_dir_id))
         work_fd = fds.enter_context(safefs.opened_dir(ws.worktree, ws.worktree_id))
         _set_objects_aside(build_fd, git_fd)
+        reuse = head is None or head == start_commit
+        kept = reuse and safefs.stash_if_same(git_fd, snapshot.index_rel, index_id, build_fd, _INDEX_KEPT)
         safefs.clear_dir(git_fd)
         for rel, (data, mode) in snapshot.files.items():
             if rel != "objects/info/alternates":
@@ -101,7 +112,7 @@ def enter(
         for rel in ("refs/tags", "objects/pack"):
             safefs.makedirs_at(git_fd, rel)
         safefs.write_at(git_fd, f"worktrees/{admin}/gitdir", f"{ws.worktree}/.git\n".encode())
-        link = f"gitdir: {ws.git_dir}/worktrees/{admin}\n".encode()
+        link = f"gitdir: {ws.git_dir}/worktrees/{admin}\n".encode() if ws.layers is None else b""
         with contextlib.suppress(OSError, ValueError):
             if safefs.read_regular(Path(safefs.fd_path(work_fd)) / ".git", 4096) == link:
                 link = b""  # already right: rewriting it would change the worktree's ctime for nothing
@@ -119,16 +130,22 @@ def enter(
             if kind.ok and kind.stdout_tail.strip() == b"commit":
                 commit = head
         safefs.write_at(git_fd, f"refs/heads/{ATTEMPT_BRANCH}", f"{commit}\n".encode())
-        if untouched and commit == start_commit:
+        if kept and commit == start_commit and (untouched or not clean):
+            os.rename(_INDEX_KEPT, snapshot.index_rel, src_dir_fd=build_fd, dst_dir_fd=git_fd)
+        elif commit == start_commit and (untouched or not clean):
             safefs.write_at(git_fd, snapshot.index_rel, snapshot.index)
         else:
-            for args in (["read-tree", commit], ["clean", "-fdXq"]):
+            for args in (["read-tree", commit], ["clean", "-fdXq"]) if clean else (["read-tree", commit],):
                 result = git([*base, *args], Path(work), foreign_owner=True)
                 if not result.ok:
                     raise WorkspaceError(f"verifier's room: {result.describe_failure('git ' + args[0])}")
+        if kept:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(_INDEX_KEPT, dir_fd=build_fd)  # kept but not used (a new commit: read-tree made one)
         ownership.hand_over_fd(git_fd, owner, recursive=True)
         if link:
             ownership.hand_over_entry(work_fd, ".git", owner)
+        return safefs.file_id(git_fd, snapshot.index_rel)
 
 
 def _set_objects_aside(build_fd: int, git_fd: int) -> None:

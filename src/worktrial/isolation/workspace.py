@@ -20,6 +20,7 @@ from pathlib import Path
 from worktrial.errors import HarnessError, WorkspaceError
 from worktrial.isolation import proc, safefs
 from worktrial.isolation.alternates import write_alternates
+from worktrial.isolation.overlay import Layers
 from worktrial.safe_read import input_sha256
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,9 @@ class AttemptWorkspace:
     worktree_id: safefs.Identity | None = None
     admin: str = ""
     """The worktree's directory under ``<git_dir>/worktrees/`` (its first name; a pooled worktree moves)."""
+    layers: Layers | None = None
+    """When the worktree is an overlay room (``overlay.py``): its layers, mounted only inside the sandbox; on the
+    host ``worktree`` is then an empty mount point."""
 
 
 def create_attempt_workspace(

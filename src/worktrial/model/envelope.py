@@ -276,6 +276,11 @@ class Envelope(BaseModel):
         default=None, description="Digest over the suite file and its declared files (equals suite_sha256 without)."
     )
     suite_files: list[SuiteFileInfo] = Field(default_factory=list, description="The suite's declared files.")
+    environment_images: dict[str, str] | None = Field(
+        default=None,
+        description="Task id -> the container image id (sha256:...) its attempts ran in, for tasks with a container "
+        "environment (docs/environments.md); null when no task had one.",
+    )
     run: RunInfo
     report: Report
 
@@ -292,6 +297,15 @@ class Envelope(BaseModel):
                 parts = [f"{n} attempt(s) under {run.sandboxes[i].summary()}" for i, n in sorted(counts.items())]
                 return "mixed (the run was resumed under other containment): " + "; ".join(parts)
         return run.sandbox.summary() if run.sandbox is not None else None
+
+    def containers_summary(self) -> str | None:
+        """The report's line on container tasks: how many ran in images (instead of the sandbox), and which."""
+        images = self.environment_images
+        if not images:
+            return None
+        shown = ", ".join(f"{task_id} {digest[:19]}…" for task_id, digest in list(images.items())[:3])
+        more = f" and {len(images) - 3} more" if len(images) > 3 else ""
+        return f"{len(images)} task(s) ran in container images instead of the sandbox: {shown}{more}"
 
     @property
     def bundle_digest(self) -> str:

@@ -189,6 +189,11 @@ class AttemptRecord(BaseModel):
         description="How the agent's program ended: by itself (exit), within the grace after SIGTERM at its deadline "
         "or cost cap (sigterm), or by SIGKILL (killed); null for agents without a program.",
     )
+    reward: float | None = Field(
+        default=None,
+        description="The reward a container task's verifier wrote (Harbor's reward.txt or reward.json); the attempt "
+        "passed its verification only with 1. Null for tasks that verify by exit status.",
+    )
     sandbox: int | None = Field(
         default=None,
         description="Which of the run's containments (run.sandboxes, when a resumed run used more than one) the "

@@ -81,10 +81,15 @@ TimeoutSecs = Annotated[StrictInt, Field(gt=0, le=MAX_TIMEOUT_SECS)]
 
 
 class Environment(BaseModel):
-    """Setup run once per slot on the pinned commit; its result is committed as every attempt's base (extension)."""
+    """Setup run once per slot on the pinned commit; its result is committed as every attempt's base (extension).
+
+    Or a container image the attempt's commands run in (``image`` or ``dockerfile``; docs/environments.md).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    setup: list[CommandField] = Field(min_length=1, description="Commands run in order in the checkout.")
+    setup: list[CommandField] = Field(
+        default_factory=list, description="Commands run in order in the checkout (required without an image)."
+    )
     timeout_secs: TimeoutSecs = Field(
         default=DEFAULT_ENVIRONMENT_TIMEOUT_SECS, description="Limit for each setup command."
     )
@@ -96,6 +101,60 @@ class Environment(BaseModel):
         description="Files or directories setup depends on (lock files, manifests): their content at the pinned "
         "commit is part of the cache key. Default: every tracked file outside the suite's own directory.",
     )
+    # --- container environments (docs/environments.md) ---
+    image: Annotated[str, StringConstraints(pattern=r"^[^\s-]\S*$", max_length=500)] | None = Field(
+        default=None, description="A local container image the attempt's commands run in (never pulled)."
+    )
+    dockerfile: RepoPath | None = Field(
+        default=None, description="A Dockerfile (relative to the suite file) built once per run into that image."
+    )
+    context: RepoPath | None = Field(
+        default=None, description="The build context of dockerfile (relative to the suite file); default: its dir."
+    )
+    workdir: Annotated[str, StringConstraints(pattern=r"^/[^\s:]*$", max_length=500)] = Field(
+        default="/app", description="Where the attempt's worktree is mounted in the container (its current dir)."
+    )
+    user: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]+$", max_length=100)] | None = Field(
+        default=None,
+        description='The container user: default a non-root uid worktrial picks; "image": the image\'s USER; '
+        'else a user or uid[:gid] ("root" to run as root).',
+    )
+    network: Literal["on", "off"] | None = Field(
+        default=None, description="The container's network; default: the run's --network."
+    )
+    cpus: Annotated[float, Field(gt=0, le=1024)] | None = Field(default=None, description="CPU limit (--cpus).")
+    memory_mb: Annotated[StrictInt, Field(gt=0)] | None = Field(default=None, description="Memory limit in MiB.")
+    build_timeout_secs: TimeoutSecs = Field(default=DEFAULT_ENVIRONMENT_TIMEOUT_SECS, description="Image build limit.")
+    seed_workdir: bool = Field(
+        default=False,
+        description="Copy what the image holds at workdir into the worktree before the agent starts (Harbor tasks "
+        "keep their files in the image).",
+    )
+    verifier_tests: RepoPath | None = Field(
+        default=None,
+        description="A directory of the suite put at /tests for verification only, with a fresh /logs/verifier "
+        "whose reward.txt (or one-key reward.json) decides the verdict: 1 passes (Harbor's convention).",
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Environment:
+        if self.image is not None and self.dockerfile is not None:
+            raise ValueError('give either "image" or "dockerfile", not both')
+        container = self.image is not None or self.dockerfile is not None
+        if container and self.setup:
+            raise ValueError('"setup" with a container image is not supported: put the setup steps in the Dockerfile')
+        if container and (self.cache_key is not None or self.cache_files is not None):
+            raise ValueError('"cache_key" and "cache_files" belong to "setup"; an image is cached by its digest')
+        if not container and not self.setup:
+            raise ValueError('an environment needs "setup" commands, an "image" or a "dockerfile"')
+        if not container and (self.context is not None or self.verifier_tests is not None):
+            raise ValueError('"context" and "verifier_tests" need a container "image" or "dockerfile"')
+        return self
+
+    @property
+    def container(self) -> bool:
+        """Whether the attempt's commands run in a container of this environment's image."""
+        return self.image is not None or self.dockerfile is not None
 
 
 class WorkspacePin(BaseModel):
@@ -260,6 +319,10 @@ def _describe(err: Any) -> str:
 def load_suite(path: str | Path) -> LoadedSuite:
     """Read, hash and validate a suite file; every problem is a SuiteError naming file and JSON path."""
     p = Path(path)
+    if p.is_dir():  # a Harbor task directory, or a directory of them
+        from worktrial.model.harbor import load_harbor  # harbor builds on this module
+
+        return load_harbor(p)
     try:
         data = read_input(p, MAX_SUITE_BYTES)
     except InputFileError as exc:

@@ -69,6 +69,8 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
     ]
     if (containment := envelope.sandbox_summary()) is not None:
         lines.append(f"- sandbox: {for_markdown(containment)}")
+    if (containers := envelope.containers_summary()) is not None:
+        lines.append(f"- containers: {for_markdown(containers)}")
     if not run.complete:
         lines.append("- **incomplete run**: interrupted before every attempt finished; numbers cover what ran")
     lines += [

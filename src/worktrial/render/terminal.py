@@ -59,6 +59,8 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
         facts.add_row("setup", Text(setup))
     if (containment := envelope.sandbox_summary()) is not None:
         facts.add_row("sandbox", terminal_text(containment))
+    if (containers := envelope.containers_summary()) is not None:
+        facts.add_row("containers", terminal_text(containers))
     groups = Table(title=None, show_edge=False, header_style="bold")
     for column in ("group", "tasks", "passed/total", f"pass@{k}", "95% CI", f"pass^{k}", "95% CI "):
         groups.add_column(column, justify="right" if column not in ("group", "95% CI", "95% CI ") else "left")

@@ -222,6 +222,7 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         suite_sha256=meta.suite_sha256,
         suite_bundle_sha256=meta.suite_bundle_sha256 or meta.suite_sha256,
         suite_files=list(meta.suite_files),
+        environment_images=dict(meta.environment_images) or None,
         run=info,
         report=build_report(meta.suite_id, meta.suite_name, tasks, records, meta.k),
     )

@@ -66,7 +66,9 @@ class Journal:
                 sort_keys=True,
             )
             sig = signing.sign(self._key, self.run_id, _KIND, body.encode())
-            replace_file(self.path, json.dumps({"body": body, "sig": sig}) + "\n")
+            # Not fsynced: the file is read when the harness died and the machine did not (after a machine's crash
+            # none of these processes lives); an fsync here would make every process start wait on the disk.
+            replace_file(self.path, json.dumps({"body": body, "sig": sig}) + "\n", durable=False)
 
 
 @dataclass(frozen=True)

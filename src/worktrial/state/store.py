@@ -69,6 +69,8 @@ class RunMeta(BaseModel):
     suite_files: list[SuiteFileInfo] = Field(default_factory=list)
     task_base_commits: dict[str, str] = Field(default_factory=dict)
     """Task id -> base commit, for tasks pinned to their own repository or commit."""
+    environment_images: dict[str, str] = Field(default_factory=dict)
+    """Task id -> the image id its attempts ran in, for tasks with a container environment."""
     suite_id: str
     suite_name: str
     tasks: list[TaskMeta]

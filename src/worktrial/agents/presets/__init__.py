@@ -9,9 +9,14 @@ from worktrial.agents.presets import (
     aider,
     claude_code,
     codex,
+    continue_cli,
+    copilot,
     cursor,
+    droid,
     gemini_cli,
     goose,
+    gptme,
+    kilo,
     mini_swe_agent,
     opencode,
     qwen_code,
@@ -34,6 +39,11 @@ PRESETS: dict[str, PresetSpec] = {
         aider.SPEC,
         mini_swe_agent.SPEC,
         vtcode.SPEC,
+        copilot.SPEC,
+        continue_cli.SPEC,
+        kilo.SPEC,
+        gptme.SPEC,
+        droid.SPEC,
     )
 }
 

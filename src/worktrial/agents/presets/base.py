@@ -83,6 +83,8 @@ ArgvBuilder = Callable[[Invocation], list[str]]
 EnvBuilder = Callable[[Path], dict[str, str]]
 RunEnvBuilder = Callable[[Invocation, Mapping[str, str]], dict[str, str]]
 """Environment derived from the invocation and the environment the agent would get (base URL, key names)."""
+Preparer = Callable[[Invocation], None]
+"""Writes files the CLI reads at start into the attempt's scratch directory (a config naming ``--base-url``)."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,9 @@ class PresetSpec:
     run_env: RunEnvBuilder | None = None
     base_url: str | None = None
     """How the CLI is pointed at ``--base-url`` (for docs and errors); None: the preset refuses it."""
+    base_url_needs_model: bool = False
+    """``--base-url`` is refused without ``--model``: the CLI must be told which model the endpoint serves."""
+    prepare: Preparer | None = None
     budgets: tuple[str, ...] = ()
     """Budget flags (``max_turns``, ``max_tokens``, ``temperature``) the CLI honours; the rest are refused."""
     long_prompt: LongPrompt | None = None
@@ -213,6 +218,8 @@ class PresetAgent:
     ``[agents.<preset>]`` in worktrial.toml may add ``env`` (a table), ``args`` (extra arguments placed
     before the prompt) and ``binary`` (a different executable name or path).
     """
+
+    sandboxed_files = True
 
     def __init__(self, spec: PresetSpec, options: AgentOptions) -> None:
         self.spec = spec
@@ -298,6 +305,8 @@ class PresetAgent:
             env.update(self.spec.run_env(invocation, env))
         if withheld:  # whatever a config table or run_env added: no variable of the CLI's holds a real key
             env = {name: value for name, value in env.items() if value not in withheld}
+        if self.spec.prepare is not None:
+            self.spec.prepare(invocation)
         argv, stdin_prompt = self._prompt_argv(invocation, prompt_file_of(ctx))
         too_big = oversized_argument(argv)
         if too_big is not None:
@@ -447,6 +456,11 @@ class PresetAgent:
             raise BadInputError(
                 f"agent {self.name} cannot be pointed at --base-url by worktrial; drop --base-url and set the "
                 f"provider in the CLI's own configuration (it is copied into each attempt)"
+            )
+        if self.options.base_url and self.spec.base_url_needs_model and not self.options.model:
+            raise BadInputError(
+                f"agent {self.name} needs --model with --base-url (the model the endpoint serves, e.g. "
+                "--model openai/NAME)"
             )
         refused = sorted(k for k in self.options.settings if k not in self.spec.budgets)
         if refused:

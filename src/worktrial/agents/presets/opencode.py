@@ -44,7 +44,10 @@ KEY_HINT = "check the provider's key variable or ~/.local/share/opencode/auth.js
 
 
 class OpenCodeParser(JsonLinesParser):
+    """OpenCode's event stream; Kilo Code's CLI, a fork of OpenCode, prints the same."""
+
     label = "opencode"
+    key_hint = KEY_HINT
 
     def __init__(self) -> None:
         super().__init__()
@@ -101,17 +104,17 @@ class OpenCodeParser(JsonLinesParser):
             category = classify(status, message)
             if category is not None:
                 bump(usage.error_counts, category)
-                found = failure(self.label, category, status, message, KEY_HINT)
+                found = failure(self.label, category, status, message, self.key_hint)
                 return Verdict(
                     claimed=None, usage=usage, reason=found.message, error_category=category, fatal=found.fatal
                 )
         if self.error and not exit_info.timed_out:
-            return Verdict(claimed=False, usage=usage, reason=f"opencode reported {self.error}")
+            return Verdict(claimed=False, usage=usage, reason=f"{self.label} reported {self.error}")
         if self.steps == 0:
-            usage.notes.append("opencode: no step_finish event; usage unknown")
+            usage.notes.append(f"{self.label}: no step_finish event; usage unknown")
             return self.fallback(exit_info, usage, "finishing a step")
         if exit_info.returncode not in (0, None):
-            return Verdict(claimed=False, usage=usage, reason=exit_reason("opencode", exit_info))
+            return Verdict(claimed=False, usage=usage, reason=exit_reason(self.label, exit_info))
         return Verdict(claimed=True, usage=usage)
 
 

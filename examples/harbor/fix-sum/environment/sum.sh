@@ -1,0 +1,6 @@
+#!/bin/sh
+total=0
+for n in "$@"; do
+    total=$((total * n))
+done
+echo "$total"

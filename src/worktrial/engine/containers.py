@@ -1,0 +1,197 @@
+"""A run's container environments: find the runtime, build or find each task's image once, pin its digest, and give
+each container task's attempt its container sandbox."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import stat
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from worktrial.errors import BadInputError
+from worktrial.isolation import container_tools, ownership
+from worktrial.isolation.container import (
+    TOOLS_VOLUME,
+    ContainerEnv,
+    ContainerPlan,
+    ContainerRuntime,
+    ContainerSandbox,
+    Mounts,
+    RuntimeChoice,
+    build_image,
+    find_runtime,
+    named_image,
+    probe,
+)
+from worktrial.isolation.container_tools import python_tool
+from worktrial.isolation.proc import ProcessScope
+from worktrial.isolation.sandbox import NetworkMode
+from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo
+from worktrial.model.suite import Environment, LoadedSuite, Task
+
+__all__ = [
+    "ContainerSandbox",
+    "container_sandbox",
+    "image_differences",
+    "plan_containers",
+    "read_reward",
+    "with_agent_tools",
+]
+
+
+def plan_containers(loaded: LoadedSuite, choice: RuntimeChoice, warn: Callable[[str], None]) -> ContainerPlan | None:
+    """The run's container plan, or None when no task of the suite has a container environment. Builds each
+    Dockerfile once (an earlier run's build of the same inputs is reused) and probes the runtime once."""
+    suite = loaded.suite
+    wanted = {t.id: env for t in suite.tasks if (env := suite.environment_for(t)) is not None and env.container}
+    if not wanted:
+        return None
+    runtime = find_runtime(choice)
+    images: dict[str, str] = {}
+    for env in wanted.values():
+        key = env.model_dump_json()
+        if key in images:
+            continue
+        images[key] = _image(runtime, env, loaded.suite_dir)  # a build of the same inputs is found by its tag
+    runtime = probe(runtime, next(iter(images.values())))
+    for note in runtime.notes:
+        warn(note)
+    tasks = {
+        task_id: ContainerEnv(
+            image=images[env.model_dump_json()],
+            digest=images[env.model_dump_json()],
+            workdir=env.workdir,
+            user=env.user,
+            network=env.network,
+            cpus=env.cpus,
+            memory_mb=env.memory_mb,
+            tests_dir=env.verifier_tests,
+            seed_workdir=env.seed_workdir,
+        )
+        for task_id, env in wanted.items()
+    }
+    return ContainerPlan(runtime=runtime, tasks=tasks)
+
+
+def _image(runtime: ContainerRuntime, env: Environment, suite_dir: Path) -> str:
+    if env.image is not None:
+        return named_image(runtime, env.image)
+    assert env.dockerfile is not None
+    dockerfile = suite_dir / env.dockerfile
+    context = suite_dir / env.context if env.context else dockerfile.parent
+    if not dockerfile.is_file():
+        raise BadInputError(f"{dockerfile}: Dockerfile not found; fix environment.dockerfile (relative to the suite)")
+    if not context.is_dir():
+        raise BadInputError(f"{context}: build context not found; fix environment.context (relative to the suite)")
+    return build_image(runtime, dockerfile, context, env.build_timeout_secs)
+
+
+def with_agent_tools(
+    plan: ContainerPlan | None, description: Mapping[str, Any], say: Callable[[str], None]
+) -> ContainerPlan | None:
+    """The plan with the agent's CLI installed into each image, when the agent is a preset whose CLI is a Python
+    console script on this host (a native executable is mounted as it is)."""
+    binary = description.get("binary")
+    if plan is None or not description.get("preset") or not isinstance(binary, str):
+        return plan
+    program = shutil.which(binary)
+    tool = python_tool(Path(os.path.realpath(program))) if program else None
+    if program is None or tool is None:
+        return plan
+    tools: dict[str, dict[str, str]] = {}
+    for image in sorted({env.image for env in plan.tasks.values()}):
+        say(
+            f"{tool.distribution}=={tool.version} (the host's {binary}) goes into image {image[:19]}: installed "
+            f"once into the volume {TOOLS_VOLUME}, reused after"
+        )
+        tools[image] = {program: container_tools.install(plan.runtime, image, tool)}
+    return replace(plan, tools=tools)
+
+
+def image_differences(plan: ContainerPlan | None, stored: dict[str, str]) -> list[str]:
+    """Why a resumed run's images are not the ones it started with (empty when they are)."""
+    now = plan.images() if plan is not None else {}
+    return [
+        f"image of task {task_id}: stored {digest[:19]}, now {now.get(task_id, 'none')[:19]}"
+        for task_id, digest in sorted(stored.items())
+        if now.get(task_id) != digest
+    ]
+
+
+def container_sandbox(
+    plan: ContainerPlan | None,
+    task: Task,
+    ws: AttemptWorkspace,
+    source: SourceRepo | None,
+    *,
+    network: NetworkMode,
+    max_memory: int | None,
+    max_procs: int | None,
+) -> ContainerSandbox | None:
+    """The attempt's container sandbox when its task has a container environment, else None."""
+    if plan is None or task.id not in plan.tasks:
+        return None
+    env = plan.tasks[task.id]
+    readonly = tuple(p for p in ([source.objects_dir] if source is not None else []) if p.is_dir())
+    mounts = Mounts(worktree=ws.worktree, writable=(ws.git_dir,), readonly=readonly, scratch=ws.root / "scratch")
+    return ContainerSandbox(plan, env, mounts, network=network, max_memory=max_memory, max_procs=max_procs)
+
+
+MAX_REWARD_BYTES = 64 * 1024
+_REWARD_FILES = ("reward.txt", "reward.json")
+
+
+def verifier_scope(scope: ProcessScope, suite_dir: str | None, scratch: Path) -> tuple[ProcessScope, Path | None]:
+    """The verifier's containers of a container task: its ``tests/`` copied in now (after the agent ended) at
+    ``/tests`` and a fresh ``/logs/verifier``; with the directory the reward file will be in (None for a task
+    that verifies by exit status alone)."""
+    sandbox = scope.sandbox
+    if not isinstance(sandbox, ContainerSandbox) or sandbox.env.tests_dir is None or not suite_dir:
+        return scope, None
+    room = scratch / f"verifier-{uuid.uuid4().hex[:12]}"
+    tests, logs = room / "tests", room / "logs"
+    shutil.copytree(Path(suite_dir) / sandbox.env.tests_dir, tests)
+    logs.mkdir(parents=True)
+    for path in (tests, logs):  # the copy of a read-only bundle is read-only: the verifier may write in both
+        for entry in (path, *path.rglob("*")):
+            entry.chmod(entry.stat().st_mode | stat.S_IWUSR)
+    if sandbox.uid is not None:
+        ownership.hand_over(room, sandbox.uid)
+    return scope.confined(sandbox.with_verifier_files(tests, logs)), logs
+
+
+def read_reward(logs: Path) -> tuple[float | None, str | None]:
+    """The reward the verifier wrote (``reward.txt``, or ``reward.json`` with one key), or why there is none."""
+    for name in _REWARD_FILES:
+        path = logs / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return None, f"{name} cannot be read: {exc.strerror}"
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None, f"{name} is not a regular file"
+            data = fh.read(MAX_REWARD_BYTES + 1)
+        if len(data) > MAX_REWARD_BYTES:
+            return None, f"{name} is larger than {MAX_REWARD_BYTES // 1024} KiB"
+        text = data.decode("utf-8", "replace").strip()
+        try:
+            value = json.loads(text) if name.endswith(".json") else float(text)
+        except ValueError:
+            return None, f"{name} is not a number: {text[:40]!r}"
+        if isinstance(value, dict):
+            if len(value) != 1:
+                return None, f"{name} has {len(value)} keys; worktrial reads a reward.json with exactly one"
+            value = next(iter(value.values()))
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return None, f"{name} does not hold a number"
+        return float(value), None
+    return None, "the verifier wrote no reward (/logs/verifier/reward.txt or reward.json)"

@@ -1,0 +1,69 @@
+"""``worktrial init --container``: the starter suite with its commands in a container of an image built from a
+Dockerfile next to it (docs/environments.md).
+
+The tasks are the shell starter's (POSIX ``sh`` runs in any image); the Dockerfile starts ``FROM`` the base image
+the user names, and is where a project's toolchain goes. The regression task plants its bug with a per-attempt setup
+command, since a container environment takes no ``environment.setup`` (that is the Dockerfile's job).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from worktrial.engine.starter import DEFAULT_DIR, StarterResult, starter_suite
+from worktrial.engine.starter_env import Project
+from worktrial.engine.starter_files import PLANTS, SOLUTIONS, TESTS
+from worktrial.errors import BadInputError
+
+DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
+WORKDIR = "/app"
+
+
+def container_suite(repo: Path, suite_id: str) -> dict[str, Any]:
+    """The shell starter suite, its environment the image of ``Dockerfile`` with the worktree at ``/app``."""
+    suite = starter_suite(repo, Project("shell"), suite_id)
+    suite["environment"] = {"dockerfile": "Dockerfile", "workdir": WORKDIR, "network": "off"}
+    suite["files"] = [*suite["files"], "Dockerfile"]
+    for task in suite["tasks"]:
+        own = task.pop("environment", None)
+        if own is not None:
+            task["setup_commands"] = [step for step in own["setup"] if step != {"sh": "true"}]
+    return suite
+
+
+def dockerfile(base_image: str) -> str:
+    return (
+        "# The image every command of the suite runs in (setup, agent, verify); worktrial mounts the attempt's\n"
+        f"# worktree at {WORKDIR}. Install the project's toolchain here (RUN apt-get install ..., pip, npm).\n"
+        f"FROM {base_image}\n"
+        f"WORKDIR {WORKDIR}\n"
+    )
+
+
+def write_container_starter(repo: Path, directory: Path | None, *, force: bool, base_image: str) -> StarterResult:
+    """Write the container starter suite into ``directory`` (default ``<repo>/evals``)."""
+    if not base_image.strip() or any(c.isspace() for c in base_image):
+        raise BadInputError(f"--base-image {base_image!r}: give one image name, such as {DEFAULT_BASE_IMAGE}")
+    target = directory if directory is not None else repo / DEFAULT_DIR
+    suite_path = target / "suite.json"
+    if suite_path.exists() and not force:
+        raise BadInputError(f"{suite_path} already exists; pass --force to overwrite it or --dir for another place")
+    suite = container_suite(repo, f"{repo.name}-container-starter")
+    contents = {
+        "suite.json": json.dumps(suite, indent=2) + "\n",
+        "Dockerfile": dockerfile(base_image),
+        "hidden/test_slugify.sh": TESTS["shell"]["slugify"],
+        "hidden/test_version.sh": TESTS["shell"]["version"],
+        "solutions/worktrial_starter.sh": SOLUTIONS["shell"]["slugify"],
+        "solutions/worktrial_version.sh": SOLUTIONS["shell"]["version"],
+        "planted/worktrial_version.sh": PLANTS["shell"],
+    }
+    written: list[Path] = []
+    for rel, text in contents.items():
+        path = target / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return StarterResult(project=Project("shell"), directory=target, files=written)

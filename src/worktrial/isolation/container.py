@@ -1,0 +1,441 @@
+"""Container environments: the Docker or Podman CLI (one code path, no daemon of worktrial's own) runs a task's
+setup, agent and verify commands inside its image.
+
+Each command the attempt runs is one ``run --rm`` of the task's image, so every phase starts from the image plus
+the attempt's files: what an agent installed outside the worktree is gone for the verifier, which always runs in a
+fresh container once every agent container is gone. What a container sees of the host (docs/environments.md):
+
+- the attempt's worktree at ``environment.workdir`` (default ``/app``, Terminal-Bench's), its current directory;
+- the attempt's private git directory, borrowed git objects (read-only) and scratch directory (its HOME, the
+  prompt file) at the same paths as on the host, so the worktree's ``.git`` file and the harness's environment
+  variables resolve;
+- for setup and verify only, the suite's declared files read-only (``$WORKTRIAL_SUITE_DIR``), and for a Harbor
+  task its ``tests/`` copied in at ``/tests`` and a fresh ``/logs/verifier`` for the reward file.
+
+Nothing else of the host is mounted. The container's user is a non-root uid unless the task names one
+(``environment.user``; Harbor tasks keep their image's ``USER``), its network is ``none`` with ``--network off`` (or
+the task's ``allow_internet = false``), and CPU, memory and process limits come from the task and the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from worktrial.errors import BadInputError, WorktrialError
+from worktrial.isolation import ownership, proc
+from worktrial.isolation.sandbox import AGENT_UIDS, NetworkMode, Sandbox, Wrapped, agent_uid
+
+log = logging.getLogger(__name__)
+
+RuntimeChoice = Literal["auto", "docker", "podman"]
+RUNTIME_CHOICES: tuple[RuntimeChoice, ...] = ("auto", "docker", "podman")
+IMAGE_TAG_PREFIX = "localhost/worktrial-env"
+"""Built images are tagged ``<prefix>:<first 24 hex of the build inputs' digest>``: the cache across runs."""
+DEFAULT_WORKDIR = "/app"
+TOOLS_VOLUME = "worktrial-tools"
+"""The cached volume of CLIs installed into images (``container_tools.py``)."""
+TOOLS_VOLUME_DIR = "/opt/worktrial/venvs"
+TOOLS_DIR = "/opt/worktrial/tool"
+"""Where the directory of a host program the attempt runs (a preset's CLI) is mounted, read-only."""
+MAX_BUILD_LOG = 4000
+
+
+@dataclass(frozen=True)
+class ContainerRuntime:
+    """The container CLI a run uses and the options this machine needs for ``run`` (found by probing once)."""
+
+    name: Literal["docker", "podman"]
+    program: str
+    version: str
+    run_options: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    """One line per option the probe had to add, saying what to change to not need it."""
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version}" + (f" ({' '.join(self.run_options)})" if self.run_options else "")
+
+
+@dataclass(frozen=True)
+class ContainerEnv:
+    """One task's container environment, resolved: the image to run and how."""
+
+    image: str
+    """What ``run`` starts: the image id (``sha256:...``) pinned for the whole run."""
+    digest: str
+    """The image id as recorded in the envelope."""
+    workdir: str = DEFAULT_WORKDIR
+    user: str | None = None
+    """``None``: a non-root uid of the harness's choosing; ``"image"``: the image's own USER; else passed as is."""
+    network: NetworkMode | None = None
+    """The task's own network (a Harbor task's ``allow_internet``); None: the run's ``--network``."""
+    cpus: float | None = None
+    memory_mb: int | None = None
+    tests_dir: str | None = None
+    seed_workdir: bool = False
+    """Copy the image's workdir into the worktree before the attempt's first command (Harbor tasks)."""
+    """A Harbor task's ``tests/``, relative to the suite directory: put at ``/tests`` for the verifier only."""
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    """What every container attempt of a run shares: the runtime and each container task's environment."""
+
+    runtime: ContainerRuntime
+    tasks: Mapping[str, ContainerEnv] = field(default_factory=dict)
+    tools: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Image -> {host program -> that program installed in the image's tools volume} (a preset's Python CLI)."""
+
+    def images(self) -> dict[str, str]:
+        """Task id -> image digest, for the envelope."""
+        return {task_id: env.digest for task_id, env in sorted(self.tasks.items())}
+
+
+def _version(program: str) -> str | None:
+    result = proc.run([program, "version", "--format", "{{.Client.Version}}"], cwd="/", timeout=60, sweep=False)
+    if result.not_found:
+        return None
+    text = result.stdout_tail.decode("utf-8", "replace").strip()
+    if result.ok and text:
+        return text.splitlines()[0]
+    if program.endswith("podman"):  # podman 4 answers `version --format` with its own field names
+        again = proc.run([program, "--version"], cwd="/", timeout=60, sweep=False)
+        words = again.stdout_tail.decode("utf-8", "replace").split()
+        return words[-1] if again.ok and words else None
+    return None
+
+
+def find_runtime(choice: RuntimeChoice) -> ContainerRuntime:
+    """The runtime ``--runtime`` names (``auto``: Podman, then Docker), or bad input saying how to get one."""
+    names: tuple[Literal["docker", "podman"], ...] = ("podman", "docker") if choice == "auto" else (choice,)
+    for name in names:
+        program = os.environ.get(f"WORKTRIAL_{name.upper()}") or shutil.which(name)
+        if program is None:
+            continue
+        version = _version(program)
+        if version is not None:
+            return ContainerRuntime(name, program, version)
+        if choice != "auto":
+            raise BadInputError(
+                f"--runtime {name}: `{program} version` failed; is its daemon running (docker) or its storage set "
+                "up? Try it by hand, or pass --runtime auto"
+            )
+    wanted = "podman or docker" if choice == "auto" else choice
+    raise BadInputError(
+        f"this suite has container tasks and {wanted} is not installed; install one (Debian/Ubuntu: apt-get install "
+        "podman runc; macOS: Docker Desktop or `brew install podman`)"
+    )
+
+
+_FIXES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "cgroups in hybrid mode",
+        ("--runtime", "runc"),
+        "crun cannot run on this host's hybrid cgroups: using --runtime runc (to make it the default, set "
+        'runtime = "runc" under [engine] in /etc/containers/containers.conf)',
+    ),
+    (
+        "rlimit",
+        ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"),
+        "the runtime's default rlimits cannot be set here (no CAP_SYS_RESOURCE): passing --ulimit nofile=1024:1024 "
+        '--ulimit nproc=1024:1024 (to make them the default, set default_ulimits = ["nofile=1024:1024", '
+        '"nproc=1024:1024"] under [containers] in /etc/containers/containers.conf)',
+    ),
+)
+
+
+def probe(runtime: ContainerRuntime, image: str) -> ContainerRuntime:
+    """Start ``image`` once; where it fails for a reason this module knows (crun on hybrid cgroups, rlimits that
+    cannot be raised), add the option that avoids it, with a note saying so, and try again. Anything else is one
+    line of bad input."""
+    options: list[str] = []
+    notes: list[str] = []
+    for _ in range(len(_FIXES) + 1):
+        argv = [runtime.program, "run", "--rm", "--network", "none", *options, image, "/bin/sh", "-c", "exit 0"]
+        result = proc.run(argv, cwd="/", timeout=300, sweep=False)
+        if result.ok:
+            return replace(runtime, run_options=tuple(options), notes=tuple(notes))
+        detail = result.stderr_tail.decode("utf-8", "replace")
+        fix = next((f for f in _FIXES if f[0] in detail and f[1][0] not in options), None)
+        if fix is None:
+            last = detail.strip().splitlines()[-1] if detail.strip() else result.describe_failure(runtime.name)
+            raise BadInputError(f"{runtime.name} cannot start a container of {image} here: {last[:300]}")
+        if runtime.name == "podman" and fix[1][:2] == ("--runtime", "runc") and shutil.which("runc") is None:
+            raise BadInputError(f"{runtime.name}: {fix[2].split(':')[0]}; install runc (apt-get install runc)")
+        options += fix[1]
+        notes.append(f"{runtime.name}: {fix[2]}")
+    raise BadInputError(f"{runtime.name} cannot start a container of {image} here")
+
+
+def inspect_id(runtime: ContainerRuntime, image: str) -> str | None:
+    """The local image's id (``sha256:...``), or None when it is not present."""
+    result = proc.run(
+        [runtime.program, "image", "inspect", "--format", "{{.Id}}", image], cwd="/", timeout=60, sweep=False
+    )
+    text = result.stdout_tail.decode("utf-8", "replace").strip()
+    if not result.ok or not text:
+        return None
+    return text if text.startswith("sha256:") else f"sha256:{text}"
+
+
+def context_digest(dockerfile: Path, context: Path) -> str:
+    """A digest of everything a build reads: the Dockerfile and every file of the context, by relative name."""
+    digest = hashlib.sha256(b"worktrial-image-build 1\n")
+    digest.update(b"Dockerfile\0" + dockerfile.read_bytes() + b"\0")
+    for path in sorted(p for p in context.rglob("*") if p.is_file() or p.is_symlink()):
+        name = path.relative_to(context).as_posix().encode()
+        body = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        digest.update(name + b"\0" + hashlib.sha256(body).hexdigest().encode() + b"\n")
+    return digest.hexdigest()
+
+
+def build_image(runtime: ContainerRuntime, dockerfile: Path, context: Path, timeout_secs: float) -> str:
+    """Build (or find built by an earlier run) the image of ``dockerfile`` in ``context``; its id."""
+    tag = f"{IMAGE_TAG_PREFIX}:{context_digest(dockerfile, context)[:24]}"
+    if (found := inspect_id(runtime, tag)) is not None:
+        return found
+    argv = [runtime.program, "build", "-t", tag, "-f", str(dockerfile), str(context)]
+    result = proc.run(argv, cwd=str(context), timeout=timeout_secs, sweep=False, tail_bytes=MAX_BUILD_LOG)
+    if not result.ok:
+        tail = (result.stderr_tail or result.stdout_tail).decode("utf-8", "replace").strip().splitlines()
+        raise BadInputError(
+            f"{dockerfile}: the image build failed ({result.describe_failure(runtime.name + ' build')}): "
+            f"{tail[-1][:300] if tail else 'no output'}"
+        )
+    built = inspect_id(runtime, tag)
+    if built is None:
+        raise BadInputError(f"{dockerfile}: {runtime.name} built {tag} but cannot find it")
+    return built
+
+
+def named_image(runtime: ContainerRuntime, image: str) -> str:
+    """The id of a named image, which must be present locally (worktrial never pulls behind the user's back)."""
+    found = inspect_id(runtime, image)
+    if found is None:
+        raise BadInputError(
+            f"image {image} is not present locally; pull or build it first ({runtime.name} pull {image})"
+        )
+    return found
+
+
+RUNTIME_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "TMPDIR",
+        "XDG_RUNTIME_DIR",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "DOCKER_HOST",
+        "DOCKER_CONFIG",
+        "DOCKER_CONTEXT",
+        "CONTAINER_HOST",
+        "CONTAINER_CONNECTION",
+        "CONTAINERS_CONF",
+        "CONTAINERS_STORAGE_CONF",
+        "CONTAINERS_REGISTRIES_CONF",
+    }
+)
+"""The runtime CLI's own environment, always the harness's (rootless Podman and Docker find their storage, socket
+and configuration through it)."""
+_INLINE = ("HOME", "USER", "LOGNAME", "TMPDIR")
+"""The container's own values of variables the runtime reads too: given on its command line (they are no secrets)."""
+
+
+_SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/etc/", "/proc/", "/dev/", "/sys/")
+
+
+def _host_tool(program: str) -> Path | None:
+    """The real path of ``program`` when it names an executable of this host outside the system's directories
+    (those the image has its own of): what the container needs mounted to run it. A node or Python script whose
+    interpreter the image lacks still fails, with its own error (docs/environments.md)."""
+    if not os.path.isabs(program) or program.startswith(_SYSTEM_PREFIXES):
+        return None
+    real = Path(os.path.realpath(program))
+    if str(real).startswith(_SYSTEM_PREFIXES) or not real.is_file() or not os.access(real, os.X_OK):
+        return None
+    return real
+
+
+@dataclass(frozen=True)
+class Mounts:
+    """The host paths one attempt's containers see."""
+
+    worktree: Path
+    writable: tuple[Path, ...]
+    readonly: tuple[Path, ...]
+    scratch: Path
+    extra: tuple[tuple[Path, str, bool], ...] = ()
+    """(host path, container path, writable) mounted at a path of their own (``/tests``, ``/logs/verifier``)."""
+
+
+class ContainerSandbox(Sandbox):
+    """Every command of one attempt as a container of the task's image (see the module docstring)."""
+
+    kind = "container"
+    own_pid_namespace = True
+
+    def __init__(
+        self,
+        plan: ContainerPlan,
+        env: ContainerEnv,
+        mounts: Mounts,
+        *,
+        network: NetworkMode,
+        max_memory: int | None = None,
+        max_procs: int | None = None,
+    ) -> None:
+        self.plan, self.env, self.mounts = plan, env, mounts
+        self.network = env.network or network
+        self.max_memory, self.max_procs = max_memory, max_procs
+        self.names: list[str] = []
+        self.uid = self._container_uid()
+
+    def _container_uid(self) -> int | None:
+        """The host uid the attempt's containers run as when the harness picks it (root harness, no task user)."""
+        if self.env.user is not None:
+            return None
+        if os.geteuid() == 0:
+            return agent_uid() or AGENT_UIDS.start
+        return os.geteuid()
+
+    def prepare(self) -> None:
+        self.mounts.scratch.mkdir(parents=True, exist_ok=True)
+        if self.env.seed_workdir:
+            self._seed()
+
+    def _seed(self) -> None:
+        """Copy what the image holds at its workdir into the worktree, which is mounted over it (a Harbor task's
+        files are in its image). Nothing there is not an error."""
+        rt = self.plan.runtime
+        name = f"worktrial-seed-{uuid.uuid4().hex[:12]}"
+        created = proc.run(
+            [rt.program, "create", "--name", name, self.env.image, "/bin/true"], cwd="/", timeout=120, sweep=False
+        )
+        if not created.ok:
+            detail = created.stderr_tail.decode("utf-8", "replace").strip()
+            raise WorktrialError(f"{rt.name} create of {self.env.image} failed: {detail[-300:]}")
+        try:
+            source = f"{name}:{self.env.workdir.rstrip('/')}/."
+            proc.run([rt.program, "cp", source, str(self.mounts.worktree)], cwd="/", timeout=600, sweep=False)
+        finally:
+            proc.run([rt.program, "rm", "--force", name], cwd="/", timeout=120, sweep=False)
+
+    def widened(self, readonly: Iterable[Path]) -> Sandbox:
+        mounts = replace(self.mounts, readonly=(*self.mounts.readonly, *readonly))
+        widened = ContainerSandbox(
+            self.plan, self.env, mounts, network=self.network, max_memory=self.max_memory, max_procs=self.max_procs
+        )
+        widened.names = self.names  # one list: ending the attempt's containers ends the verifier's too
+        return widened
+
+    def with_verifier_files(self, tests: Path | None, logs: Path) -> ContainerSandbox:
+        """The verifier's containers: the task's tests at ``/tests`` and a fresh reward directory at
+        ``/logs/verifier``, both made after the agent ended."""
+        extra = [(logs, "/logs/verifier", True)]
+        if tests is not None:
+            extra.append((tests, "/tests", True))
+        mounts = replace(self.mounts, extra=(*self.mounts.extra, *extra))
+        widened = ContainerSandbox(
+            self.plan, self.env, mounts, network=self.network, max_memory=self.max_memory, max_procs=self.max_procs
+        )
+        widened.names = self.names
+        return widened
+
+    def limit_hit(self) -> str | None:
+        return None
+
+    def end_containers(self) -> None:
+        """Remove every container this attempt started that is still there (a killed ``run`` leaves its container
+        running): after the agent, before the verifier, and at cleanup."""
+        if not self.names:
+            return
+        names, self.names[:] = list(self.names), []
+        rt = self.plan.runtime
+        proc.run([rt.program, "rm", "--force", "--time", "0", *names], cwd="/", timeout=120, sweep=False)
+
+    def cleanup(self) -> None:
+        self.end_containers()
+
+    def _map(self, text: str) -> str:
+        """A host path inside the worktree as the container sees it."""
+        root = str(self.mounts.worktree)
+        if text == root:
+            return self.env.workdir
+        if text.startswith(root + "/"):
+            return self.env.workdir + text[len(root) :]
+        return text
+
+    def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Wrapped:
+        rt = self.plan.runtime
+        name = f"worktrial-{uuid.uuid4().hex[:16]}"
+        self.names.append(name)
+        args = [rt.program, "run", "--rm", "--name", name, "--interactive", *rt.run_options]
+        args += ["--network", {"off": "none", "on": "bridge", "host": "host"}[self.network]]
+        # Never more privileges than it started with; a user worktrial picked gets no capabilities either (a task's
+        # own user, root in most Harbor images, keeps the runtime's default set: its verifiers install packages).
+        args += ["--security-opt", "no-new-privileges"]
+        args += ["--cap-drop", "ALL"] if self.uid is not None else []
+        if self.uid is not None and os.geteuid() == 0:
+            for path in (self.mounts.worktree, *self.mounts.writable, self.mounts.scratch):
+                ownership.hand_over(path, self.uid, only_foreign=True)
+            args += ["--user", f"{self.uid}:{self.uid}"]
+        elif self.uid is not None:
+            # An unprivileged harness: the container runs as its own uid, which owns the attempt's files. Rootless
+            # Podman maps container uids into the user's subordinate range unless told to keep this one.
+            args += ["--userns", "keep-id"] if rt.name == "podman" else []
+            args += ["--user", f"{self.uid}:{os.getegid()}"]
+        elif self.env.user not in (None, "image"):
+            args += ["--user", str(self.env.user)]
+        if self.env.cpus is not None:
+            args += ["--cpus", f"{self.env.cpus:g}"]
+        limits = [m for m in (self.env.memory_mb * 2**20 if self.env.memory_mb else None, self.max_memory) if m]
+        memory = min(limits) if limits else None
+        if memory is not None:
+            args += ["--memory", str(memory)]
+        if self.max_procs is not None:
+            args += ["--pids-limit", str(self.max_procs)]
+        # Podman mounts what the attempt writes nosuid,nodev: a root container user cannot leave a set-uid program
+        # on this host (Docker's --volume has no such option).
+        rw = "rw,nosuid,nodev" if rt.name == "podman" else "rw"
+        args += ["--volume", f"{self.mounts.worktree}:{self.env.workdir}:{rw}"]
+        for path in (*self.mounts.writable, self.mounts.scratch):
+            if path.exists():
+                args += ["--volume", f"{path}:{path}:{rw}"]
+        for path in self.mounts.readonly:
+            if path.exists():
+                args += ["--volume", f"{path}:{path}:ro"]
+        for host, inside, writable in self.mounts.extra:
+            args += ["--volume", f"{host}:{inside}:{rw if writable else 'ro'}"]
+        argv = list(argv)
+        installed = self.plan.tools.get(self.env.image, {})
+        if argv and argv[0] in installed:
+            args += ["--volume", f"{TOOLS_VOLUME}:{TOOLS_VOLUME_DIR}:ro"]
+            argv[0] = installed[argv[0]]
+        elif argv and (tool := _host_tool(argv[0])) is not None:
+            # A program the harness found on this host (a preset's pinned CLI): its directory, read-only, where any
+            # user can reach it (the host's may lie under a home no other user may enter, such as /root).
+            args += ["--volume", f"{tool.parent}:{TOOLS_DIR}:ro"]
+            argv[0] = f"{TOOLS_DIR}/{tool.name}"
+        # What the runtime itself reads (where its storage and configuration are) is the harness's; the container
+        # gets its own values of those it needs, which are no secrets, on the command line, and the image's PATH.
+        # Every other variable goes by name only: its value travels in the runtime's environment, never on a
+        # command line.
+        inline = {k: self._map(env[k]) for k in _INLINE if k in env}
+        inline["TMPDIR"] = "/tmp"
+        child = {k: self._map(v) for k, v in env.items() if k not in RUNTIME_ENV}
+        args += [arg for k, v in sorted(inline.items()) for arg in ("--env", f"{k}={v}")]
+        args += [arg for k in sorted(child) for arg in ("--env", k)]
+        args += ["--workdir", self._map(str(cwd)), self.env.image, *(self._map(a) for a in argv)]
+        host_env = {**child, **{k: v for k, v in os.environ.items() if k in RUNTIME_ENV}}
+        host_env.setdefault("PATH", os.defpath)
+        return Wrapped(args, host_env)

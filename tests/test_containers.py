@@ -1,0 +1,322 @@
+"""Harbor task directories in real containers (Podman or Docker on a base image built offline from busybox-static,
+`make containers`): the oracle passes, nop fails, a command agent runs inside and sees neither the host nor the
+tests, the reward file decides, the envelope pins the image, resume continues, bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import git
+
+pytestmark = [pytest.mark.container, pytest.mark.slow]
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "harbor"
+BASE_IMAGE = "localhost/worktrial-base:busybox"
+
+
+def _runtime() -> str | None:
+    return next((name for name in ("podman", "docker") if shutil.which(name)), None)
+
+
+@pytest.fixture(scope="module")
+def runtime() -> str:
+    name = _runtime()
+    if name is None:
+        pytest.skip("needs podman or docker (make containers installs podman)")
+    built = subprocess.run(
+        [str(EXAMPLES / "build-base-image.sh"), name, BASE_IMAGE], capture_output=True, text=True, check=False
+    )
+    if built.returncode != 0:
+        pytest.skip(f"the base image could not be built: {built.stderr.strip()[-200:]}")
+    return name
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """Harbor tasks keep their files in the image: the workspace is an empty repository."""
+    path = tmp_path / "ws"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    git(path, "commit", "-q", "--allow-empty", "-m", "empty")
+    return path
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    out = tmp_path / "dataset"
+    shutil.copytree(EXAMPLES, out, ignore=shutil.ignore_patterns("build-base-image.sh", "README.md"))
+    return out
+
+
+def _eval(cli, workspace: Path, suite: Path, runtime: str, *args: str):
+    return cli(
+        ["eval", "--suite", str(suite), "--trust", "--format", "json", "--runtime", runtime, "--quiet", *args],
+        cwd=workspace,
+    )
+
+
+def _attempts(envelope: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    return {t["task_id"]: t["attempts"] for t in envelope["report"]["tasks"]}
+
+
+def _image_id(runtime: str, image: str) -> str:
+    out = subprocess.run([runtime, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True)
+    return out.stdout.strip() if out.stdout.strip().startswith("sha256:") else f"sha256:{out.stdout.strip()}"
+
+
+def test_oracle_passes_nop_fails_and_the_envelope_pins_each_image(cli, runtime, workspace, dataset) -> None:
+    # docs/environments.md shows this run (tests/test_docs.py, RUN_ELSEWHERE)
+    args = ["--suite", str(dataset), "--agent", "oracle", "--trust", "--workspace", str(workspace)]
+    oracle = cli(["eval", *args, "--runtime", runtime, "--format", "json", "--quiet"])
+    assert oracle.exit_code == 0, oracle.output
+    envelope = json.loads(oracle.stdout)
+    attempts = _attempts(envelope)
+    assert {task: [a["outcome"] for a in runs] for task, runs in attempts.items()} == {
+        "count-words": ["pass"],
+        "fix-sum": ["pass"],
+        "hello-file": ["pass"],
+    }
+    assert all(a["reward"] == 1.0 for runs in attempts.values() for a in runs)
+    images = envelope["environment_images"]
+    assert sorted(images) == ["count-words", "fix-sum", "hello-file"]
+    assert all(digest.startswith("sha256:") and len(digest) == 71 for digest in images.values())
+    # The pinned id is the id the runtime knows the built image by (tagged by its inputs' digest).
+    tags = subprocess.run(
+        [runtime, "images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/worktrial-env"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert set(images.values()) <= {_image_id(runtime, tag) for tag in tags}
+
+    nop = _eval(cli, workspace, dataset, runtime, "--agent", "nop")
+    assert nop.exit_code == 0, nop.output
+    nop_attempts = _attempts(json.loads(nop.stdout))
+    assert {a["outcome"] for runs in nop_attempts.values() for a in runs} == {"fail"}
+    assert {a["reward"] for runs in nop_attempts.values() for a in runs} == {0.0}
+
+
+def test_a_command_agent_runs_inside_and_sees_neither_the_host_nor_the_tests(
+    cli, runtime, workspace, dataset, tmp_path: Path
+) -> None:
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("do not read\n")
+    probe = (
+        f"{{ pwd; id -u; test -e /tests && echo tests-visible; test -e {secret} && echo host-visible; "
+        f"test -e {dataset} && echo suite-visible; cat /app/words.txt | wc -w; }} > /app/probe.txt; "
+        "ls /sys/class/net > /app/net.txt; "
+        "wc -w < /app/words.txt | tr -d ' ' > /app/count.txt"
+    )
+    result = _eval(cli, workspace, dataset / "count-words", runtime, "--agent-cmd", probe, "--keep-worktrees")
+    assert result.exit_code == 0, result.output
+    (attempt,) = _attempts(json.loads(result.stdout))["count-words"]
+    assert attempt["outcome"] == "pass", attempt
+    seen = (Path(attempt["worktree"]) / "probe.txt").read_text().split()
+    assert seen[0] == "/app"  # its current directory is the worktree, at the documented path
+    assert "tests-visible" not in seen and "host-visible" not in seen and "suite-visible" not in seen
+    assert seen[-1] == "9"  # and the image's own files were there
+    assert (Path(attempt["worktree"]) / "net.txt").read_text().split() == ["lo"]  # allow_internet = false
+
+
+def test_a_suite_s_dockerfile_runs_as_a_non_root_user_on_the_repository(cli, runtime, repo, tmp_path: Path) -> None:
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nRUN echo built > /built.txt\n")
+    suite = tmp_path / "suite.json"
+    verify = 'test "$(id -u)" != 0 && test "$(cat done.txt)" = "$(cat /built.txt)" && test -f README.md'
+    suite.write_text(
+        json.dumps(
+            {
+                "id": "native",
+                "environment": {"dockerfile": "env/Dockerfile", "workdir": "/work"},
+                "tasks": [
+                    {
+                        "id": "t",
+                        "prompt": "p",
+                        "verify_commands": [{"sh": verify}],
+                        "solution": [{"sh": "cat /built.txt > done.txt"}],
+                    }
+                ],
+            }
+        )
+    )
+    result = _eval(cli, repo, suite, runtime, "--agent", "oracle")
+    assert result.exit_code == 0, result.output
+    envelope = json.loads(result.stdout)
+    assert [a["outcome"] for a in _attempts(envelope)["t"]] == ["pass"]
+    assert list(envelope["environment_images"]) == ["t"]
+
+
+def test_the_reward_file_decides_not_the_exit_status(cli, runtime, workspace, dataset) -> None:
+    task = dataset / "hello-file"
+    (task / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\nexit 3\n")
+    passed = _eval(cli, workspace, task, runtime, "--agent", "nop")
+    (attempt,) = _attempts(json.loads(passed.stdout))["hello-file"]
+    assert (attempt["outcome"], attempt["reward"]) == ("pass", 1.0)
+
+    (task / "tests" / "test.sh").write_text("echo 0.5 > /logs/verifier/reward.txt\n")
+    failed = _eval(cli, workspace, task, runtime, "--agent", "oracle")
+    (attempt,) = _attempts(json.loads(failed.stdout))["hello-file"]
+    assert (attempt["outcome"], attempt["reward"]) == ("fail", 0.5)
+    assert "reward is 0.5, not 1" in attempt["reason"]
+
+
+def test_resume_runs_what_is_missing_in_the_same_image(cli, runtime, workspace, dataset) -> None:
+    first = _eval(cli, workspace, dataset / "fix-sum", runtime, "--agent", "oracle", "--attempts", "2")
+    envelope = json.loads(first.stdout)
+    run_dir = workspace / ".worktrial" / "runs" / envelope["run"]["id"]
+    lines = (run_dir / "attempts.jsonl").read_text().splitlines(keepends=True)
+    (run_dir / "attempts.jsonl").write_text("".join(lines[:-1]))
+    (run_dir / "envelope.json").unlink()
+    resumed = cli(["resume", envelope["run"]["id"], "--format", "json", "--runtime", runtime], cwd=workspace)
+    assert resumed.exit_code == 0, resumed.output
+    again = json.loads(resumed.stdout)
+    assert [a["outcome"] for a in _attempts(again)["fix-sum"]] == ["pass", "pass"]
+    assert again["environment_images"] == envelope["environment_images"]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda d: (d / "task.toml").write_text("[verifier]\ntimeout_sec = 'soon'\n"), "must be a positive number"),
+        (lambda d: (d / "environment" / "Dockerfile").unlink(), "environment/Dockerfile: missing"),
+        (lambda d: (d / "environment" / "Dockerfile").write_text("FROM localhost/worktrial-none:x\n"), "build failed"),
+    ],
+)
+def test_bad_tasks_are_one_line_and_exit_2(cli, runtime, workspace, dataset, change, expected: str) -> None:
+    change(dataset / "hello-file")
+    result = _eval(cli, workspace, dataset / "hello-file", runtime, "--agent", "oracle")
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_check_passes_on_the_example_dataset(cli, runtime, workspace, dataset) -> None:
+    result = cli(["check", str(dataset), "--trust", "--repeats", "1", "--runtime", runtime, "--quiet"], cwd=workspace)
+    assert result.exit_code == 0, result.output
+    assert "No problems found" in result.stdout
+
+
+def test_init_container_writes_a_suite_check_passes(cli, runtime, repo) -> None:
+    written = cli(["init", "--container", "--base-image", BASE_IMAGE], cwd=repo)
+    assert written.exit_code == 0, written.output
+    assert f"container (FROM {BASE_IMAGE})" in written.stdout
+    assert (repo / "evals" / "Dockerfile").read_text().splitlines()[2] == f"FROM {BASE_IMAGE}"
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "suite")
+    result = cli(["check", "evals/suite.json", "--trust", "--repeats", "1", "--runtime", runtime, "--quiet"], cwd=repo)
+    assert result.exit_code == 0, result.output
+    assert "No problems found" in result.stdout
+
+
+def test_ending_an_attempt_s_containers_removes_one_whose_client_was_killed(runtime, tmp_path: Path) -> None:
+    """A killed `run` client leaves its container running (Docker's always, Podman's when only the client dies):
+    the attempt removes every container it started before its verifier starts, and at cleanup."""
+    from worktrial.isolation.container import ContainerEnv, ContainerPlan, ContainerSandbox, Mounts, find_runtime, probe
+
+    rt = probe(find_runtime(runtime), BASE_IMAGE)
+    worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
+    worktree.mkdir()
+    sandbox = ContainerSandbox(
+        ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), Mounts(worktree, (), (), scratch), network="off"
+    )
+    sandbox.prepare()
+    wrapped = sandbox.wrap(["/bin/sh", "-c", "touch /app/started; while :; do sleep 0.1; done"], worktree, {})
+    client = subprocess.Popen(wrapped.argv, env=wrapped.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    (name,) = sandbox.names
+
+    def running() -> bool:
+        out = subprocess.run([runtime, "ps", "-q", "--filter", f"name={name}"], capture_output=True, text=True)
+        return bool(out.stdout.strip())
+
+    try:
+        for _ in range(600):  # the container is up once it has touched its file
+            if (worktree / "started").exists():
+                break
+            client.poll()
+            subprocess.run(["sleep", "0.1"], check=True)
+        assert (worktree / "started").exists()
+        client.kill()
+        client.wait()
+        assert running()  # the client is gone, its container is not
+        sandbox.end_containers()
+        assert not running()
+        assert sandbox.names == []
+    finally:
+        subprocess.run([runtime, "rm", "--force", name], capture_output=True)
+
+
+def test_audit_checks_the_pinned_images_and_rewards(cli, runtime, workspace, dataset, tmp_path: Path) -> None:
+    task = dataset / "hello-file"
+    result = _eval(cli, workspace, task, runtime, "--agent", "oracle")
+    envelope = json.loads(result.stdout)
+    run_dir = workspace / ".worktrial" / "runs" / envelope["run"]["id"]
+    audited = cli(["audit", str(run_dir / "envelope.json"), "--suite", str(task)], cwd=workspace)
+    assert audited.exit_code == 0, audited.output
+    report = cli(["report", envelope["run"]["id"], "--format", "markdown"], cwd=workspace)
+    assert "- containers: 1 task(s) ran in container images instead of the sandbox: hello-file sha256:" in report.stdout
+
+    envelope["environment_images"] = {}
+    envelope["report"]["tasks"][0]["attempts"][0]["reward"] = 0.0
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(envelope))
+    audited = cli(["audit", str(edited), "--suite", str(task), "--no-traces"], cwd=workspace)
+    assert audited.exit_code == 1
+    assert "task hello-file has a container environment but the envelope pins no image" in audited.stdout
+    assert "reward 0 but verified=True" in audited.stdout
+
+
+def test_container_tasks_refuse_a_remote_executor(runtime, workspace, dataset) -> None:
+    from worktrial.engine.run import RunOptions, run_suite
+    from worktrial.errors import BadInputError
+
+    class Remote:
+        """Stands for the Ray executor: anything but the local one, whose workers would lack the images."""
+
+        def __init__(self, *_args: object, **_kwargs: object) -> None: ...
+
+        def preflight(self, _ref: object) -> dict[str, str]:
+            return {"name": "oracle"}
+
+        def stop(self) -> None: ...
+
+        def close(self, _timeout: float) -> None: ...
+
+    options = RunOptions(agent="oracle", workspace=workspace, executor=Remote, container_runtime=runtime)  # type: ignore[arg-type]
+    with pytest.raises(BadInputError, match="run on this machine only"):
+        run_suite(dataset / "hello-file", options)
+
+
+def test_variables_reach_the_container_by_name_never_on_its_command_line(runtime, tmp_path: Path) -> None:
+    from worktrial.isolation.container import ContainerEnv, ContainerPlan, ContainerSandbox, Mounts, find_runtime, probe
+
+    rt = probe(find_runtime(runtime), BASE_IMAGE)
+    worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
+    worktree.mkdir()
+    sandbox = ContainerSandbox(
+        ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), Mounts(worktree, (), (), scratch), network="off"
+    )
+    sandbox.prepare()
+    home = scratch / "home"
+    home.mkdir()
+    env = {"API_TOKEN": "s3cret-value", "HOME": str(home), "PATH": "/nowhere", "WHERE": str(worktree / "sub")}
+    script = 'echo "$API_TOKEN"; echo "$HOME"; echo "$TMPDIR"; echo "$PATH"; echo "$WHERE"; pwd'
+    wrapped = sandbox.wrap(["/bin/sh", "-c", script], worktree, env)
+    assert not any("s3cret" in arg for arg in wrapped.argv)
+    out = subprocess.run(wrapped.argv, env=wrapped.env, capture_output=True, text=True, check=True)
+    sandbox.cleanup()
+    assert out.stdout.splitlines() == ["s3cret-value", str(home), "/tmp", "/bin", "/app/sub", "/app"]
+
+
+def test_the_oracle_runs_solve_sh_beside_the_rest_of_its_solution(cli, runtime, workspace, dataset) -> None:
+    solution = dataset / "hello-file" / "solution"
+    (solution / "answer.txt").write_text("Hello, world!\n")
+    (solution / "solve.sh").write_text('#!/bin/bash\ncp "$(dirname "$0")/answer.txt" /app/hello.txt\n')
+    result = _eval(cli, workspace, dataset / "hello-file", runtime, "--agent", "oracle")
+    (attempt,) = _attempts(json.loads(result.stdout))["hello-file"]
+    assert (attempt["outcome"], attempt["reward"]) == ("pass", 1.0)
