@@ -86,7 +86,8 @@ class CliServer:
                     for key, value in answer.headers.items():
                         self.send_header(key, value)
                     self.end_headers()
-                    self.wfile.write(data)
+                    if method != "HEAD":  # a HEAD answer has no body: one would corrupt a kept-alive connection
+                        self.wfile.write(data)
                     return
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")

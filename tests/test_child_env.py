@@ -14,6 +14,7 @@ from tests.conftest import task
 from tests.fakes import install_fake, invocations, share_with_sandbox
 from tests.fakes.streams import SCENARIOS
 from tests.test_presets_e2e import FakeEnv, fake_env
+from worktrial.gateway.session import TOKEN_PREFIX
 from worktrial.isolation.childenv import AGENT_NAMES, command_env
 from worktrial.redaction import is_credential_name
 
@@ -209,18 +210,21 @@ def test_a_preset_sees_its_own_providers_key_but_not_anothers(
         install_fake(fake_env.bin_dir, binary, {k: {**v, "record_env": watched} for k, v in scenarios.items()})
     suite = write_suite([task("t", prompt="Create done.txt [scenario:normal]")])
 
+    # Its provider is routed through the run's model gateway: the key variable holds the attempt's token, never
+    # the key (docs/gateway.md).
     assert _outcomes(_eval(cli, repo, suite, "--agent", "claude-code")) == {"t": "pass"}
-    assert _recorded_env(fake_env, "claude") == {"ANTHROPIC_API_KEY": PLANTED["ANTHROPIC_API_KEY"]}
+    seen = _recorded_env(fake_env, "claude")
+    assert list(seen) == ["ANTHROPIC_API_KEY"] and seen["ANTHROPIC_API_KEY"].startswith(TOKEN_PREFIX)
 
-    # Codex: the OpenAI key (mapped to CODEX_API_KEY, which Codex reads), and the variable the user's own
+    # Codex: a token for the OpenAI key (also as CODEX_API_KEY, which Codex reads), and the variable the user's own
     # ~/.codex/config.toml names as a provider's env_key; never Anthropic's key or AWS credentials.
     monkeypatch.setenv("SCRIPTED_PROVIDER_KEY", "sk-scripted-provider-0123")
     (fake_env.home / ".codex").mkdir()
     (fake_env.home / ".codex" / "config.toml").write_text('[model_providers.x]\nenv_key = "SCRIPTED_PROVIDER_KEY"\n')
     assert _outcomes(_eval(cli, repo, suite, "--agent", "codex")) == {"t": "pass"}
-    assert _recorded_env(fake_env, "codex") == {
-        "OPENAI_API_KEY": PLANTED["OPENAI_API_KEY"],
-        "CODEX_API_KEY": PLANTED["OPENAI_API_KEY"],
+    seen = _recorded_env(fake_env, "codex")
+    assert seen.pop("OPENAI_API_KEY") == seen.pop("CODEX_API_KEY") != PLANTED["OPENAI_API_KEY"]
+    assert seen == {
         "SCRIPTED_PROVIDER_KEY": "sk-scripted-provider-0123",
     }  # MY_PLAIN_SETTING is no provider's: a preset gets it only with --pass-env, like a command agent
 
@@ -235,8 +239,9 @@ def test_a_preset_gets_more_only_when_the_user_says_so(
     suite = write_suite([task("t", prompt="Create done.txt [scenario:normal]")])
     envelope = _eval(cli, repo, suite, "--agent", "claude-code", "--pass-env", "MY_SERVICE_TOKEN")
     assert _outcomes(envelope) == {"t": "pass"}
-    assert _recorded_env(fake_env, "claude") == {
-        "ANTHROPIC_API_KEY": PLANTED["ANTHROPIC_API_KEY"],
+    seen = _recorded_env(fake_env, "claude")
+    assert seen.pop("ANTHROPIC_API_KEY").startswith(TOKEN_PREFIX)  # routed through the gateway
+    assert seen == {
         "AWS_SECRET_ACCESS_KEY": PLANTED["AWS_SECRET_ACCESS_KEY"],
         "MY_SERVICE_TOKEN": PLANTED["MY_SERVICE_TOKEN"],
     }

@@ -286,8 +286,9 @@ def test_traces_hold_no_transcript_content(cli, repo: Path, write_suite) -> None
             "task_id", "attempt", "outcome", "duration_secs", "setup_secs", "agent_secs", "verify_secs", "turns",
             "tool_calls",
             "tool_counts", "error_counts", "repeated_tool_calls", "latency_ms", "tokens", "cost_usd",
-            "output_bytes", "notes",
+            "output_bytes", "notes", "gateway",
         }  # fmt: skip
+        assert data["gateway"] is None  # counts only, and only for agents routed through the model gateway
     assert secret not in json.dumps(envelope)
 
 

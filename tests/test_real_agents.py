@@ -404,3 +404,51 @@ def test_codex_refuses_budgets_it_cannot_honour(
 
 
 __all__ = ["home", "marker"]  # fixtures, imported for pytest
+
+
+# ---- Both through the model gateway, in a sandbox of their own network ---------------------------------------------
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("network", ["on", "off"])
+@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+def test_usage_through_the_gateway_equals_what_the_server_served(
+    home: Path,
+    cli: Callable[..., Result],
+    repo: Path,
+    write_suite,
+    monkeypatch: pytest.MonkeyPatch,
+    agent: str,
+    network: str,
+) -> None:
+    """The CLI runs in the sandbox with a network of its own, which cannot reach the host's loopback: it reaches the
+    loopback server only through the run's gateway (its port forwarded to the gateway's socket), holding the
+    attempt's token. Tokens, cost and model come from the gateway's reading of the server's own answers."""
+    tool = installed(agent)
+    on_path(monkeypatch, tool)
+    served = Served()
+    key = "sk-real-key-for-the-gateway-only"
+    if agent == "claude-code":
+        monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+        model, responder, base, route = "anthropic/claude-sonnet-4-5", claude_model(served), "", "anthropic"
+    else:
+        monkeypatch.setenv("OPENAI_API_KEY", key)
+        model, responder, base, route = "openai/gpt-5", codex_model(served), "/v1", "openai"
+    with CliServer(responder) as server:
+        args = ["--agent", agent, "--model", model, "--base-url", f"{server.url}{base}"]
+        result, envelope = evaluate(cli, repo, write_suite([TASK]), *args, "--sandbox", "on", "--network", network)
+        seen_keys = {r.headers.get("x-api-key") or r.headers.get("authorization") for r in server.posts("")}
+    assert envelope is not None, result.output
+    attempt = only_attempt(envelope)
+    assert attempt["outcome"] == "pass", attempt
+    assert envelope["run"]["sandbox"]["network"] == network
+    assert attempt["tokens"] == served.tokens.model_dump()
+    price = resolve_price(model)
+    assert price is not None
+    assert attempt["cost_usd"] == pytest.approx(cost_usd(served.tokens, price.price), rel=1e-6)
+    assert seen_keys <= {key, f"Bearer {key}"}  # the server got the real key, the agent only the token
+    trace = json.loads((repo / attempt["trace"]).read_text())
+    assert trace["gateway"]["requests"] >= served.calls and trace["gateway"]["failure"] is None
+    assert not [note for note in trace["notes"] if "cross-check" in note], trace["notes"]
+    assert route in {"anthropic", "openai"}
+    assert_nothing_left()

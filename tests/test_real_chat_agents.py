@@ -16,7 +16,20 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from tests.cli_servers import CliServer, Plain, Request, Sse, chat_has_tool_result, chat_stream, chat_usage
+from tests.cli_servers import (
+    CliServer,
+    Plain,
+    Request,
+    Sse,
+    chat_has_tool_result,
+    chat_stream,
+    chat_usage,
+    has_tool_result,
+    responses_function_call,
+    responses_message,
+    responses_stream,
+    responses_usage,
+)
 from tests.conftest import git
 from tests.real_agents.install import Tool
 from tests.real_agents.support import (
@@ -139,9 +152,8 @@ def test_qwen_code_solves_a_task_with_exact_usage(
     print("DEBUG", attempt.get("reason"), keys, served.calls, [r.path for r in server.requests])
     assert keys == {"Bearer sk-qwen"}
     assert set(served.models) == {"coder-1"}
-    # Qwen Code reports no reasoning or cache-write figures; the rest is exact.
-    expected = served.tokens.model_copy(update={"reasoning": None, "cache_creation": None})
-    assert attempt["tokens"] == expected.model_dump()
+    # Qwen Code reports no reasoning figures itself; through the model gateway every figure is exact.
+    assert attempt["tokens"] == served.tokens.model_dump()
     assert attempt["turns"] == 2
     assert attempt["cost_usd"] is None  # no price for this model: unknown, never 0
     assert not (home / ".qwen" / "projects").exists()  # per-worktree state went to the attempt's scratch dir
@@ -160,3 +172,47 @@ def test_qwen_code_rejected_key_stops_the_run(qwen: Tool, cli: Callable[..., Res
 
 
 __all__ = ["home", "marker"]  # fixtures, imported for pytest
+
+
+def responses_model(served: Served, side: Served) -> Callable[[Request], Sse | Plain]:
+    """OpenCode's OpenAI provider speaks the Responses API: bash once, then a final message; calls without tools
+    (titles, with a small model of OpenCode's choice) are tallied in ``side``."""
+
+    def respond(request: Request) -> Sse | Plain:
+        if request.method != "POST" or not request.path.split("?")[0].endswith("/responses"):
+            return Plain(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
+        body = request.body
+        model = str(body.get("model"))
+        if not body.get("tools"):
+            side.add(model, Tokens(input=40, cached_input=0, output=6, reasoning=0, cache_creation=0))
+            return responses_stream(model, [responses_message("A title")], responses_usage(40, 0, 6, 0))
+        if not has_tool_result(body.get("input", [])):
+            served.add(model, Tokens(input=900, cached_input=300, output=60, reasoning=20, cache_creation=0))
+            call = responses_function_call("bash", {"command": SOLVE, "description": "solve"})
+            return responses_stream(model, [call], responses_usage(900, 300, 60, 20))
+        served.add(model, Tokens(input=1100, cached_input=800, output=15, reasoning=5, cache_creation=0))
+        done = responses_message("Created notes/hello.txt.")
+        return responses_stream(model, [done], responses_usage(1100, 800, 15, 5))
+
+    return respond
+
+
+def test_opencode_through_the_gateway_with_the_users_openai_key(
+    home: Path, cli: Callable[..., Result], repo: Path, write_suite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--model openai/...`` with ``OPENAI_API_KEY``: OpenCode's OpenAI provider is pointed at the run's gateway
+    (an inline config), holds only the attempt's token, and the usage is the gateway's reading of the answers."""
+    tool = installed("opencode")
+    on_path(monkeypatch, tool)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-opencode-real-key")
+    served, side = Served(), Served()
+    with CliServer(responses_model(served, side)) as server:
+        args = ["--agent", "opencode", "--model", "openai/gpt-4o-mini", "--base-url", f"{server.url}/v1"]
+        result, envelope = evaluate(cli, repo, write_suite([TASK]), *args)
+        keys = {r.headers.get("authorization") for r in server.posts("/responses")}
+    assert envelope is not None, result.output
+    attempt = only_attempt(envelope)
+    assert attempt["outcome"] == "pass", attempt["reason"]
+    assert keys == {"Bearer sk-opencode-real-key"}
+    assert set(served.models) == {"gpt-4o-mini"}
+    assert attempt["tokens"] == served.tokens.add(side.tokens).model_dump()  # the title calls are counted too

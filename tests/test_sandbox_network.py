@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.builtin_support import write_user_config
 from tests.conftest import task
 from tests.fakes import share_with_sandbox
 
@@ -213,14 +214,19 @@ def test_without_slirp4netns_network_on_falls_back_with_one_warning(
 def test_an_agent_in_the_sandbox_on_a_loopback_model_server_is_told_to_use_network_host(
     cli, repo: Path, write_suite, url: str
 ) -> None:
-    """Its model calls would all be refused inside the attempt's own network, and scored as the agent failing."""
+    """Its model calls would all be refused inside the attempt's own network, and scored as the agent failing.
+    A custom agent is not routed through the model gateway; the command agent is (docs/gateway.md), so for it the
+    loopback server is reachable through the gateway's socket."""
+    write_user_config('[agents.mine]\ncommand = "true"\n')
     suite = write_suite([task("t", verify_commands=["true"])])
-    args = ["eval", "--suite", str(suite), "--agent-cmd", "true", "--trust", "--base-url", url]
+    args = ["eval", "--suite", str(suite), "--agent", "mine", "--trust", "--base-url", url]
     result = cli([*args, "--sandbox", "on"], cwd=repo)
     assert result.exit_code == 2
     [line] = result.stderr.strip().splitlines()[-1:]
     assert "is on this host's loopback" in line and "pass --network host" in line, result.stderr
     assert cli([*args, "--sandbox", "on", "--network", "host", "-q"], cwd=repo).exit_code == 0
+    routed = ["eval", "--suite", str(suite), "--agent-cmd", "true", "--trust", "--base-url", url]
+    assert cli([*routed, "--sandbox", "on", "-q"], cwd=repo).exit_code == 0
 
 
 def test_a_public_model_server_needs_nothing(cli, repo: Path, write_suite) -> None:

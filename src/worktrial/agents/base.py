@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from worktrial.gateway import Session
 from worktrial.isolation import childenv, proc
 from worktrial.model.config import Config
 from worktrial.model.records import ErrorCategory, Usage
@@ -66,6 +67,10 @@ class AgentContext:
     """Set when the attempt must end before its deadline (its cost cap was passed): pass as ``cancel``."""
     cost_cap: float | None = None
     """``--max-cost-per-attempt`` in USD: an agent that sees its spend as it streams sets ``cancel`` past it."""
+    gateway: Session | None = None
+    """The attempt's session at the run's model gateway (``worktrial.gateway``): an agent that routes its provider
+    through it gives its program the session's URL and token in place of the provider's base URL and key; the
+    harness then counts usage and provider failures from the traffic. None where no gateway runs."""
 
     def env_with(self, patterns: Iterable[str]) -> dict[str, str]:
         """``env`` plus the credentials the patterns name (``OPENAI_API_KEY``, ``ANTHROPIC_*``)."""

@@ -33,6 +33,7 @@ from worktrial.agents.prompt import (
 )
 from worktrial.agents.registry import hookimpl
 from worktrial.errors import BadInputError
+from worktrial.gateway import Route
 from worktrial.isolation import proc
 from worktrial.isolation.childenv import check_patterns
 from worktrial.isolation.proc import run_command
@@ -151,6 +152,8 @@ class UsageFile(BaseModel):
         )
 
 
+GATEWAY_URL_VAR = "WORKTRIAL_BASE_URL"
+"""With ``--base-url``: the URL a command agent calls its model at, the run's gateway in front of ``--base-url``."""
 USAGE_FILE = "usage.json"
 """Name of ``$WORKTRIAL_USAGE_FILE`` in the attempt's scratch directory."""
 
@@ -306,8 +309,16 @@ class CommandAgent:
         command = splice_prompt(self.cmd, ctx.task.prompt, prompt_file_of(ctx))
         if (too_long := too_long_for_command_line(command, "--agent-cmd")) is not None:
             return AgentResult(claimed=None, error=too_long)
+        program = [SHELL, "-c", command]
+        if ctx.gateway is not None and self.options.base_url:
+            # --base-url through the run's model gateway: usage and provider failures are the harness's to see.
+            provider = self.options.model.split("/", 1)[0] if self.options.model and "/" in self.options.model else ""
+            route = Route(provider or "openai", self.options.base_url, None, provider or "openai", "--pass-env")
+            env[GATEWAY_URL_VAR] = ctx.gateway.route(route)
+            ctx.gateway.bypass_proxies(env)
+            program = ctx.gateway.wrap(program)
         result = proc.run(
-            [SHELL, "-c", command],
+            program,
             cwd=ctx.worktree,
             env=env,
             stdin=ctx.task.prompt.encode("utf-8") if self.stdin_prompt else None,

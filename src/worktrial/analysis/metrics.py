@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from worktrial.analysis import stats
 from worktrial.analysis.honesty import honesty_figures
 from worktrial.model.envelope import Curves, Metrics, PairFloat, PairInterval, Report, TaskReport
-from worktrial.model.records import AttemptRecord
+from worktrial.model.records import RETRYABLE_ERRORS, AttemptRecord
 from worktrial.model.suite import CATEGORIES, Category
 
 
@@ -185,6 +185,11 @@ def build_report(
         tasks=reports,
         honesty=honesty_figures(attempts),
         retried_attempts=retried,
+        infrastructure_errors=sum(
+            r.retries + (r.outcome == "error" and r.error_category in RETRYABLE_ERRORS)
+            for records in by_task.values()
+            for r in records
+        ),
         first_try=first_try,
         timeouts=sum(1 for a in attempts if a.outcome == "timeout"),
         timeouts_verified=sum(1 for a in attempts if a.outcome == "timeout" and a.verified is True),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -15,8 +16,10 @@ from worktrial.agents.credentials import preset_credentials
 from worktrial.agents.prompt import prompt_file_env, write_prompt_file
 from worktrial.engine import containers
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
+from worktrial.engine.model_gateway import apply_report, open_session
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
+from worktrial.gateway import Gateway
 from worktrial.isolation import childenv, overlay, ownership, proc, safefs, verifier
 from worktrial.isolation.alternates import read_alternates
 from worktrial.isolation.env_cache import EnvironmentCache
@@ -280,12 +283,14 @@ def run_attempt(
     scope: proc.ProcessScope | None = None,
     worker: str | None = None,
     on_phase: Callable[[str], None] | None = None,
+    gateway: Gateway | None = None,
 ) -> AttemptResult:
     """Run one attempt to an outcome; never raises for anything the task or agent does.
 
     With a ``slot`` the attempt reuses that pooled workspace (reset first); without one it gets a fresh
     workspace of its own under ``work_root``, removed afterwards unless worktrees are kept. The trace comes
-    back as data: the driver writes it and sets the record's ``trace`` path.
+    back as data: the driver writes it and sets the record's ``trace`` path. With a ``gateway`` the attempt gets a
+    session there (``AgentContext.gateway``), and what the gateway saw decides usage and provider failures.
     """
     task, attempt, spec = job.task, job.attempt, job.spec
     scope = scope or proc.ProcessScope()
@@ -319,7 +324,17 @@ def run_attempt(
             progress.reason, progress.error_category = f"worktree creation failed: {exc}", ErrorCategory.WORKTREE
         else:
             _run_in(
-                agent, job, workspace, env, progress, scope, sandbox, on_phase or (lambda _phase: None), slot, origin
+                agent,
+                job,
+                workspace,
+                env,
+                progress,
+                scope,
+                sandbox,
+                on_phase or (lambda _phase: None),
+                slot,
+                origin,
+                gateway,
             )
     finally:
         if sandbox is not None:
@@ -458,6 +473,7 @@ def _run_in(
     on_phase: Callable[[str], None],
     slot: Slot | None,
     start: Start,
+    gateway: Gateway | None = None,
 ) -> None:
     """Setup, agent and verification inside a created workspace, every process inside the attempt's sandbox;
     ``on_phase`` hears each step begin."""
@@ -499,6 +515,13 @@ def _run_in(
     on_phase("agent")
     agent_start = progress.agent_start = time.monotonic()
     deadline = agent_start + task.timeout_secs  # the agent's timeout starts now, after every setup
+    cancel = threading.Event()
+    # A task's container has no forwarder of its own yet: its agents call their providers directly, as before.
+    routable = gateway is not None and not isinstance(sandbox, containers.ContainerSandbox)
+    session = open_session(gateway, job.spec, cancel) if gateway is not None and routable else None
+    # The gateway's unix socket (and the forwarder next to it) is what a sandbox with a network of its own reaches
+    # the model through: shown read-only to the agent's processes, useless without the attempt's token.
+    agent_sandbox = sandbox.widened([session.socket_dir]) if session is not None and session.socket_dir else sandbox
     ctx = AgentContext(
         task=task,
         attempt=job.attempt,
@@ -507,18 +530,27 @@ def _run_in(
         env={**env, **prompt_file_env(prompt_file), **deadline_env(task.timeout_secs, job.spec.grace_secs)},
         credentials=childenv.withheld(proc.clean_env(None)),
         scratch=scratch,
-        scope=run_scope.confined(sandbox),
+        scope=run_scope.confined(agent_sandbox),
         suite_dir=Path(job.spec.suite_dir) if job.spec.suite_dir else None,
         prompt_file=prompt_file,
         grace_secs=job.spec.grace_secs,
+        cancel=cancel,
         cost_cap=job.spec.max_cost_per_attempt,
+        gateway=session,
     )
+    report = None
     try:
         result = agent.run(ctx)
     except Exception as exc:  # an agent bug must cost one attempt, not the run
         result = AgentResult(
             claimed=None, error=AgentError(ErrorCategory.CRASHED, f"agent crashed: {type(exc).__name__}: {exc}")
         )
+    finally:
+        if session is not None:
+            report = session.report()
+            session.close()  # its token is worthless from now on
+    if report is not None:
+        apply_report(result, report, job.spec.agent.name)
     progress.agent_secs = time.monotonic() - agent_start
     if isinstance(sandbox, containers.ContainerSandbox):
         sandbox.end_containers()  # the verifier starts only once every agent container is gone
@@ -547,6 +579,13 @@ def _run_in(
             ErrorCategory.LIMIT,
             None,
         )
+        return
+    if report is not None and (failure := report.failure) is not None:
+        # The provider failed, not the agent: never scored as the agent's work (and a fatal one stops the run).
+        progress.outcome, progress.error_category, progress.claimed = "error", failure.category, None
+        progress.reason = f"model gateway: {failure.message}"
+        if failure.fatal:
+            progress.fatal = AgentError(failure.category, progress.reason, fatal=True)
         return
     if (capped := _over_cost_cap(ctx, result)) is not None:
         # Spending past the cap is the agent's failure to solve the task within it, like a timeout is: no verdict.

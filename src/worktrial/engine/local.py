@@ -19,6 +19,7 @@ from worktrial.agents.base import Agent
 from worktrial.engine.attempt import run_attempt, sandbox_owner, slot_overlay, slot_preparer
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptResult, ExecutorEvent, RepoSource
 from worktrial.errors import HarnessError
+from worktrial.gateway import Gateway
 from worktrial.isolation.pool import Slot
 from worktrial.isolation.proc import ProcessScope
 from worktrial.isolation.workspace import SourceRepo, materialize_source
@@ -41,6 +42,8 @@ class LocalExecutor:
         self.work_root = work_root
         self.keep_worktrees = keep_worktrees
         self.scope = ProcessScope()
+        self.gateway = Gateway()
+        """The run's model gateway: it listens from the first attempt whose agent routes a provider through it."""
         self._todo: queue.Queue[AttemptJob | None] = queue.Queue()
         self._events: queue.Queue[tuple[_Kind, AttemptJob | None, Any]] = queue.Queue()
         self._stop = threading.Event()
@@ -98,6 +101,7 @@ class LocalExecutor:
         for thread in self._threads:
             thread.join(per)
         self.scope.kill_all()
+        self.gateway.close()
         return not any(t.is_alive() for t in self._threads)
 
     def _phase(self, job: AttemptJob, phase: str) -> None:
@@ -147,6 +151,7 @@ class LocalExecutor:
                     scope=self.scope,
                     worker=f"thread-{index}",
                     on_phase=functools.partial(self._phase, job),
+                    gateway=self.gateway,
                 )
                 if self.scope.stopping.is_set():
                     result = None  # ended by the stop: not a result, it reruns on resume

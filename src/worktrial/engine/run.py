@@ -36,6 +36,7 @@ from worktrial.engine.confine import (
 from worktrial.engine.containers import plan_containers, with_agent_tools
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
+from worktrial.engine.model_gateway import routes_through_gateway
 from worktrial.errors import BadInputError, WorkspaceError
 from worktrial.isolation import cgroups
 from worktrial.isolation.container import ContainerPlan, RuntimeChoice
@@ -551,8 +552,10 @@ def resolve_run_sandbox(
     configured = table.command if table is not None else None
     command = " ".join(c for c in (ref.options.agent_cmd, configured) if c)
     resolved = resolve_sandbox(choice, [*repos, ws.state_root, work_root], command)
-    if resolved.decision.network == "on" and ref.name != "builtin" and (url := loopback_url(base_url)):
-        # The built-in agent calls its model from the harness; every other agent calls it from inside the sandbox.
+    routed = ref.name == "builtin" or routes_through_gateway(ref.name)
+    if resolved.decision.network == "on" and not routed and (url := loopback_url(base_url)):
+        # The built-in agent calls its model from the harness, and an agent routed through the model gateway reaches
+        # it through the gateway's socket; every other agent calls it from inside the sandbox.
         raise BadInputError(
             f"--base-url {public_url(url)} is on this host's loopback, which attempts cannot reach on a network of "
             "their own (--network on, the default); pass --network host to share the host's network with them"

@@ -124,6 +124,12 @@ class Report(BaseModel):
     retried_attempts: int = Field(
         default=0, description="Attempts run again after an error the harness itself observed (--retry-errors)."
     )
+    infrastructure_errors: int = Field(
+        default=0,
+        description="Tries that ended in an error the harness itself observed and blames on infrastructure (a "
+        "provider's 5xx, 429 or lost connection seen by the model gateway, a lost worker, a worktree that could not "
+        "be made), retried or not: never counted against the agent beyond the error outcome of a last try.",
+    )
     first_try: Metrics | None = Field(
         default=None,
         description="The overall figures counting each retried attempt as its first try (an error, not a pass); "

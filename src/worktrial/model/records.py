@@ -114,6 +114,18 @@ class Tokens(BaseModel):
         )
 
 
+class GatewayCounts(BaseModel):
+    """What the run's model gateway saw of one attempt's model calls (counts only, never content)."""
+
+    model_config = ConfigDict(extra="forbid")
+    requests: int = 0
+    """Requests forwarded to the provider (those the gateway answered itself are not counted)."""
+    statuses: dict[str, int] = Field(default_factory=dict)
+    """HTTP status -> how many answers had it ("0": no answer, the provider could not be reached)."""
+    failure: str | None = None
+    """The ErrorCategory of the provider failure that decided the attempt's outcome, if any."""
+
+
 class Usage(BaseModel):
     """What an agent consumed during one attempt (aggregate facts only, never content)."""
 
@@ -127,7 +139,10 @@ class Usage(BaseModel):
     output_bytes: int = 0
     notes: list[str] = Field(default_factory=list)
     model: str | None = None
-    """The model the agent says it ran (its init or metadata events), or None when it does not say."""
+    """The model the agent says it ran (its init or metadata events), or None when it does not say; where the model
+    gateway saw the calls, the model the provider answered with."""
+    gateway: GatewayCounts | None = None
+    """The model gateway's counts, where the agent's calls went through it."""
 
     @property
     def tool_calls(self) -> int:

@@ -7,7 +7,7 @@ import re
 
 from pydantic import BaseModel, Field
 
-from worktrial.model.records import Outcome, Tokens, Usage
+from worktrial.model.records import GatewayCounts, Outcome, Tokens, Usage
 
 # Keys that would carry transcript content; a trace must never contain any of them (audits check this).
 FORBIDDEN_KEYS = frozenset({"prompt", "messages", "content", "output", "stdout", "stderr", "arguments", "transcript"})
@@ -39,6 +39,8 @@ class Trace(BaseModel):
     cost_usd: float | None
     output_bytes: int
     notes: list[str] = Field(default_factory=list)
+    gateway: GatewayCounts | None = None
+    """Requests and statuses the model gateway saw, where the agent's calls went through it."""
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -93,6 +95,7 @@ def build_trace(
         cost_usd=usage.cost_usd,
         output_bytes=usage.output_bytes,
         notes=list(usage.notes),
+        gateway=usage.gateway,
     )
 
 

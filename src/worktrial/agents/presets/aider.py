@@ -24,6 +24,7 @@ from worktrial.agents.presets.base import (
     LongPrompt,
     PresetSpec,
     litellm_base_url,
+    litellm_upstream,
     scratch_dir,
 )
 from worktrial.agents.presets.parsing import (
@@ -187,4 +188,5 @@ SPEC = PresetSpec(
     ),
     run_env=_run_env,
     base_url="<PROVIDER>_API_BASE (litellm's variable for the route's provider; OPENAI_API_BASE without one)",
+    upstream=litellm_upstream,
 )

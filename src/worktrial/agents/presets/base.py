@@ -10,6 +10,7 @@ it, and its output parser. Spawning, deadlines, bounded capture, version probing
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -20,12 +21,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from worktrial.agents.base import AgentContext, AgentError, AgentOptions, AgentOutput, AgentResult
-from worktrial.agents.credentials import preset_credentials
+from worktrial.agents.credentials import PRESET_PROVIDERS, PROVIDER_VARIABLES, preset_credentials
 from worktrial.agents.presets.parsing import ExitInfo, ParserFactory, watch_spend
 from worktrial.agents.pricing import Price, ResolvedPrice, cost_usd, resolve_price
 from worktrial.agents.prompt import MAX_ARG_BYTES, fits_inline, kib, oversized_argument, prompt_file_of
 from worktrial.errors import BadInputError
-from worktrial.isolation import proc
+from worktrial.gateway import Route
+from worktrial.isolation import childenv, proc
 from worktrial.isolation.childenv import check_patterns
 from worktrial.isolation.safefs import read_regular
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
@@ -33,7 +35,11 @@ from worktrial.model.config import AgentConfig
 from worktrial.model.envelope import split_route
 from worktrial.model.records import ErrorCategory
 
+log = logging.getLogger(__name__)
 VERSION_TIMEOUT_SECS = 15.0
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.I)
+MIN_SECRET_CHARS = 8
+"""A provider variable of a secret-like name and at least this long is a value no routed CLI may see anywhere."""
 MAX_CONFIG_BYTES = 1024 * 1024
 
 
@@ -56,6 +62,22 @@ class Invocation:
     cost_cap: float | None = None
     """``--max-cost-per-attempt``, for CLIs with a spending limit of their own (the harness enforces it anyway)."""
 
+
+@dataclass(frozen=True)
+class Upstream:
+    """How a CLI reaches one provider, for routing it through the model gateway (``worktrial.gateway``)."""
+
+    route: str
+    """The provider's wire family at the gateway and in the price table: ``anthropic``, ``openai``, ``gemini``."""
+    keys: tuple[str, ...]
+    """The variables the CLI reads this provider's key from, in the CLI's order of preference."""
+    default_base: str
+    """The provider's own base URL in the CLI's convention (with ``/v1`` where the CLI expects it)."""
+
+
+OPENAI = Upstream("openai", ("OPENAI_API_KEY",), "https://api.openai.com/v1")
+ANTHROPIC = Upstream("anthropic", ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"), "https://api.anthropic.com")
+GEMINI = Upstream("gemini", ("GEMINI_API_KEY", "GOOGLE_API_KEY"), "https://generativelanguage.googleapis.com")
 
 ArgvBuilder = Callable[[Invocation], list[str]]
 EnvBuilder = Callable[[Path], dict[str, str]]
@@ -160,6 +182,9 @@ class PresetSpec:
     """Budget flags (``max_turns``, ``max_tokens``, ``temperature``) the CLI honours; the rest are refused."""
     long_prompt: LongPrompt | None = None
     """How the CLI takes a prompt too big to pass inline; None: only as an argument (up to the kernel's limit)."""
+    upstream: Callable[[Invocation], Upstream | None] | None = None
+    """The provider the CLI calls for this invocation, when it can be routed through the model gateway (its base
+    URL is then the gateway's, given through ``base_url``'s mechanism, and its key the attempt's token)."""
 
 
 def first_line(data: bytes, limit: int = 200) -> str | None:
@@ -274,9 +299,12 @@ class PresetAgent:
     def run(self, ctx: AgentContext) -> AgentResult:
         invocation = replace(self._invocation(ctx.task.prompt, ctx.scratch, ctx.worktree), cost_cap=ctx.cost_cap)
         env = ctx.env_with((*self.credential_patterns, *self.named_in_user_config(ctx)))
+        invocation, withheld = self._through_gateway(ctx, invocation, env)
         env.update(self._env(ctx.scratch, ctx.env))
         if self.spec.run_env is not None:
             env.update(self.spec.run_env(invocation, env))
+        if withheld:  # whatever a config table or run_env added: no variable of the CLI's holds a real key
+            env = {name: value for name, value in env.items() if value not in withheld}
         if self.spec.prepare is not None:
             self.spec.prepare(invocation)
         argv, stdin_prompt = self._prompt_argv(invocation, prompt_file_of(ctx))
@@ -289,8 +317,9 @@ class PresetAgent:
             resolved = self._price(getattr(parser, "model", None))
             return resolved[1].price if resolved is not None else None
 
+        program = [self.binary_path or self.binary, *argv]
         result = proc.run(
-            [self.binary_path or self.binary, *argv],
+            ctx.gateway.wrap(program) if ctx.gateway is not None else program,
             cwd=ctx.worktree,
             env=env,
             stdin=ctx.task.prompt.encode("utf-8") if stdin_prompt else None,
@@ -330,6 +359,37 @@ class PresetAgent:
         )
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _through_gateway(
+        self, ctx: AgentContext, invocation: Invocation, env: dict[str, str]
+    ) -> tuple[Invocation, frozenset[str]]:
+        """Route the CLI's provider through the attempt's gateway session, when there is one and the provider's
+        key or ``--base-url`` is given: the CLI gets the gateway's URL through its base-URL mechanism and the
+        attempt's token in place of the key; every variable of the CLI's providers leaves its environment (``env``
+        is changed in place). Returns the invocation and the withheld values."""
+        upstream = self.spec.upstream(invocation) if self.spec.upstream is not None else None
+        if ctx.gateway is None or upstream is None:
+            return invocation, frozenset()
+        key_name = next((name for name in upstream.keys if env.get(name)), None)
+        if key_name is None and not invocation.base_url:
+            return invocation, frozenset()  # a login of the CLI's own (a subscription): it talks to its vendor
+        key = env.get(key_name) if key_name else None
+        base = invocation.base_url or upstream.default_base
+        route = Route(upstream.route, base, key, upstream.route, key_name or "the provider's API key")
+        try:
+            url = ctx.gateway.route(route)
+        except OSError as exc:  # the gateway could not listen: the CLI talks to its provider itself, as before
+            log.warning("%s: the model gateway is unavailable (%s); calling the provider directly", self.name, exc)
+            return invocation, frozenset()
+        patterns = [p for name in PRESET_PROVIDERS.get(self.spec.name, ()) for p in PROVIDER_VARIABLES[name]]
+        patterns += upstream.keys
+        gone = [name for name in env if childenv.matches(name, patterns)]
+        withheld = {env[n] for n in gone if _SECRET_NAME.search(n) and len(env[n]) >= MIN_SECRET_CHARS}
+        for name in gone:
+            del env[name]
+        env[key_name or upstream.keys[0]] = ctx.gateway.token
+        ctx.gateway.bypass_proxies(env)
+        return replace(invocation, base_url=url), frozenset(withheld | ({key} if key else set()))
 
     def _prompt_argv(self, invocation: Invocation, prompt_file: Path) -> tuple[list[str], bool]:
         """The CLI's arguments, and whether the prompt goes on stdin: inline when it fits, else the CLI's way."""
@@ -451,6 +511,13 @@ def copy_user_config(carry: ConfigCarry, parent: Mapping[str, str], target: Path
 def scratch_dir(scratch: Path, *parts: str) -> str:
     """A directory under scratch for an agent's config/session state (created by ``PresetAgent``)."""
     return str(scratch.joinpath(*parts))
+
+
+def litellm_upstream(inv: Invocation) -> Upstream | None:
+    """The provider a litellm-based CLI calls for the route: OpenAI for a bare name, else the route's provider
+    where the gateway speaks its format (others are not routed)."""
+    provider = inv.model.split("/", 1)[0] if inv.model and "/" in inv.model else "openai"
+    return {"openai": OPENAI, "anthropic": ANTHROPIC}.get(provider)
 
 
 def litellm_base_url(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:

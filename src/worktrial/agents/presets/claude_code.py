@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, is_root, scratch_dir
+from worktrial.agents.presets.base import ANTHROPIC, ConfigCarry, Invocation, PresetSpec, is_root, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -216,6 +216,7 @@ SPEC = PresetSpec(
     splits_route=True,
     run_env=_run_env,
     base_url="ANTHROPIC_BASE_URL",
+    upstream=lambda inv: ANTHROPIC,
     budgets=("max_turns",),
     price_provider="anthropic",
 )

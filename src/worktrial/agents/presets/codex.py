@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import OPENAI, ConfigCarry, Invocation, LongPrompt, PresetSpec, Upstream, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -202,4 +202,5 @@ SPEC = PresetSpec(
     splits_route=True,
     run_env=_run_env,
     base_url="-c openai_base_url=URL",
+    upstream=lambda inv: Upstream("openai", ("CODEX_API_KEY", "OPENAI_API_KEY"), OPENAI.default_base),
 )

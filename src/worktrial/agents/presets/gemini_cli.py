@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import GEMINI, ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
 from worktrial.agents.presets.gemini_stream import EXIT_MEANINGS, GeminiStreamParser
 from worktrial.agents.presets.parsing import (
     DocumentParser,
@@ -201,4 +201,5 @@ SPEC = PresetSpec(
     splits_route=True,
     run_env=_run_env,
     base_url="GOOGLE_GEMINI_BASE_URL",
+    upstream=lambda inv: GEMINI,
 )

@@ -16,7 +16,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, litellm_base_url, scratch_dir
+from worktrial.agents.presets.base import (
+    ConfigCarry,
+    Invocation,
+    PresetSpec,
+    litellm_base_url,
+    litellm_upstream,
+    scratch_dir,
+)
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     Verdict,
@@ -177,4 +184,5 @@ SPEC = PresetSpec(
     carries=(ConfigCarry("MSWEA_GLOBAL_CONFIG_DIR", "mini-swe-agent", ".config/mini-swe-agent", (".env",)),),
     run_env=_run_env,
     base_url="<PROVIDER>_API_BASE (litellm's variable for the route's provider; OPENAI_API_BASE without one)",
+    upstream=litellm_upstream,
 )

@@ -12,10 +12,19 @@ process layer sets to the worktree.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import (
+    OPENAI,
+    ConfigCarry,
+    Invocation,
+    LongPrompt,
+    PresetSpec,
+    Upstream,
+    scratch_dir,
+)
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -127,6 +136,39 @@ def _env(scratch: Path) -> dict[str, str]:
     }
 
 
+ANTHROPIC_SDK = Upstream("anthropic", ("ANTHROPIC_API_KEY",), "https://api.anthropic.com/v1")
+"""OpenCode's Anthropic provider (the AI SDK's) takes a base URL with ``/v1``."""
+
+
+def _route_provider(inv: Invocation) -> str | None:
+    return inv.model.split("/", 1)[0] if inv.model and "/" in inv.model else None
+
+
+def _upstream(inv: Invocation) -> Upstream | None:
+    """OpenCode's built-in OpenAI and Anthropic providers, named by ``--model provider/name``."""
+    return {"openai": OPENAI, "anthropic": ANTHROPIC_SDK}.get(_route_provider(inv) or "")
+
+
+def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
+    """``--base-url`` (the gateway's, or the user's) as the route's provider's ``baseURL`` in an inline config,
+    which OpenCode merges over the user's files."""
+    provider = _route_provider(inv)
+    if not inv.base_url or provider is None:
+        return {}
+    try:
+        content = json.loads(env.get("OPENCODE_CONFIG_CONTENT") or "{}")
+    except ValueError:
+        content = {}
+    if not isinstance(content, dict):
+        content = {}
+    providers = content.setdefault("provider", {})
+    entry = providers.setdefault(provider, {}) if isinstance(providers, dict) else {}
+    options = entry.setdefault("options", {}) if isinstance(entry, dict) else {}
+    if isinstance(options, dict):
+        options["baseURL"] = inv.base_url
+    return {"OPENCODE_CONFIG_CONTENT": json.dumps(content)}
+
+
 SPEC = PresetSpec(
     long_prompt=LongPrompt(via="stdin"),  # prompts over 64 KiB (agents.prompt)
     name="opencode",
@@ -147,4 +189,8 @@ SPEC = PresetSpec(
         ConfigCarry("XDG_DATA_HOME", "opencode/data", ".local/share", ("opencode/auth.json",)),
     ),
     price_provider="opencode",
+    run_env=_run_env,
+    base_url="OPENCODE_CONFIG_CONTENT's provider.<route's provider>.options.baseURL (needs --model openai/... or "
+    "anthropic/...)",
+    upstream=_upstream,
 )

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import OPENAI, Invocation, LongPrompt, PresetSpec, scratch_dir
 from worktrial.agents.presets.claude_code import USAGE_FIELDS, ClaudeStreamParser
 from worktrial.agents.presets.parsing import ExitInfo, Verdict, as_dict, as_str, tokens_from
 from worktrial.agents.presets.provider_errors import classify
@@ -75,4 +75,5 @@ SPEC = PresetSpec(
     splits_route=True,
     run_env=_run_env,
     base_url="OPENAI_BASE_URL",
+    upstream=lambda inv: OPENAI,
 )

@@ -1,0 +1,407 @@
+"""The run's model gateway: a local HTTP server between the agents and their providers.
+
+It runs an ASGI app (starlette) under uvicorn in a background thread with its own event loop, listening on
+127.0.0.1 (a free port) and on a unix socket in a directory of its own. A request arrives as
+``/g/<token>/<route>/<path>``: the token names the attempt, the route its upstream; the gateway forwards
+``<path>`` to the upstream's base URL with the user's real key in place of the token (httpx, the provider SDKs'
+client), streams the answer back chunk by chunk as it arrives (Server-Sent Events unchanged), and reads the usage
+the provider reported on the way through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+
+import httpx2 as httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route as StarletteRoute
+
+from worktrial.gateway import forward
+from worktrial.gateway.session import PriceFn, ProviderFailure, Route, Session, classify
+from worktrial.gateway.wire import Exchange, SseReader, requested_model, wire_of
+from worktrial.model.records import ErrorCategory
+from worktrial.util import public_url
+
+log = logging.getLogger(__name__)
+
+SOCKET_NAME = "gateway.sock"
+START_TIMEOUT_SECS = 30.0
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+MAX_JSON_ANSWER_BYTES = 64 * 1024 * 1024
+_CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
+_HOP_BY_HOP = frozenset(
+    {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade", "accept-encoding"}
+    | {"proxy-authorization", "proxy-connection"}
+)
+_ANSWER_DROPPED = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive"})
+UPSTREAM_TIMEOUT = httpx.Timeout(connect=30.0, read=600.0, write=60.0, pool=60.0)
+
+
+class Gateway:
+    """One run's gateway. ``open`` gives each attempt a ``Session``; nothing listens until the first one."""
+
+    def __init__(self, *, upstream_timeout: httpx.Timeout = UPSTREAM_TIMEOUT) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self._timeout = upstream_timeout
+        self._thread: threading.Thread | None = None
+        self._server: uvicorn.Server | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._dir: Path | None = None
+        self.port: int | None = None
+        self.socket_path: Path | None = None
+        self._failed: BaseException | None = None
+        self._ready = threading.Event()
+        self._draining: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen (idempotent). Raises OSError when it cannot."""
+        directory = self._socket_dir()
+        with self._lock:
+            if self._thread is not None:
+                ready = self._ready
+            else:
+                ready = self._ready = threading.Event()
+                self._launch(directory, ready)
+        if not ready.wait(START_TIMEOUT_SECS) or self._failed is not None:
+            self.close()
+            raise OSError(f"the model gateway did not start: {self._failed or 'timed out'}")
+
+    def _launch(self, directory: Path, ready: threading.Event) -> None:
+        """Bind both sockets and start the server's thread (under the lock)."""
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by every accepted connection
+        tcp.bind(("127.0.0.1", 0))
+        self.port = tcp.getsockname()[1]
+        self.socket_path = directory / SOCKET_NAME
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        unix.bind(str(self.socket_path))
+        self.socket_path.chmod(0o666)
+        (directory / forward.SCRIPT_NAME).write_text(forward.script_text())
+        (directory / forward.SCRIPT_NAME).chmod(0o644)
+        app = Starlette(
+            routes=[
+                StarletteRoute("/g/{token}/{route}/{rest:path}", self._proxy, methods=_METHODS),
+                StarletteRoute("/g/{token}/{route}", self._proxy, methods=_METHODS),
+            ]
+        )
+        config = uvicorn.Config(
+            app,
+            lifespan="off",
+            log_level="error",
+            access_log=False,
+            http="h11",
+            ws="none",
+            loop="asyncio",
+            timeout_graceful_shutdown=5,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._serve, args=([tcp, unix], ready), name="worktrial-gateway", daemon=True
+        )
+        self._thread.start()
+
+    def _serve(self, sockets: list[socket.socket], ready: threading.Event) -> None:
+        async def main() -> None:
+            assert self._server is not None
+            limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+            # TCP_NODELAY: a request's headers and body leave as separate writes, and without it the body waits for
+            # the server's delayed ACK of the headers (40 ms on Linux) on every call.
+            nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+            transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=True, socket_options=nodelay)
+            async with httpx.AsyncClient(timeout=self._timeout, transport=transport, trust_env=True) as client:
+                self._client = client
+                serving = asyncio.create_task(self._server.serve(sockets=sockets))
+                while not self._server.started and not serving.done():
+                    await asyncio.sleep(0.005)
+                ready.set()
+                await serving
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # reported to start(); a crash later leaves agents with refused connections
+            self._failed = exc
+            log.warning("the model gateway stopped: %s", exc)
+        finally:
+            ready.set()
+            for sock in sockets:
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def close(self) -> None:
+        """Stop listening and remove the socket's directory (idempotent)."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._thread = None
+        self._server = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sessions ------------------------------------------------------------------------------------------------
+
+    def open(
+        self,
+        cancel: threading.Event,
+        *,
+        price: PriceFn | None = None,
+        cost_cap: float | None = None,
+        own_network: bool = False,
+    ) -> Session:
+        """A new attempt's session; the server starts when a session first routes an upstream. ``own_network``: the
+        agent runs in a network namespace of its own (a sandbox with ``--network off`` or ``on``), where the
+        gateway's port is forwarded to its unix socket (``Session.wrap``)."""
+        session = Session(
+            functools.partial(self._listening, own_network),
+            price,
+            cost_cap,
+            cancel,
+            self._socket_dir() if own_network else None,
+            on_close=self._forget,
+        )
+        with self._lock:
+            self._sessions[session.token] = session
+        return session
+
+    def _socket_dir(self) -> Path:
+        with self._lock:
+            if self._dir is None:
+                self._dir = Path(tempfile.mkdtemp(prefix="worktrial-gateway-"))
+                self._dir.chmod(0o755)  # a sandbox running as another uid connects to the socket in it
+            return self._dir
+
+    def _listening(self, own_network: bool) -> tuple[str, tuple[str, ...]]:
+        """Start (once); the base URL agents use and the prefix that forwards it into a network namespace."""
+        self.start()
+        assert self.port is not None and self._dir is not None and self.socket_path is not None
+        prefix: tuple[str, ...] = ()
+        if own_network:
+            script = self._dir / forward.SCRIPT_NAME
+            prefix = (sys.executable, "-I", "-S", str(script), str(self.port), str(self.socket_path), "--")
+        return f"http://127.0.0.1:{self.port}", prefix
+
+    def _forget(self, session: Session) -> None:
+        with self._lock:
+            self._sessions.pop(session.token, None)
+
+    # -- the proxy -----------------------------------------------------------------------------------------------
+
+    async def _proxy(self, request: Request) -> Response:
+        with self._lock:
+            session = self._sessions.get(request.path_params["token"])
+        route = session.routes.get(request.path_params["route"]) if session is not None else None
+        if session is None or route is None:
+            return _error(401, "worktrial gateway: unknown token or route (it is valid only during its attempt)")
+        if (refusal := session.refusal()) is not None:
+            return _error(*refusal)
+        rest = request.path_params.get("rest", "")
+        # Only a POST is a model call (Codex first tries a WebSocket upgrade on a GET of the same path).
+        wire = wire_of(rest) if request.method == "POST" else None
+        body = await request.body()
+        if len(body) > MAX_REQUEST_BYTES:
+            return _error(413, "worktrial gateway: request body too large")
+        requested = requested_model(wire, rest, body)
+        url = route.base_url.rstrip("/") + "/" + rest
+        query: list[tuple[str, str | int | float | bool | None]] = [
+            (k, route.key if k == "key" and route.key is not None else v) for k, v in request.query_params.multi_items()
+        ]
+        headers = _upstream_headers(request.headers.items(), route)
+        assert self._client is not None
+        started = time.monotonic()
+        upstream = self._client.build_request(request.method, url, params=query, headers=headers, content=body)
+        try:
+            answer = await self._client.send(upstream, stream=True)
+        except httpx.HTTPError as exc:
+            failure = classify(route, None, wire is not None, requested, type(exc).__name__)
+            assert failure is not None
+            session.answered(route, 0, (time.monotonic() - started) * 1000)
+            session.failed(failure)
+            return _error(502, f"worktrial gateway: {failure.message}")
+        status = answer.status_code
+        out_headers = {k: v for k, v in answer.headers.items() if k.lower() not in _ANSWER_DROPPED}
+        exchange = Exchange(wire)
+        streaming = "text/event-stream" in answer.headers.get("content-type", "")
+        if streaming and status < 400:
+            return StreamingResponse(
+                self._relay(answer, exchange, session, route, requested, started),
+                status_code=status,
+                headers=out_headers,
+            )
+        try:
+            data = await _read_bounded(answer)
+        except httpx.HTTPError as exc:
+            failure = classify(route, None, wire is not None, requested, type(exc).__name__)
+            assert failure is not None
+            session.answered(route, status, (time.monotonic() - started) * 1000)
+            session.failed(failure)
+            return _error(502, f"worktrial gateway: {failure.message}")
+        finally:
+            await answer.aclose()
+        session.answered(route, status, (time.monotonic() - started) * 1000)
+        self._settle(session, route, status, wire, requested, exchange, data)
+        return Response(data, status_code=status, headers=out_headers)
+
+    async def _relay(
+        self,
+        answer: httpx.Response,
+        exchange: Exchange,
+        session: Session,
+        route: Route,
+        requested: str | None,
+        started: float,
+    ) -> AsyncIterator[bytes]:
+        reader = SseReader(exchange)
+        relayed = broken_handled = False
+        try:
+            async for chunk in answer.aiter_bytes():
+                reader.feed(chunk)
+                yield chunk
+            relayed = True
+        except httpx.HTTPError as exc:  # the provider dropped the stream: the agent sees it end, as it would
+            relayed = broken_handled = True
+            await answer.aclose()
+            self._stream_ended(
+                reader, exchange, session, route, requested, started, type(exc).__name__, answer.status_code
+            )
+        finally:
+            if not relayed:
+                # The agent went away mid-stream (it gave up, or was ended): the provider still serves, and bills,
+                # the rest. Read it in a task of its own, outside this request's cancellation, to count it.
+                task = asyncio.get_running_loop().create_task(
+                    self._drain(answer, reader, exchange, session, route, requested, started)
+                )
+                self._draining.add(task)
+                task.add_done_callback(self._draining.discard)
+        if relayed and not broken_handled:
+            await answer.aclose()
+            self._stream_ended(reader, exchange, session, route, requested, started, None, answer.status_code)
+
+    async def _drain(
+        self,
+        answer: httpx.Response,
+        reader: SseReader,
+        exchange: Exchange,
+        session: Session,
+        route: Route,
+        requested: str | None,
+        started: float,
+    ) -> None:
+        broken = None
+        try:
+            async for chunk in answer.aiter_bytes():
+                reader.feed(chunk)
+        except httpx.HTTPError as exc:
+            broken = type(exc).__name__
+        finally:
+            await answer.aclose()
+            self._stream_ended(reader, exchange, session, route, requested, started, broken, answer.status_code)
+
+    def _stream_ended(
+        self,
+        reader: SseReader,
+        exchange: Exchange,
+        session: Session,
+        route: Route,
+        requested: str | None,
+        started: float,
+        broken: str | None,
+        status: int,
+    ) -> None:
+        reader.close()
+        session.answered(route, status, (time.monotonic() - started) * 1000)
+        if broken is not None and exchange.tokens is None:
+            failure = classify(route, None, True, requested, f"the stream broke ({broken})")
+            assert failure is not None
+            session.failed(failure)
+        elif exchange.stream_error is not None:  # an error event in a 200 stream (Anthropic's overloaded_error)
+            if exchange.tokens is not None:
+                session.used_tokens(route, exchange.model, requested, exchange.tokens)
+            where = public_url(route.base_url)
+            message = f"the provider at {where} failed mid-stream ({exchange.stream_error})"
+            session.failed(ProviderFailure(ErrorCategory.PROVIDER_SERVER, message))
+        else:
+            session.used_tokens(route, exchange.model, requested, exchange.tokens)
+
+    def _settle(
+        self,
+        session: Session,
+        route: Route,
+        status: int,
+        wire: str | None,
+        requested: str | None,
+        exchange: Exchange,
+        data: bytes,
+    ) -> None:
+        if status < 400:
+            if wire is not None:
+                exchange.read_json(data)
+                session.used_tokens(route, exchange.model, requested, exchange.tokens)
+            return
+        failure = classify(route, status, wire is not None, requested, "")
+        if failure is not None:
+            session.failed(failure)
+
+
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+def _upstream_headers(items: Iterable[tuple[str, str]], route: Route) -> list[tuple[str, str]]:
+    """The request's headers for the upstream: hop-by-hop ones dropped, every credential header the agent sent
+    (holding the token) replaced by the real key in the same header (a route without a key passes the agent's own
+    on), identity encoding asked for so the usage can be read as it streams."""
+    out: list[tuple[str, str]] = []
+    sent_key = False
+    for name, value in items:
+        lower = name.lower()
+        if lower in _HOP_BY_HOP:
+            continue
+        if lower in _CREDENTIAL_HEADERS and route.key is not None:  # without a key of its own: the agent's pass
+            scheme, _, rest = value.partition(" ")
+            value = f"{scheme} {route.key}" if lower == "authorization" and rest else route.key
+            sent_key = True
+        out.append((name, value))
+    if not sent_key and route.key is not None:
+        out.append(("authorization", f"Bearer {route.key}"))
+    out.append(("accept-encoding", "identity"))
+    return out
+
+
+async def _read_bounded(answer: httpx.Response) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in answer.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_JSON_ANSWER_BYTES:
+            raise httpx.DecodingError("answer too large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    """An answer of the gateway's own, in the shape most SDKs read an error message from."""
+    return JSONResponse({"error": {"type": "worktrial_gateway", "message": message}}, status_code=status)

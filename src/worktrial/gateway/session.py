@@ -1,0 +1,238 @@
+"""One attempt's account at the gateway: its token, its upstreams, and what the gateway saw of its traffic.
+
+The token is random and means nothing outside this run: the agent holds it in place of the provider's key, the
+gateway swaps the real key in on the way out. Everything here is counts (tokens, requests, statuses, latency),
+never a prompt or a completion.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from worktrial.model.records import FATAL_ERRORS, ErrorCategory, Tokens, Usage
+from worktrial.util import public_url
+
+TOKEN_PREFIX = "wt-gw-"
+TRANSIENT_LIMIT = 3
+"""Consecutive failed exchanges (5xx, 429, no connection) after which the gateway ends the attempt: the CLI's own
+retries did not help, and waiting for its timeout would only cost time."""
+MAX_LATENCY_SAMPLES = 10_000
+
+PriceFn = Callable[[str, str | None, str | None, Tokens], float | None]
+"""(price provider, model the provider answered, model the request asked for, tokens) -> USD, or None: unpriced."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One upstream an attempt's agent reaches through the gateway."""
+
+    name: str
+    """The path segment after the token (``anthropic``, ``openai``, ``gemini``)."""
+    base_url: str
+    """The provider's base URL in the CLI's own convention (what the CLI would have been given)."""
+    key: str | None
+    """The user's real key, sent upstream in place of the token (never shown to the agent)."""
+    provider: str
+    """The provider the price table lists the models under (``anthropic``, ``openai``, ``gemini``)."""
+    key_name: str = "the provider's API key"
+    """Where the key came from, for the one line a refused key ends the run with."""
+
+
+@dataclass(frozen=True)
+class ProviderFailure:
+    """A provider failure the gateway saw, sorted into worktrial's error categories."""
+
+    category: ErrorCategory
+    message: str
+    status: int | None = None
+
+    @property
+    def fatal(self) -> bool:
+        return self.category in FATAL_ERRORS
+
+
+@dataclass(frozen=True)
+class GatewayReport:
+    """What went through the gateway for one attempt."""
+
+    usage: Usage
+    requests: int
+    statuses: dict[str, int]
+    failure: ProviderFailure | None
+    """Why the attempt cannot be the agent's doing: a fatal failure (refused key, unknown model), or a transient
+    one (5xx, 429, no connection) that the agent's last model call ended on."""
+    over_cap: bool
+    """The attempt's spend passed ``--max-cost-per-attempt`` and the gateway refused further requests."""
+
+
+@dataclass
+class _Ledger:
+    tokens: Tokens = field(default_factory=Tokens)
+    cost: float | None = None
+    unpriced: int = 0
+    model: str | None = None
+    requests: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    latency_ms: list[float] = field(default_factory=list)
+    fatal: ProviderFailure | None = None
+    last_failure: ProviderFailure | None = None
+    consecutive: int = 0
+    over_cap: bool = False
+
+
+class Session:
+    """One attempt's token, routes and ledger. Thread-safe: the gateway's loop writes, the attempt's thread reads."""
+
+    def __init__(
+        self,
+        listening: Callable[[], tuple[str, tuple[str, ...]]],
+        price: PriceFn | None,
+        cost_cap: float | None,
+        cancel: threading.Event,
+        socket_dir: Path | None = None,
+        on_close: Callable[[Session], None] | None = None,
+    ) -> None:
+        self.token = TOKEN_PREFIX + secrets.token_urlsafe(24)
+        self._listening = listening
+        """Starts the gateway (once) and says its base URL and the prefix that runs a program with the gateway's
+        port forwarded into its own network namespace (empty when the program shares the host's loopback)."""
+        self.forward: tuple[str, ...] = ()
+        self.price = price
+        self.cost_cap = cost_cap
+        self.cancel = cancel
+        self.socket_dir = socket_dir
+        """The directory of the gateway's unix socket, which a sandbox must show for the forward to work."""
+        self.routes: dict[str, Route] = {}
+        self._ledger = _Ledger()
+        self._lock = threading.Lock()
+        self._on_close = on_close
+        self.used = False
+
+    # -- the agent's side ----------------------------------------------------------------------------------------
+
+    def route(self, route: Route) -> str:
+        """Register an upstream; the URL the agent uses in place of ``route.base_url``."""
+        base_url, self.forward = self._listening()
+        with self._lock:
+            self.routes[route.name] = route
+            self.used = True
+        return f"{base_url}/g/{self.token}/{route.name}"
+
+    def bypass_proxies(self, env: dict[str, str]) -> None:
+        """Keep the agent's own proxy settings (``HTTPS_PROXY``) off the gateway's loopback address."""
+        for name in ("NO_PROXY", "no_proxy"):
+            present = [h for h in env.get(name, "").split(",") if h.strip()]
+            env[name] = ",".join([*present, *(h for h in ("127.0.0.1", "localhost") if h not in present)])
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run so that it reaches the gateway at ``base_url`` from inside its own network namespace."""
+        return [*self.forward, *argv] if self.forward and self.used else list(argv)
+
+    def report(self) -> GatewayReport:
+        with self._lock:
+            ledger = self._ledger
+            notes = []
+            if ledger.unpriced:
+                notes.append(f"gateway: {ledger.unpriced} answer(s) of a model without a price: the cost is unknown")
+            usage = Usage(
+                tokens=ledger.tokens,
+                cost_usd=None if ledger.unpriced else ledger.cost,
+                model=ledger.model,
+                latency_ms=list(ledger.latency_ms),
+                notes=notes,
+            )
+            failure = ledger.fatal or (ledger.last_failure if ledger.consecutive else None)
+            return GatewayReport(usage, ledger.requests, dict(ledger.statuses), failure, ledger.over_cap)
+
+    def close(self) -> None:
+        if self._on_close is not None:
+            self._on_close(self)
+
+    # -- the gateway's side --------------------------------------------------------------------------------------
+
+    def refusal(self) -> tuple[int, str] | None:
+        """Why the gateway answers a request itself instead of forwarding it (status, message), or None."""
+        with self._lock:
+            ledger = self._ledger
+            if ledger.over_cap:
+                return 429, "worktrial: this attempt's --max-cost-per-attempt is spent"
+            if ledger.fatal is not None:
+                return ledger.fatal.status or 401, f"worktrial: {ledger.fatal.message}"
+            if ledger.consecutive >= TRANSIENT_LIMIT and ledger.last_failure is not None:
+                return 503, f"worktrial: {ledger.last_failure.message}"
+        return None
+
+    def answered(self, route: Route, status: int, latency_ms: float) -> None:
+        """Any answer from upstream (counted once per request)."""
+        with self._lock:
+            ledger = self._ledger
+            ledger.requests += 1
+            ledger.statuses[str(status)] = ledger.statuses.get(str(status), 0) + 1
+            if len(ledger.latency_ms) < MAX_LATENCY_SAMPLES:
+                ledger.latency_ms.append(round(latency_ms, 3))
+
+    def used_tokens(self, route: Route, answered: str | None, requested: str | None, tokens: Tokens | None) -> None:
+        """A successful exchange and the usage the provider reported in it."""
+        with self._lock:
+            ledger = self._ledger
+            ledger.consecutive = 0
+            ledger.last_failure = None
+            if answered:
+                ledger.model = answered
+            if tokens is None:
+                return
+            ledger.tokens = ledger.tokens.add(tokens)
+            cost = self.price(route.provider, answered, requested, tokens) if self.price is not None else None
+            if cost is None:
+                ledger.unpriced += 1
+            else:
+                ledger.cost = round((ledger.cost or 0.0) + cost, 8)
+            if self.cost_cap is not None and ledger.cost is not None and ledger.cost > self.cost_cap:
+                ledger.over_cap = True
+                self.cancel.set()
+
+    def failed(self, failure: ProviderFailure) -> None:
+        """A failed exchange: a fatal one ends the attempt at once, transient ones after ``TRANSIENT_LIMIT``."""
+        with self._lock:
+            ledger = self._ledger
+            if failure.fatal:
+                ledger.fatal = ledger.fatal or failure
+                self.cancel.set()
+                return
+            ledger.consecutive += 1
+            ledger.last_failure = failure
+            if ledger.consecutive >= TRANSIENT_LIMIT:
+                self.cancel.set()
+
+
+def classify(
+    route: Route, status: int | None, generating: bool, requested: str | None, detail: str
+) -> ProviderFailure | None:
+    """The failure an upstream status (None: no answer at all) stands for, or None when it is the agent's business
+    (a 400 for a request it got wrong, a 404 of an endpoint that is not a model call)."""
+    where = public_url(route.base_url)
+    said = f": {detail}" if detail else ""
+    if status is None:
+        return ProviderFailure(ErrorCategory.PROVIDER_SERVER, f"the provider at {where} could not be reached{said}")
+    if status in (401, 403):
+        return ProviderFailure(
+            ErrorCategory.PROVIDER_AUTH,
+            f"the provider at {where} refused the credentials (HTTP {status}); check {route.key_name}",
+            status,
+        )
+    if status == 404 and generating:
+        model = f" {requested!r}" if requested else ""
+        return ProviderFailure(
+            ErrorCategory.MODEL_NOT_FOUND,
+            f"the provider at {where} does not know this model{model} (HTTP 404); check --model (and --base-url)",
+            status,
+        )
+    if status == 429:
+        return ProviderFailure(ErrorCategory.PROVIDER_RATE_LIMIT, f"rate limited by {where} (HTTP 429)", status)
+    if status >= 500:
+        return ProviderFailure(ErrorCategory.PROVIDER_SERVER, f"the provider at {where} failed (HTTP {status})", status)
+    return None
