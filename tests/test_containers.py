@@ -5,6 +5,7 @@ tests, the reward file decides, the envelope pins the image, resume continues, b
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -320,3 +321,24 @@ def test_the_oracle_runs_solve_sh_beside_the_rest_of_its_solution(cli, runtime, 
     result = _eval(cli, workspace, dataset / "hello-file", runtime, "--agent", "oracle")
     (attempt,) = _attempts(json.loads(result.stdout))["hello-file"]
     assert (attempt["outcome"], attempt["reward"]) == ("pass", 1.0)
+
+
+def test_containers_of_a_killed_harness_are_removed_by_the_next_run(runtime, tmp_path: Path) -> None:
+    """A harness killed with ``kill -9`` cannot remove its attempts' containers; each carries the harness's pid and
+    start time, and the next run on the same runtime removes those whose harness is gone (never a live one's)."""
+    from worktrial.isolation.container import HARNESS_LABEL, find_runtime, harness_id, probe, sweep_orphans
+
+    rt = probe(find_runtime(runtime), BASE_IMAGE)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    names = {"dead": f"worktrial-test-dead-{os.getpid()}", "alive": f"worktrial-test-alive-{os.getpid()}"}
+    owners = {"dead": f"{dead.pid}-1", "alive": harness_id()}
+    try:
+        for key, name in names.items():
+            subprocess.run([runtime, "run", "-d", "--name", name, "--label", f"{HARNESS_LABEL}={owners[key]}",
+                            *rt.run_options, BASE_IMAGE, "sleep", "300"], check=True, capture_output=True)  # fmt: skip
+        assert sweep_orphans(rt) >= 1
+        listed = subprocess.run([runtime, "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True)
+        assert names["dead"] not in listed.stdout.split() and names["alive"] in listed.stdout.split()
+    finally:
+        subprocess.run([runtime, "rm", "--force", "--time", "0", *names.values()], capture_output=True)

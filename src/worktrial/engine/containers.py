@@ -28,6 +28,7 @@ from worktrial.isolation.container import (
     find_runtime,
     named_image,
     probe,
+    sweep_orphans,
 )
 from worktrial.isolation.container_tools import python_tool
 from worktrial.isolation.proc import ProcessScope
@@ -62,6 +63,7 @@ def plan_containers(loaded: LoadedSuite, choice: RuntimeChoice, warn: Callable[[
     runtime = probe(runtime, next(iter(images.values())))
     for note in runtime.notes:
         warn(note)
+    sweep_orphans(runtime)
     tasks = {
         task_id: ContainerEnv(
             image=images[env.model_dump_json()],

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+import psutil
+
 from worktrial.errors import BadInputError, WorktrialError
 from worktrial.isolation import ownership, proc
 from worktrial.isolation.sandbox import AGENT_UIDS, NetworkMode, Sandbox, Wrapped, agent_uid
@@ -41,6 +43,43 @@ IMAGE_TAG_PREFIX = "localhost/worktrial-env"
 """Built images are tagged ``<prefix>:<first 24 hex of the build inputs' digest>``: the cache across runs."""
 DEFAULT_WORKDIR = "/app"
 TOOLS_VOLUME = "worktrial-tools"
+HARNESS_LABEL = "worktrial.harness"
+"""Every container an attempt starts carries the starting harness's pid and start time: a harness killed with
+``kill -9`` cannot remove its containers, the next run with the same runtime does (``sweep_orphans``)."""
+
+
+def harness_id(pid: int | None = None) -> str:
+    """``<pid>-<start time in ms>`` of this (or that) process: a pid reused by another process never matches."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        return f"{pid}-{int(psutil.Process(pid).create_time() * 1000)}"
+    except psutil.Error:
+        return f"{pid}-0"
+
+
+def sweep_orphans(runtime: ContainerRuntime) -> int:
+    """Remove the containers of harnesses that are gone (killed while an attempt's container ran); how many."""
+    template = '{{.Names}}\t{{index .Labels "' + HARNESS_LABEL + '"}}'
+    listed = proc.run(
+        [runtime.program, "ps", "--all", "--filter", f"label={HARNESS_LABEL}", "--format", template],
+        cwd="/",
+        timeout=60,
+        sweep=False,
+    )
+    if not listed.ok:
+        return 0
+    stale = []
+    for line in listed.stdout_tail.decode("utf-8", "replace").splitlines():
+        name, _, owner = line.partition("\t")
+        pid, _, _started = owner.strip().partition("-")
+        if name and pid.isdigit() and harness_id(int(pid)) != owner.strip():
+            stale.append(name.strip())
+    if stale:
+        proc.run([runtime.program, "rm", "--force", "--time", "0", *stale], cwd="/", timeout=120, sweep=False)
+        log.warning("removed %d container(s) left running by a killed worktrial", len(stale))
+    return len(stale)
+
+
 """The cached volume of CLIs installed into images (``container_tools.py``)."""
 TOOLS_VOLUME_DIR = "/opt/worktrial/venvs"
 TOOLS_DIR = "/opt/worktrial/tool"
@@ -380,6 +419,7 @@ class ContainerSandbox(Sandbox):
         name = f"worktrial-{uuid.uuid4().hex[:16]}"
         self.names.append(name)
         args = [rt.program, "run", "--rm", "--name", name, "--interactive", *rt.run_options]
+        args += ["--label", f"{HARNESS_LABEL}={harness_id()}"]  # found again if this harness is killed (-9)
         args += ["--network", {"off": "none", "on": "bridge", "host": "host"}[self.network]]
         # Never more privileges than it started with; a user worktrial picked gets no capabilities either (a task's
         # own user, root in most Harbor images, keeps the runtime's default set: its verifiers install packages).
