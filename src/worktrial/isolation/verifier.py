@@ -94,7 +94,8 @@ def enter(
     start commit's, its stat data a cache that any changed file misses) is then the index. ``ws.layers``: the room is
     an overlay whose lower layer already holds the harness's ``.git`` link. Raises WorkspaceError (or OSError) when
     the room cannot be built. ``index_id``: the index as the harness last left it, kept (not written again) when it
-    is still that file and is the index the room needs. Returns the identity of the index the room has."""
+    is still that file and is the index the room needs. Returns the identity of the index the room has when it is
+    the snapshot's (None when the room needed another: a new commit's)."""
     admin = snapshot.admin
     with contextlib.ExitStack() as fds:
         build_fd = fds.enter_context(safefs.opened_dir(ws.root, None))
@@ -130,9 +131,10 @@ def enter(
             if kind.ok and kind.stdout_tail.strip() == b"commit":
                 commit = head
         safefs.write_at(git_fd, f"refs/heads/{ATTEMPT_BRANCH}", f"{commit}\n".encode())
-        if kept and commit == start_commit and (untouched or not clean):
+        snapshot_index = commit == start_commit and (untouched or not clean)
+        if kept and snapshot_index:
             os.rename(_INDEX_KEPT, snapshot.index_rel, src_dir_fd=build_fd, dst_dir_fd=git_fd)
-        elif commit == start_commit and (untouched or not clean):
+        elif snapshot_index:
             safefs.write_at(git_fd, snapshot.index_rel, snapshot.index)
         else:
             for args in (["read-tree", commit], ["clean", "-fdXq"]) if clean else (["read-tree", commit],):
@@ -145,7 +147,8 @@ def enter(
         ownership.hand_over_fd(git_fd, owner, recursive=True)
         if link:
             ownership.hand_over_entry(work_fd, ".git", owner)
-        return safefs.file_id(git_fd, snapshot.index_rel)
+        # Only the snapshot's own index may be kept by the next reset; one read-tree made (a new commit) may not.
+        return safefs.file_id(git_fd, snapshot.index_rel) if snapshot_index else None
 
 
 def _set_objects_aside(build_fd: int, git_fd: int) -> None:
