@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, byok_upstream, scratch_dir
 from worktrial.agents.presets.parsing import (
     MAX_FILE_BYTES,
     ExitInfo,
@@ -202,4 +202,5 @@ SPEC = PresetSpec(
     base_url="a config of one model at the URL (--config in the attempt's scratch directory)",
     base_url_needs_model=True,
     prepare=_prepare,
+    upstream=byok_upstream,
 )

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, Upstream, byok_upstream, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -145,6 +145,14 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     return mapped
 
 
+def _upstream(inv: Invocation) -> Upstream | None:
+    """BYOK at ``--base-url``; ``COPILOT_PROVIDER_API_KEY`` first, as the CLI reads it."""
+    upstream = byok_upstream(inv)
+    if upstream is None:
+        return None
+    return Upstream(upstream.route, ("COPILOT_PROVIDER_API_KEY", *upstream.keys), upstream.default_base)
+
+
 SPEC = PresetSpec(
     name="copilot",
     binary="copilot",
@@ -159,4 +167,5 @@ SPEC = PresetSpec(
     run_env=_run_env,
     base_url="COPILOT_PROVIDER_BASE_URL (BYOK), COPILOT_PROVIDER_TYPE from the route",
     base_url_needs_model=True,
+    upstream=_upstream,
 )

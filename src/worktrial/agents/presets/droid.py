@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, byok_upstream, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -164,4 +164,5 @@ SPEC = PresetSpec(
     base_url="a BYOK custom model at the URL (--settings in the attempt's scratch directory)",
     base_url_needs_model=True,
     prepare=_prepare,
+    upstream=byok_upstream,
 )

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, byok_upstream, scratch_dir
 from worktrial.agents.presets.opencode import OpenCodeParser
 from worktrial.model.envelope import split_route
 
@@ -90,4 +90,5 @@ SPEC = PresetSpec(
     run_env=_run_env,
     base_url="KILO_CONFIG_CONTENT declaring an OpenAI-compatible provider at the URL",
     base_url_needs_model=True,
+    upstream=byok_upstream,
 )
