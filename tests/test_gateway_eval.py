@@ -4,6 +4,7 @@ the gateway is the attempt's only way out."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -13,11 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from tests.builtin_support import write_user_config
 from tests.cli_servers import CliServer, Plain, Request, anthropic_error, anthropic_stream, chat_plain, chat_usage
 from tests.conftest import task
 from worktrial.gateway.session import TOKEN_PREFIX
+from worktrial.model.envelope import Envelope
+from worktrial.render.html import ViewRun, render_html
+from worktrial.render.markdown import render_markdown
+from worktrial.render.terminal import run_summary
 
 AGENT = r"""
 import json, os, socket, sys, urllib.error, urllib.request
@@ -120,6 +126,38 @@ def test_without_retries_a_server_error_is_an_error_not_a_failure(cli, repo: Pat
     [attempt] = envelope["report"]["tasks"][0]["attempts"]
     assert attempt["outcome"] == "error" and attempt["error_category"] == "provider_server"
     assert envelope["report"]["infrastructure_errors"] == 1
+
+
+def _reports(envelope: Envelope) -> dict[str, str]:
+    """The envelope as markdown, as the terminal summary and as the HTML page show it."""
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(run_summary(envelope, has_artifacts=False))
+    return {
+        "markdown": render_markdown(envelope),
+        "terminal": console.export_text(),
+        "html": render_html([ViewRun("run", envelope)]),
+    }
+
+
+def test_the_reports_name_the_infrastructure_errors(cli, repo: Path, write_suite) -> None:
+    answers = iter([Plain(503, {}), Plain(503, {})])
+
+    def respond(_request: Request) -> Plain:
+        return next(answers, None) or chat_plain("m-1", USAGE, text="ok")
+
+    suite = write_suite([_solve(), dict(_solve(), id="second")])
+    with CliServer(respond) as server:
+        result = _eval(cli, repo, suite, server.url, "--retry-errors", "1", "--jobs", "1")
+    envelope = Envelope.model_validate_json(result.stdout)
+    assert envelope.report.infrastructure_errors == 2  # two tries met a 503
+    line = "2 tries ended in an error of the infrastructure"
+    for name, text in _reports(envelope).items():
+        assert line in text, name
+    assert "**Infrastructure errors:** 2 tries" in _reports(envelope)["markdown"]
+    # A run without any says nothing about them.
+    clean = envelope.model_copy(update={"report": envelope.report.model_copy(update={"infrastructure_errors": 0})})
+    for name, text in _reports(clean).items():
+        assert "infrastructure" not in text.lower(), name
 
 
 @pytest.mark.parametrize(
