@@ -191,6 +191,34 @@ def test_the_cost_cap_is_kept_at_the_gateway(cli, repo: Path, write_suite) -> No
     assert attempt["cost_usd"] == pytest.approx(0.022)
 
 
+def test_the_runs_budget_is_kept_at_the_gateway(cli, repo: Path, write_suite) -> None:
+    """Two attempts call the model without end: the run's --max-cost, counted live over both at the gateway, ends
+    them as the total passes it, and the run stops (exit 3) without recording them (resume reruns them)."""
+    write_user_config('[pricing."openai/m-1"]\ninput = 10.0\noutput = 10.0\n')  # $0.011 a call
+    forever = "Call the model forever. [loop]"
+    suite = write_suite([dict(_solve(forever), timeout_secs=120), dict(_solve(forever), id="u", timeout_secs=120)])
+    with CliServer(lambda _request: chat_plain("m-1", USAGE, text="ok")) as server:
+        result = _eval(cli, repo, suite, server.url, "--max-cost", "0.05", "--jobs", "2")
+        served = len(server.requests)
+        resumed = cli(["resume", json.loads(result.stdout)["run"]["id"], "--max-cost", "0.1", "-q"], cwd=repo)
+        served_on_resume = len(server.requests) - served
+    assert result.exit_code == 3, result.output
+    assert "stopped: the budget --max-cost $0.05 is spent" in result.stderr
+    envelope = json.loads(result.stdout)
+    assert envelope["report"]["tasks"] == [] or all(not t["attempts"] for t in envelope["report"]["tasks"])
+    assert envelope["run"]["complete"] is False
+    budget = envelope["run"]["budget"]
+    assert budget["stopped"] is True and "model gateway" in budget["reason"]
+    # The fifth call passed $0.05; at most the other attempt's call already on its way was served after it.
+    assert 5 <= served <= 6, served
+    assert budget["spent"] == 0 and budget["spent_unrecorded"] == pytest.approx(0.011 * served)
+    # Resumed with more, the ended attempts run again, and what they spent before counts against the new budget.
+    assert resumed.exit_code == 3, resumed.output
+    assert 1 <= served_on_resume <= (0.1 - 0.011 * served) // 0.011 + 2, served_on_resume
+    again = json.loads((repo / ".worktrial" / "runs" / envelope["run"]["id"] / "envelope.json").read_text())
+    assert again["run"]["budget"]["spent_unrecorded"] == pytest.approx(0.011 * (served + served_on_resume))
+
+
 @pytest.mark.sandbox
 def test_with_network_off_the_gateway_is_the_only_way_out(cli, repo: Path, write_suite) -> None:
     if shutil.which("bwrap") is None:
