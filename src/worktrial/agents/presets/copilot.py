@@ -7,7 +7,8 @@ failed, after the CLI's own retries) and a final ``result`` with ``exitCode``. T
 cacheReadTokens, cacheWriteTokens, reasoningTokens}`` and ``requests.count``) into the attempt's scratch directory
 at exit, which is read instead. Its ``inputTokens`` count the cached part and ``outputTokens`` the reasoning part
 (checked against a scripted Chat Completions server). Copilot's own cost is in premium requests, not dollars, so the
-cost stays unknown; the model gateway (issue 26) will supply exact usage and cost for every preset.
+cost stays unknown. With ``--base-url`` the CLI goes through the model gateway, whose counts and cost of every call
+are recorded instead (this report is then the cross-check).
 
 ``--base-url`` is Copilot's "bring your own key" mode: ``COPILOT_PROVIDER_BASE_URL`` (GitHub login not needed),
 ``COPILOT_PROVIDER_TYPE`` from the route (``anthropic/...`` speaks Anthropic Messages, anything else OpenAI Chat

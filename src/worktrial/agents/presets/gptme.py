@@ -5,8 +5,8 @@ Each line is a conversation message ``{"type": "message", "role", "content", "me
 for the model call that produced it (its ``input_tokens`` exclude cache reads and writes, which are added back;
 ``output_tokens`` include reasoning), ``served_model``, and ``cost`` in USD when gptme could price the model; a
 system message with ``metadata.tool`` is a tool's result. Calls gptme makes besides its conversation (a side
-request without tools) print nothing, so they are not counted; the model gateway (issue 26) will supply exact usage
-and cost for every preset.
+request without tools) print nothing, so they are not counted here; with ``--base-url`` the CLI goes through the model
+gateway, which counts every call (this report is then the cross-check).
 
 gptme never says whether it solved the task: it stops when the model calls its ``complete`` tool or after a few
 replies without a tool call, and exits 0. As for aider, **ending normally after at least one model reply counts as a
