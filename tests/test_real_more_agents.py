@@ -190,6 +190,24 @@ def test_solves_a_task_through_the_gateway(
     assert_nothing_left()
 
 
+@pytest.mark.sandbox
+def test_reaches_a_loopback_server_from_a_network_of_its_own(
+    agent: Cli, cli: Callable[..., Result], repo: Path, write_suite
+) -> None:
+    """With the sandbox's own network (``--network on``) the host's loopback is out of reach: the CLI reaches the
+    scripted server only through the gateway's port forwarded into its namespace, as the older presets do."""
+    served, side = Served(), Served()
+    with CliServer(chat_model(served, agent, side=side)) as server:
+        args = ["--agent", agent.preset, "--model", MODEL, "--base-url", f"{server.url}/v1"]
+        result, envelope = evaluate(cli, repo, write_suite([TASK]), *args, "--sandbox", "on", "--network", "on")
+    assert envelope is not None, result.output
+    attempt = only_attempt(envelope)
+    assert attempt["outcome"] == "pass", json.dumps(attempt)
+    assert envelope["run"]["sandbox"]["network"] == "on"
+    assert attempt["tokens"] == served.tokens.add(side.tokens).model_dump()
+    assert_nothing_left()
+
+
 def test_a_refused_key_stops_the_run(agent: Cli, cli: Callable[..., Result], repo: Path, write_suite) -> None:
     fail = Plain(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
     with CliServer(chat_model(Served(), agent, fail=fail)) as server:
