@@ -4,6 +4,7 @@ the gateway is the attempt's only way out."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -13,11 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from tests.builtin_support import write_user_config
 from tests.cli_servers import CliServer, Plain, Request, anthropic_error, anthropic_stream, chat_plain, chat_usage
 from tests.conftest import task
 from worktrial.gateway.session import TOKEN_PREFIX
+from worktrial.model.envelope import Envelope
+from worktrial.render.html import ViewRun, render_html
+from worktrial.render.markdown import render_markdown
+from worktrial.render.terminal import run_summary
 
 AGENT = r"""
 import json, os, socket, sys, urllib.error, urllib.request
@@ -122,6 +128,38 @@ def test_without_retries_a_server_error_is_an_error_not_a_failure(cli, repo: Pat
     assert envelope["report"]["infrastructure_errors"] == 1
 
 
+def _reports(envelope: Envelope) -> dict[str, str]:
+    """The envelope as markdown, as the terminal summary and as the HTML page show it."""
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(run_summary(envelope, has_artifacts=False))
+    return {
+        "markdown": render_markdown(envelope),
+        "terminal": console.export_text(),
+        "html": render_html([ViewRun("run", envelope)]),
+    }
+
+
+def test_the_reports_name_the_infrastructure_errors(cli, repo: Path, write_suite) -> None:
+    answers = iter([Plain(503, {}), Plain(503, {})])
+
+    def respond(_request: Request) -> Plain:
+        return next(answers, None) or chat_plain("m-1", USAGE, text="ok")
+
+    suite = write_suite([_solve(), dict(_solve(), id="second")])
+    with CliServer(respond) as server:
+        result = _eval(cli, repo, suite, server.url, "--retry-errors", "1", "--jobs", "1")
+    envelope = Envelope.model_validate_json(result.stdout)
+    assert envelope.report.infrastructure_errors == 2  # two tries met a 503
+    line = "2 tries ended in an error of the infrastructure"
+    for name, text in _reports(envelope).items():
+        assert line in text, name
+    assert "**Infrastructure errors:** 2 tries" in _reports(envelope)["markdown"]
+    # A run without any says nothing about them.
+    clean = envelope.model_copy(update={"report": envelope.report.model_copy(update={"infrastructure_errors": 0})})
+    for name, text in _reports(clean).items():
+        assert "infrastructure" not in text.lower(), name
+
+
 @pytest.mark.parametrize(
     ("answer", "words"),
     [
@@ -151,6 +189,34 @@ def test_the_cost_cap_is_kept_at_the_gateway(cli, repo: Path, write_suite) -> No
     assert attempt["outcome"] == "fail" and "cost cap" in attempt["reason"], attempt
     assert len(server.requests) == 2  # the second call passed $0.02; the gateway refused every later one
     assert attempt["cost_usd"] == pytest.approx(0.022)
+
+
+def test_the_runs_budget_is_kept_at_the_gateway(cli, repo: Path, write_suite) -> None:
+    """Two attempts call the model without end: the run's --max-cost, counted live over both at the gateway, ends
+    them as the total passes it, and the run stops (exit 3) without recording them (resume reruns them)."""
+    write_user_config('[pricing."openai/m-1"]\ninput = 10.0\noutput = 10.0\n')  # $0.011 a call
+    forever = "Call the model forever. [loop]"
+    suite = write_suite([dict(_solve(forever), timeout_secs=120), dict(_solve(forever), id="u", timeout_secs=120)])
+    with CliServer(lambda _request: chat_plain("m-1", USAGE, text="ok")) as server:
+        result = _eval(cli, repo, suite, server.url, "--max-cost", "0.05", "--jobs", "2")
+        served = len(server.requests)
+        resumed = cli(["resume", json.loads(result.stdout)["run"]["id"], "--max-cost", "0.1", "-q"], cwd=repo)
+        served_on_resume = len(server.requests) - served
+    assert result.exit_code == 3, result.output
+    assert "stopped: the budget --max-cost $0.05 is spent" in result.stderr
+    envelope = json.loads(result.stdout)
+    assert envelope["report"]["tasks"] == [] or all(not t["attempts"] for t in envelope["report"]["tasks"])
+    assert envelope["run"]["complete"] is False
+    budget = envelope["run"]["budget"]
+    assert budget["stopped"] is True and "model gateway" in budget["reason"]
+    # The fifth call passed $0.05; at most the other attempt's call already on its way was served after it.
+    assert 5 <= served <= 6, served
+    assert budget["spent"] == 0 and budget["spent_unrecorded"] == pytest.approx(0.011 * served)
+    # Resumed with more, the ended attempts run again, and what they spent before counts against the new budget.
+    assert resumed.exit_code == 3, resumed.output
+    assert 1 <= served_on_resume <= (0.1 - 0.011 * served) // 0.011 + 2, served_on_resume
+    again = json.loads((repo / ".worktrial" / "runs" / envelope["run"]["id"] / "envelope.json").read_text())
+    assert again["run"]["budget"]["spent_unrecorded"] == pytest.approx(0.011 * (served + served_on_resume))
 
 
 @pytest.mark.sandbox

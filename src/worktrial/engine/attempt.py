@@ -262,6 +262,8 @@ class _Progress:
     claimed: bool | None = None
     verified: bool | None = None
     fatal: AgentError | None = None
+    over_budget: str | None = None
+    """Why the run's ``--max-cost`` (kept at the gateway) cut the attempt short: it is not the attempt's result."""
     commands: list[CommandLog] = field(default_factory=list)
     output: AgentOutput | None = None
     patch: PatchData | None = None
@@ -383,7 +385,14 @@ def run_attempt(
         reward=progress.reward,
     )
     artifacts = _artifacts(task.id, attempt, progress, redactor) if spec.artifacts else None
-    return AttemptResult(record=record, trace=trace, fatal=progress.fatal, worker=worker, artifacts=artifacts)
+    return AttemptResult(
+        record=record,
+        trace=trace,
+        fatal=progress.fatal,
+        worker=worker,
+        artifacts=artifacts,
+        over_budget=progress.over_budget,
+    )
 
 
 MAX_REASON_CHARS = 1000
@@ -579,6 +588,11 @@ def _run_in(
             ErrorCategory.LIMIT,
             None,
         )
+        return
+    if report is not None and report.over_budget is not None:
+        # The run's budget ended the agent, not its work or the provider: no verdict, and the driver keeps no record.
+        progress.outcome, progress.reason, progress.claimed = "error", report.over_budget, None
+        progress.over_budget = report.over_budget
         return
     if report is not None and (failure := report.failure) is not None:
         # The provider failed, not the agent: never scored as the agent's work (and a fatal one stops the run).

@@ -21,6 +21,8 @@ class Budget:
     max_cost_per_attempt: float | None = None
     allow_unpriced: bool = False
     spent: float = 0.0
+    unrecorded: float = 0.0
+    """Spent by attempts the gateway ended when the run's spend passed ``max_cost`` (no record: they rerun)."""
     priced: int = 0
     unpriced: int = 0
     stopped: str | None = None
@@ -54,6 +56,17 @@ class Budget:
         self.spent += record.cost_usd
         self._costs.append(record.cost_usd)
 
+    def cut(self, reason: str, cost_usd: float | None) -> None:
+        """An attempt the gateway ended because the run's spend passed ``--max-cost``: its spend counts, it gets
+        no record, and the run stops."""
+        self.unrecorded += cost_usd or 0.0
+        self.stopped = self.stopped or reason
+
+    @property
+    def total(self) -> float:
+        """Everything spent: the recorded attempts and those the budget ended."""
+        return self.spent + self.unrecorded
+
     def estimate(self, running: int) -> float:
         """What the running attempts will likely add: the mean spend of a finished attempt, per running one."""
         if running <= 0 or not self._costs:
@@ -66,10 +79,10 @@ class Budget:
             return False
         if self.max_cost is None:
             return True
-        expected = self.spent + self.estimate(running + 1)
+        expected = self.total + self.estimate(running + 1)
         if expected > self.max_cost:
             self.stopped = (
-                f"the budget --max-cost ${self.max_cost:g} is reached: ${self.spent:.4f} spent"
+                f"the budget --max-cost ${self.max_cost:g} is reached: ${self.total:.4f} spent"
                 + (f", about ${self.estimate(running):.4f} more in {running} running attempt(s)" if running else "")
                 + f", and another attempt would likely bring it to ${expected:.4f}"
             )
@@ -84,6 +97,7 @@ class Budget:
             max_cost=self.max_cost,
             max_cost_per_attempt=self.max_cost_per_attempt,
             spent=round(self.spent, 6),
+            spent_unrecorded=round(self.unrecorded, 6),
             unpriced_attempts=self.unpriced,
             allow_unpriced=self.allow_unpriced,
             stopped=self.stopped is not None,

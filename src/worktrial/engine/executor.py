@@ -140,6 +140,9 @@ class AttemptResult:
     """Where it ran (a thread, a node), for diagnostics only."""
     artifacts: AttemptArtifacts | None = None
     """Logs and patch, already bounded and redacted; the driver stores them locally (never in the envelope)."""
+    over_budget: str | None = None
+    """Set when the run's ``--max-cost``, kept live at the model gateway, ended the attempt: the driver stores no
+    record (like an attempt abandoned by a stopping run, it reruns on resume) and stops the run."""
 
 
 @dataclass(frozen=True)

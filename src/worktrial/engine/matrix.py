@@ -265,7 +265,7 @@ def run_matrix(
                         close()
                 outcomes.append(outcome)
                 if outcome.envelope is not None and outcome.envelope.run.budget is not None:
-                    spent += outcome.envelope.run.budget.spent
+                    spent += outcome.envelope.run.budget.spent + outcome.envelope.run.budget.spent_unrecorded
                 if base.base_commit is None and outcome.envelope is not None:
                     # Every later configuration starts from the commit the first one used, even if HEAD moves.
                     base = dataclasses.replace(base, base_commit=outcome.envelope.run.workspace.base_commit)

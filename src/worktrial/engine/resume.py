@@ -228,6 +228,8 @@ def _resume(
         containers = with_agent_tools(containers, description, observer.warning)
         sandbox = resolve_run_sandbox(request, session.base_url, ref, ws, work_root, bases, observer)
         budget = new_budget(session, config, ref.name, description)
+        if meta.budget is not None:  # what attempts the budget ended spent: they run again, the money is gone
+            budget.unrecorded = meta.budget.spent_unrecorded
         earlier = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])
         meta = meta.model_copy(
             update={

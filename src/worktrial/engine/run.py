@@ -38,6 +38,7 @@ from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executo
 from worktrial.engine.local import LocalExecutor
 from worktrial.engine.model_gateway import routes_through_gateway
 from worktrial.errors import BadInputError, WorkspaceError
+from worktrial.gateway import Gateway
 from worktrial.isolation import cgroups
 from worktrial.isolation.container import ContainerPlan, RuntimeChoice
 from worktrial.isolation.proc import ProcessScope
@@ -659,6 +660,9 @@ def execute(
     budget = budget or Budget(None)
     budget.count(records, free=meta.agent in FREE_AGENTS)
     observer.begin(meta.id, meta.attempts * len(task_ids) - len(done_keys), len(records))
+    gateway = getattr(executor, "gateway", None)
+    if isinstance(gateway, Gateway) and budget.max_cost is not None:
+        gateway.limit_run(budget.max_cost, budget.total)  # live, over every model call: no attempt overshoots far
     scope = getattr(executor, "scope", None)
     if isinstance(scope, ProcessScope):  # an executor whose processes live in this one: record them for resume
         scope.journal = leftovers.Journal(store.dir)
@@ -747,6 +751,12 @@ def _drain(
         in_flight -= 1
         result = event.result
         record = result.record
+        if result.over_budget is not None:
+            budget.cut(result.over_budget, record.cost_usd)
+            if budget.limited:
+                observer.spend(budget.total, budget.max_cost)
+            stopping = True
+            continue
         reasons = retry_reasons.setdefault(job.key, [])
         if (
             record.outcome == "error"
@@ -778,7 +788,7 @@ def _drain(
         records.append(record)
         budget.add(record, free=free)
         if budget.limited:
-            observer.spend(budget.spent, budget.max_cost)
+            observer.spend(budget.total, budget.max_cost)
         observer.attempt(record)
         if budget.limited:
             if budget.stopped is not None:

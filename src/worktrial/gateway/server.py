@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
 from worktrial.gateway import forward
-from worktrial.gateway.session import PriceFn, ProviderFailure, Route, Session, classify
+from worktrial.gateway.session import PriceFn, ProviderFailure, Route, RunSpend, Session, classify
 from worktrial.gateway.wire import Exchange, SseReader, requested_model, wire_of
 from worktrial.model.records import ErrorCategory
 from worktrial.util import public_url
@@ -67,6 +67,8 @@ class Gateway:
         self._failed: BaseException | None = None
         self._ready = threading.Event()
         self._draining: set[asyncio.Task[None]] = set()
+        self.run_spend: RunSpend | None = None
+        """The run's ``--max-cost``, kept live over every session (``limit_run``)."""
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
 
@@ -165,6 +167,18 @@ class Gateway:
 
     # -- sessions ------------------------------------------------------------------------------------------------
 
+    def limit_run(self, max_cost: float, spent: float) -> None:
+        """Keep the run's budget at the gateway: ``spent`` so far (stored attempts), plus every priced call of the
+        sessions opened from now on; once the total passes ``max_cost`` every further call is refused and every
+        session whose agent calls through the gateway is ended (``GatewayReport.over_budget``)."""
+        self.run_spend = RunSpend(max_cost, spent, self._end_all_for_budget)
+
+    def _end_all_for_budget(self) -> None:
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            session.end_for_budget()
+
     def open(
         self,
         cancel: threading.Event,
@@ -183,6 +197,7 @@ class Gateway:
             cancel,
             self._socket_dir() if own_network else None,
             on_close=self._forget,
+            run_spend=self.run_spend,
         )
         with self._lock:
             self._sessions[session.token] = session

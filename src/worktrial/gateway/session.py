@@ -42,6 +42,38 @@ class Route:
     """Where the key came from, for the one line a refused key ends the run with."""
 
 
+class RunSpend:
+    """The run's spend as the gateway counts it live, over every attempt, against the run's ``--max-cost``.
+
+    Once a model call's cost takes the total past the cap, ``on_exceeded`` is called (once): the gateway refuses
+    every further call and ends the attempts still running. Thread-safe.
+    """
+
+    def __init__(self, cap: float, spent: float, on_exceeded: Callable[[], None]) -> None:
+        self.cap = cap
+        self.spent = spent
+        """Starts from what the run's stored attempts spent (a resumed run, earlier configurations of a matrix)."""
+        self.exceeded = spent > cap
+        self._on_exceeded = on_exceeded
+        self._lock = threading.Lock()
+
+    def add(self, cost: float) -> None:
+        with self._lock:
+            self.spent = round(self.spent + cost, 8)
+            crossed = not self.exceeded and self.spent > self.cap
+            self.exceeded = self.exceeded or crossed
+        if crossed:
+            self._on_exceeded()
+
+    def reason(self) -> str:
+        with self._lock:
+            spent = self.spent
+        return (
+            f"the budget --max-cost ${self.cap:g} is spent: ${spent:.4f} by the model gateway's count of every "
+            "attempt's calls, so it refused further calls and ended the running attempts"
+        )
+
+
 @dataclass(frozen=True)
 class ProviderFailure:
     """A provider failure the gateway saw, sorted into worktrial's error categories."""
@@ -67,6 +99,8 @@ class GatewayReport:
     one (5xx, 429, no connection) that the agent's last model call ended on."""
     over_cap: bool
     """The attempt's spend passed ``--max-cost-per-attempt`` and the gateway refused further requests."""
+    over_budget: str | None = None
+    """Why the run's ``--max-cost`` cut this attempt short (the gateway refused its calls or ended it), or None."""
 
 
 @dataclass
@@ -82,6 +116,7 @@ class _Ledger:
     last_failure: ProviderFailure | None = None
     consecutive: int = 0
     over_cap: bool = False
+    over_budget: bool = False
 
 
 class Session:
@@ -95,6 +130,7 @@ class Session:
         cancel: threading.Event,
         socket_dir: Path | None = None,
         on_close: Callable[[Session], None] | None = None,
+        run_spend: RunSpend | None = None,
     ) -> None:
         self.token = TOKEN_PREFIX + secrets.token_urlsafe(24)
         self._listening = listening
@@ -110,6 +146,8 @@ class Session:
         self._ledger = _Ledger()
         self._lock = threading.Lock()
         self._on_close = on_close
+        self.run_spend = run_spend
+        """The run's live spend against ``--max-cost`` (None: the run has no budget)."""
         self.used = False
 
     # -- the agent's side ----------------------------------------------------------------------------------------
@@ -146,7 +184,9 @@ class Session:
                 notes=notes,
             )
             failure = ledger.fatal or (ledger.last_failure if ledger.consecutive else None)
-            return GatewayReport(usage, ledger.requests, dict(ledger.statuses), failure, ledger.over_cap)
+            over_budget = ledger.over_budget
+        cut = self.run_spend.reason() if over_budget and self.run_spend is not None else None
+        return GatewayReport(usage, ledger.requests, dict(ledger.statuses), failure, ledger.over_cap, cut)
 
     def close(self) -> None:
         if self._on_close is not None:
@@ -154,8 +194,19 @@ class Session:
 
     # -- the gateway's side --------------------------------------------------------------------------------------
 
+    def end_for_budget(self) -> None:
+        """The run's budget is spent: end this attempt (if its agent is reaching a model through the gateway)."""
+        with self._lock:
+            if not self.used:
+                return
+            self._ledger.over_budget = True
+        self.cancel.set()
+
     def refusal(self) -> tuple[int, str] | None:
         """Why the gateway answers a request itself instead of forwarding it (status, message), or None."""
+        if self.run_spend is not None and self.run_spend.exceeded:
+            self.end_for_budget()
+            return 429, "worktrial: the run's --max-cost is spent"
         with self._lock:
             ledger = self._ledger
             if ledger.over_cap:
@@ -177,6 +228,12 @@ class Session:
 
     def used_tokens(self, route: Route, answered: str | None, requested: str | None, tokens: Tokens | None) -> None:
         """A successful exchange and the usage the provider reported in it."""
+        cost = self._count(route, answered, requested, tokens)
+        if cost is not None and self.run_spend is not None:
+            self.run_spend.add(cost)  # outside the ledger's lock: passing the budget ends every session, this one too
+
+    def _count(self, route: Route, answered: str | None, requested: str | None, tokens: Tokens | None) -> float | None:
+        """Book one successful exchange; its cost (None: no usage, or unpriced)."""
         with self._lock:
             ledger = self._ledger
             ledger.consecutive = 0
@@ -184,7 +241,7 @@ class Session:
             if answered:
                 ledger.model = answered
             if tokens is None:
-                return
+                return None
             ledger.tokens = ledger.tokens.add(tokens)
             cost = self.price(route.provider, answered, requested, tokens) if self.price is not None else None
             if cost is None:
@@ -194,6 +251,7 @@ class Session:
             if self.cost_cap is not None and ledger.cost is not None and ledger.cost > self.cost_cap:
                 ledger.over_cap = True
                 self.cancel.set()
+            return cost
 
     def failed(self, failure: ProviderFailure) -> None:
         """A failed exchange: a fatal one ends the attempt at once, transient ones after ``TRANSIENT_LIMIT``."""

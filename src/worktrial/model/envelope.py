@@ -214,6 +214,11 @@ class BudgetInfo(BaseModel):
     max_cost_per_attempt: float | None = Field(default=None, description="--max-cost-per-attempt in USD.")
     spent: float = Field(default=0.0, description="USD spent by the run's recorded attempts.")
     unpriced_attempts: int = Field(default=0, description="Attempts whose cost is unknown (not in spent).")
+    spent_unrecorded: float = Field(
+        default=0.0,
+        description="USD the model gateway counted for attempts the budget ended while they ran: not in spent "
+        "(they have no record, and resume runs them again), but spent all the same.",
+    )
     allow_unpriced: bool = Field(default=False, description="--allow-unpriced: unknown costs counted as $0.")
     stopped: bool = Field(default=False, description="The budget stopped the run before every attempt ran.")
     reason: str | None = None

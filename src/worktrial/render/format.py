@@ -5,7 +5,8 @@ Text (names, reasons, ids) goes through ``worktrial.safe_text`` instead: it came
 
 from __future__ import annotations
 
-from worktrial.model.envelope import BudgetInfo, Metrics
+from worktrial.model.envelope import BudgetInfo, Metrics, Report
+from worktrial.util import plural
 
 MISSING = "—"
 
@@ -49,6 +50,17 @@ def budget_summary(budget: BudgetInfo | None) -> str | None:
     if budget.stopped:
         text += f"; it stopped the run: {budget.reason or 'limit reached'}"
     return text
+
+
+def infrastructure_summary(report: Report) -> str | None:
+    """``report.infrastructure_errors`` in one line of plain text (None when there were none)."""
+    count = report.infrastructure_errors
+    if not count:
+        return None
+    return (
+        f"{plural(count, 'try', 'tries')} ended in an error of the infrastructure (a provider's 5xx, 429 or lost "
+        "connection, a lost worker), never counted as the agent's failure"
+    )
 
 
 def plain(value: float | None, digits: int = 1, signed: bool = False) -> str:

@@ -21,7 +21,7 @@ from worktrial.errors import BadInputError
 from worktrial.model.artifacts import AttemptArtifacts, last_lines
 from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
-from worktrial.render.format import budget_summary, ci, num, p_value, usd
+from worktrial.render.format import budget_summary, ci, infrastructure_summary, num, p_value, usd
 from worktrial.render.naming import model_name, run_names
 from worktrial.render.svg import PALETTE, Bar, Series, bars_chart, curves_chart
 
@@ -206,6 +206,7 @@ def render_html(runs: Sequence[ViewRun], *, title: str | None = None) -> str:
                 "model": model_name(env) or "—",
                 "sandbox": _sandbox_facts(env),
                 "budget": budget_summary(env.run.budget),
+                "infrastructure": infrastructure_summary(env.report),
                 "metrics": _metrics_rows(env),
                 "bars": Markup(_group_bars(run)),
                 "tasks": [_task_row(t, run.artifacts) for t in env.report.tasks],

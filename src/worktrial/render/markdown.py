@@ -8,7 +8,17 @@ from collections.abc import Mapping
 from worktrial.model.artifacts import AttemptArtifacts, last_lines
 from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
-from worktrial.render.format import budget_summary, ci, interval_note, missing_note, num, rate, setup_time, usd
+from worktrial.render.format import (
+    budget_summary,
+    ci,
+    infrastructure_summary,
+    interval_note,
+    missing_note,
+    num,
+    rate,
+    setup_time,
+    usd,
+)
 from worktrial.safe_text import for_markdown, markdown_block, markdown_code
 from worktrial.util import plural
 
@@ -109,6 +119,8 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
         lines += ["", timeouts]
     if (budget := _budget_line(envelope)) is not None:
         lines += ["", budget]
+    if (infrastructure := infrastructure_summary(report)) is not None:
+        lines += ["", f"**Infrastructure errors:** {infrastructure}"]
     problems = [(t, a) for t in report.tasks for a in t.attempts if a.outcome in ("error", "timeout")]
     if problems:
         lines += ["", "## Errors and timeouts", ""]

@@ -18,7 +18,7 @@ from rich.text import Text
 from worktrial.model.artifacts import AttemptArtifacts, StreamTail
 from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import AttemptRecord
-from worktrial.render.format import ci, missing_note, num, setup_time, usd
+from worktrial.render.format import ci, infrastructure_summary, missing_note, num, setup_time, usd
 from worktrial.render.markdown import outcome_summary
 from worktrial.safe_text import for_markdown_listing, for_terminal, terminal_text
 from worktrial.util import plural
@@ -57,6 +57,8 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
     facts.add_row("cost", Text(f"{usd(report.cost_usd)} · per solve {usd(report.cost_per_solve)}"))
     if (setup := setup_time(report.setup_secs, report.mean_setup_secs_per_attempt)) is not None:
         facts.add_row("setup", Text(setup))
+    if (infrastructure := infrastructure_summary(report)) is not None:
+        facts.add_row("infrastructure errors", Text(infrastructure))
     if (containment := envelope.sandbox_summary()) is not None:
         facts.add_row("sandbox", terminal_text(containment))
     if (containers := envelope.containers_summary()) is not None:

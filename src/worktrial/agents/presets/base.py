@@ -513,6 +513,21 @@ def scratch_dir(scratch: Path, *parts: str) -> str:
     return str(scratch.joinpath(*parts))
 
 
+def byok_upstream(inv: Invocation, *, anthropic_keys: tuple[str, ...] = ("ANTHROPIC_API_KEY",)) -> Upstream | None:
+    """The endpoint of a CLI whose own provider is its vendor's service and which reaches a provider of the user's
+    only through ``--base-url`` ("bring your own key"): routed only then. An ``anthropic/NAME`` route speaks
+    Anthropic Messages at the API's root; any other an OpenAI-compatible API whose key is the route's provider's
+    ``<PROVIDER>_API_KEY`` (``OPENAI_API_KEY`` for a bare name). Without ``--base-url`` the CLI talks to its vendor
+    (a subscription, a login), which the gateway does not speak for."""
+    if not inv.base_url:
+        return None
+    provider = inv.provider or split_route(inv.model)[0]
+    if provider == "anthropic":
+        return Upstream("anthropic", anthropic_keys, ANTHROPIC.default_base)
+    name = (provider or "openai").upper().replace("-", "_")
+    return Upstream("openai", (f"{name}_API_KEY",), OPENAI.default_base)
+
+
 def litellm_upstream(inv: Invocation) -> Upstream | None:
     """The provider a litellm-based CLI calls for the route: OpenAI for a bare name, else the route's provider
     where the gateway speaks its format (others are not routed)."""

@@ -7,7 +7,8 @@ the message). The output has no usage, but the session file Continue writes into
 every model reply (``history[].message.usage``: OpenAI's shape, ``prompt_tokens`` with ``cached_tokens`` and
 ``completion_tokens`` with ``reasoning_tokens``; ``message_tokens`` says how Anthropic's differ), which is summed.
 Its session-wide ``usage`` is not used (it drops the cached figure, and its cost is Continue's guess for models it
-does not know). The model gateway (issue 26) will supply exact usage and cost for every preset.
+does not know). With ``--base-url`` the CLI goes through the model gateway, whose counts of every call are recorded
+instead (this report is then the cross-check).
 
 Without ``--base-url`` Continue reads ``config.yaml`` from its home directory (copied from ``~/.continue``) or, with
 none, the signed-in user's hub assistant, and ``--model`` is passed as ``cn``'s own ``--model`` (a Continue hub
@@ -25,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, byok_upstream, scratch_dir
 from worktrial.agents.presets.parsing import (
     MAX_FILE_BYTES,
     ExitInfo,
@@ -202,4 +203,5 @@ SPEC = PresetSpec(
     base_url="a config of one model at the URL (--config in the attempt's scratch directory)",
     base_url_needs_model=True,
     prepare=_prepare,
+    upstream=byok_upstream,
 )

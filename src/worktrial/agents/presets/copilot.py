@@ -7,7 +7,8 @@ failed, after the CLI's own retries) and a final ``result`` with ``exitCode``. T
 cacheReadTokens, cacheWriteTokens, reasoningTokens}`` and ``requests.count``) into the attempt's scratch directory
 at exit, which is read instead. Its ``inputTokens`` count the cached part and ``outputTokens`` the reasoning part
 (checked against a scripted Chat Completions server). Copilot's own cost is in premium requests, not dollars, so the
-cost stays unknown; the model gateway (issue 26) will supply exact usage and cost for every preset.
+cost stays unknown. With ``--base-url`` the CLI goes through the model gateway, whose counts and cost of every call
+are recorded instead (this report is then the cross-check).
 
 ``--base-url`` is Copilot's "bring your own key" mode: ``COPILOT_PROVIDER_BASE_URL`` (GitHub login not needed),
 ``COPILOT_PROVIDER_TYPE`` from the route (``anthropic/...`` speaks Anthropic Messages, anything else OpenAI Chat
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, Upstream, byok_upstream, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -145,6 +146,14 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     return mapped
 
 
+def _upstream(inv: Invocation) -> Upstream | None:
+    """BYOK at ``--base-url``; ``COPILOT_PROVIDER_API_KEY`` first, as the CLI reads it."""
+    upstream = byok_upstream(inv)
+    if upstream is None:
+        return None
+    return Upstream(upstream.route, ("COPILOT_PROVIDER_API_KEY", *upstream.keys), upstream.default_base)
+
+
 SPEC = PresetSpec(
     name="copilot",
     binary="copilot",
@@ -159,4 +168,5 @@ SPEC = PresetSpec(
     run_env=_run_env,
     base_url="COPILOT_PROVIDER_BASE_URL (BYOK), COPILOT_PROVIDER_TYPE from the route",
     base_url_needs_model=True,
+    upstream=_upstream,
 )

@@ -6,8 +6,8 @@ then ``source: cli``, ``"Exec failed"``, and exit 1) and a final ``completion`` 
 ``usage{input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens}``. Its ``input_tokens``
 exclude cache reads and writes (Anthropic's convention, also for a Chat Completions model: checked against a
 scripted server), which are added back; ``output_tokens`` include reasoning, which is not reported apart. An unknown
-``--model`` is ``Invalid model: NAME`` on stderr before any event. The model gateway (issue 26) will supply exact
-usage and cost for every preset.
+``--model`` is ``Invalid model: NAME`` on stderr before any event. With ``--base-url`` the CLI goes through the model
+gateway, whose counts and cost of every call are recorded instead (this report is then the cross-check).
 
 Droid keeps its settings, sessions and logs in ``$FACTORY_HOME_OVERRIDE/.factory`` (``~/.factory`` by default),
 pointed into the attempt's scratch directory. ``--base-url`` is Droid's "bring your own key" custom model, which
@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, byok_upstream, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -164,4 +164,5 @@ SPEC = PresetSpec(
     base_url="a BYOK custom model at the URL (--settings in the attempt's scratch directory)",
     base_url_needs_model=True,
     prepare=_prepare,
+    upstream=byok_upstream,
 )

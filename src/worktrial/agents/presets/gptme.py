@@ -5,8 +5,8 @@ Each line is a conversation message ``{"type": "message", "role", "content", "me
 for the model call that produced it (its ``input_tokens`` exclude cache reads and writes, which are added back;
 ``output_tokens`` include reasoning), ``served_model``, and ``cost`` in USD when gptme could price the model; a
 system message with ``metadata.tool`` is a tool's result. Calls gptme makes besides its conversation (a side
-request without tools) print nothing, so they are not counted; the model gateway (issue 26) will supply exact usage
-and cost for every preset.
+request without tools) print nothing, so they are not counted here; with ``--base-url`` the CLI goes through the model
+gateway, which counts every call (this report is then the cross-check).
 
 gptme never says whether it solved the task: it stops when the model calls its ``complete`` tool or after a few
 replies without a tool call, and exits 0. As for aider, **ending normally after at least one model reply counts as a
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import OPENAI, ConfigCarry, Invocation, PresetSpec, Upstream, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -149,6 +149,12 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     return {"OPENAI_BASE_URL": inv.base_url, "OPENAI_API_BASE": inv.base_url}
 
 
+def _upstream(inv: Invocation) -> Upstream | None:
+    """``--base-url`` with a model gptme runs as ``local/NAME`` (OpenAI Chat Completions, ``OPENAI_API_KEY``)."""
+    model = _model(inv)
+    return OPENAI if inv.base_url and model is not None and model.startswith("local/") else None
+
+
 SPEC = PresetSpec(
     name="gptme",
     binary="gptme",
@@ -162,4 +168,5 @@ SPEC = PresetSpec(
     run_env=_run_env,
     base_url="OPENAI_BASE_URL, with a bare or openai/ model as gptme's local/NAME",
     base_url_needs_model=True,
+    upstream=_upstream,
 )

@@ -3,8 +3,9 @@
 Kilo's CLI is a fork of OpenCode and prints OpenCode's events (``step_finish`` with ``tokens`` and ``cost``,
 ``tool_use``, ``error`` with an ``APIError``'s ``statusCode``), so OpenCode's parser reads it, with its
 normalisation (input counts cache reads and writes, output counts reasoning). Kilo prices only models it knows
-and reports 0 otherwise, which worktrial records as unknown; the model gateway (issue 26) will supply exact usage
-and cost. Like OpenCode it takes its project directory from ``$PWD``, which the process layer sets to the worktree.
+and reports 0 otherwise, which worktrial records as unknown; with ``--base-url`` the model gateway's counts and cost
+are recorded instead. Like OpenCode it takes its project directory from ``$PWD``, which the process layer sets to
+the worktree.
 
 ``--base-url`` is an OpenAI-compatible Chat Completions endpoint: ``KILO_CONFIG_CONTENT`` (merged over the user's
 own config) declares a provider ``worktrial`` at that URL, serving the ``--model`` name, with the key of the route's
@@ -18,7 +19,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, byok_upstream, scratch_dir
 from worktrial.agents.presets.opencode import OpenCodeParser
 from worktrial.model.envelope import split_route
 
@@ -90,4 +91,5 @@ SPEC = PresetSpec(
     run_env=_run_env,
     base_url="KILO_CONFIG_CONTENT declaring an OpenAI-compatible provider at the URL",
     base_url_needs_model=True,
+    upstream=byok_upstream,
 )
