@@ -196,7 +196,10 @@ def parse(argv: tuple[str, ...]) -> click.Context:
     value (a choice, a number), a missing required option or a wrong number of arguments raises click.UsageError."""
     path, command, words = resolve(argv)
     try:
-        return command.make_context(" ".join(["worktrial", *path]), list(words))
+        # Parsed under worktrial's own context, as when it runs: click caches each command's help option from the
+        # first context it sees (``-h, --help`` here), which the generated reference then shows.
+        parent = click.Context(main, info_name="worktrial", **main.context_settings) if command is not main else None
+        return command.make_context(" ".join(["worktrial", *path]), list(words), parent=parent)
     except click.exceptions.Exit as done:  # --help, --version: parsed, and nothing left to run
         assert done.exit_code == 0, f"worktrial {shlex.join(argv)} exited {done.exit_code} while parsing"
         return click.Context(command)
