@@ -1,7 +1,10 @@
 """The presets whose provider is reached only through ``--base-url`` (copilot, continue, kilo, gptme, droid) are
-routed through the run's model gateway exactly then: the CLI is given the gateway's URL and the attempt's token,
-in its environment and in the files worktrial writes for it, and never the key. The real CLIs are driven in
-tests/test_real_more_agents.py; this checks what each is handed, for every route, without them."""
+routed through the run's model gateway exactly then; goose and vtcode are routed for an ``openai/`` or
+``anthropic/`` route whose key is set, or with ``--base-url``. The CLI is given the gateway's URL and the attempt's
+token, in its environment and in the files worktrial writes for it, and never the key. The real CLIs are driven
+in tests/test_real_more_agents.py where they install; this checks what each is handed, for every route, without
+them, and (for goose and vtcode, which are not installed here) that the URL each builds from what it is handed
+reaches the provider's own path through the gateway."""
 
 from __future__ import annotations
 
@@ -9,10 +12,13 @@ import json
 import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
+from urllib.parse import urljoin
 
+import httpx2 as httpx
 import pytest
 
+from tests.cli_servers import CliServer, anthropic_plain, chat_plain, chat_usage
 from worktrial.agents.base import AgentContext, AgentOptions
 from worktrial.agents.presets import PRESETS
 from worktrial.agents.presets.base import PresetAgent
@@ -53,6 +59,12 @@ def _handed(agent: PresetAgent, gateway: Gateway, scratch: Path, env: dict[str, 
         ("gptme", "openai/gpt-4.1-mini", "openai", "OPENAI_API_KEY"),
         ("droid", "openai/gpt-4.1-mini", "openai", "OPENAI_API_KEY"),
         ("droid", "anthropic/claude-sonnet-4-5", "anthropic", "ANTHROPIC_API_KEY"),
+        ("goose", "openai/gpt-4.1-mini", "openai", "OPENAI_API_KEY"),
+        ("goose", "anthropic/claude-sonnet-4-5", "anthropic", "ANTHROPIC_API_KEY"),
+        ("goose", "gpt-4.1-mini", "openai", "OPENAI_API_KEY"),
+        ("vtcode", "openai/gpt-4.1-mini", "openai", "OPENAI_API_KEY"),
+        ("vtcode", "anthropic/claude-sonnet-4-5", "anthropic", "ANTHROPIC_API_KEY"),
+        ("vtcode", "gpt-4.1-mini", "openai", "OPENAI_API_KEY"),
     ],
 )
 def test_base_url_goes_through_the_gateway_and_the_key_stays_out(
@@ -87,3 +99,135 @@ def test_gptme_with_a_provider_of_its_own_is_not_routed(tmp_path: Path) -> None:
     with Gateway() as gateway:
         url, _session, _given = _handed(agent, gateway, tmp_path, env)
         assert url == UPSTREAM and env == {"ANTHROPIC_API_KEY": SECRET}
+
+
+def _given_env(
+    agent: PresetAgent, gateway: Gateway, scratch: Path, env: dict[str, str]
+) -> tuple[str, Session, dict[str, Any]]:
+    """Like ``_handed``, but the environment the CLI gets and its argv kept apart."""
+    session = gateway.open(threading.Event())
+    ctx = cast(AgentContext, SimpleNamespace(gateway=session))
+    invocation, withheld = agent._through_gateway(ctx, agent._invocation("prompt", scratch, scratch), env)
+    given = dict(env)
+    if agent.spec.run_env is not None:
+        given.update(agent.spec.run_env(invocation, given))
+    given = {name: value for name, value in given.items() if value not in withheld}
+    return invocation.base_url or "", session, {"env": given, "argv": agent.spec.argv(invocation)}
+
+
+@pytest.mark.parametrize(
+    ("preset", "model", "route", "key_var", "provider_flag"),
+    [
+        (
+            "goose",
+            "openai/gpt-4.1-mini",
+            "openai",
+            "OPENAI_API_KEY",
+            ["--provider", "openai", "--model", "gpt-4.1-mini"],
+        ),
+        ("goose", "anthropic/claude-sonnet-4-5", "anthropic", "ANTHROPIC_API_KEY", ["--provider", "anthropic"]),
+        (
+            "vtcode",
+            "openai/gpt-4.1-mini",
+            "openai",
+            "OPENAI_API_KEY",
+            ["--provider", "openai", "--model", "gpt-4.1-mini"],
+        ),
+        ("vtcode", "anthropic/claude-sonnet-4-5", "anthropic", "ANTHROPIC_API_KEY", ["--provider", "anthropic"]),
+    ],
+)
+def test_a_provider_key_alone_goes_through_the_gateway(
+    preset: str, model: str, route: str, key_var: str, provider_flag: list[str], tmp_path: Path
+) -> None:
+    """goose and vtcode call the provider the route names with its key: routed without ``--base-url``, to the
+    provider's own API, with the CLI's base-URL variable set to the gateway."""
+    agent = PresetAgent(PRESETS[preset], AgentOptions(model=model))
+    env = {key_var: SECRET, "OPENAI_ORGANIZATION": "org-x", "PATH": "/usr/bin"}
+    with Gateway() as gateway:
+        url, session, handed = _given_env(agent, gateway, tmp_path, env)
+        given, argv = handed["env"], handed["argv"]
+        assert url.endswith(f"/g/{session.token}/{route}")
+        assert given[key_var] == session.token and SECRET not in json.dumps(handed)
+        assert "OPENAI_ORGANIZATION" not in given  # every variable of the CLI's providers leaves
+        assert argv[argv.index(provider_flag[0]) : argv.index(provider_flag[0]) + len(provider_flag)] == provider_flag
+        base_var = {
+            ("goose", "openai"): "OPENAI_HOST",
+            ("goose", "anthropic"): "ANTHROPIC_HOST",
+            ("vtcode", "openai"): "OPENAI_BASE_URL",
+            ("vtcode", "anthropic"): "ANTHROPIC_BASE_URL",
+        }[preset, route]
+        assert given[base_var].rstrip("/") == url
+        upstream = session.routes[route]
+        assert upstream.key == SECRET
+        assert (
+            upstream.base_url
+            == {
+                ("goose", "openai"): "https://api.openai.com/v1",
+                ("goose", "anthropic"): "https://api.anthropic.com",
+                ("vtcode", "openai"): "https://api.openai.com/v1",
+                ("vtcode", "anthropic"): "https://api.anthropic.com/v1",
+            }[preset, route]
+        )
+
+
+@pytest.mark.parametrize(
+    ("preset", "model", "env"),
+    [
+        ("goose", "gpt-4.1-mini", {"OPENAI_API_KEY": SECRET}),  # the provider is the user's GOOSE_PROVIDER
+        ("goose", "openrouter/some/model", {"OPENROUTER_API_KEY": SECRET}),
+        ("goose", "openai/gpt-4.1-mini", {}),  # no key: a provider set up in goose's own config
+        ("vtcode", "gpt-4.1-mini", {"OPENAI_API_KEY": SECRET}),  # VT Code's configured provider
+        ("vtcode", "x-ai/grok-code-fast-1", {"OPENROUTER_API_KEY": SECRET}),  # an OpenRouter slug
+        ("vtcode", "anthropic/claude-sonnet-4-5", {}),
+    ],
+)
+def test_goose_and_vtcode_are_not_routed_where_the_gateway_cannot_stand_in(
+    preset: str, model: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    agent = PresetAgent(PRESETS[preset], AgentOptions(model=model))
+    before = dict(env)
+    with Gateway() as gateway:
+        url, _session, handed = _given_env(agent, gateway, tmp_path, env)
+        assert url == "" and env == before and handed["env"] == before
+        assert gateway.port is None
+
+
+def _request_url(preset: str, route: str, env: dict[str, str]) -> str:
+    """The URL the CLI posts to, built from what it is handed the way the CLI builds it: goose joins its path
+    onto the host (api_client.rs ``build_url``), VT Code appends ``/chat/completions`` or ``/messages`` to its
+    base URL."""
+    if preset == "goose" and route == "openai":
+        return urljoin(env["OPENAI_HOST"], env["OPENAI_BASE_PATH"])
+    if preset == "goose":
+        return urljoin(env["ANTHROPIC_HOST"], "v1/messages")
+    if route == "openai":
+        return env["OPENAI_BASE_URL"] + "/chat/completions"
+    return env["ANTHROPIC_BASE_URL"] + "/messages"
+
+
+@pytest.mark.parametrize(
+    ("preset", "model", "route", "key_var", "base_suffix"),
+    [
+        ("goose", "openai/gpt-4.1-mini", "openai", "OPENAI_API_KEY", "/v1"),
+        ("goose", "anthropic/claude-sonnet-4-5", "anthropic", "ANTHROPIC_API_KEY", ""),
+        ("vtcode", "openai/gpt-4.1-mini", "openai", "OPENAI_API_KEY", "/v1"),
+        ("vtcode", "anthropic/claude-sonnet-4-5", "anthropic", "ANTHROPIC_API_KEY", "/v1"),
+    ],
+)
+def test_the_url_the_cli_builds_reaches_the_providers_path(
+    preset: str, model: str, route: str, key_var: str, base_suffix: str, tmp_path: Path
+) -> None:
+    """From ``--base-url`` in the CLI's convention to the path the provider serves, through the gateway, with the
+    real key swapped in: a base-URL variable off by a ``/v1`` would miss the provider's path."""
+    usage = chat_usage(7, 3) if route == "openai" else {"input_tokens": 7, "output_tokens": 3}
+    answer = chat_plain("m", usage, text="ok") if route == "openai" else anthropic_plain("m", "ok", usage)
+    with CliServer(lambda _request: answer) as server, Gateway() as gateway:
+        agent = PresetAgent(PRESETS[preset], AgentOptions(model=model, base_url=server.url + base_suffix))
+        _url, session, handed = _given_env(agent, gateway, tmp_path, {key_var: SECRET})
+        headers = {"authorization": f"Bearer {session.token}", "x-api-key": session.token}
+        got = httpx.post(_request_url(preset, route, handed["env"]), json={"model": "m"}, headers=headers)
+        assert got.status_code == 200
+        served = server.posts("/v1/chat/completions" if route == "openai" else "/v1/messages")
+        assert [r.path for r in served] == ["/v1/chat/completions" if route == "openai" else "/v1/messages"]
+        assert SECRET in json.dumps(served[0].headers)
+        assert session.report().usage.tokens.input == 7

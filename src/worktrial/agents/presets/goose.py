@@ -5,14 +5,23 @@ Events are ``message`` (a conversation message whose content items include ``too
 releases add ``input_tokens``, ``output_tokens``, ``cache_read_input_tokens``,
 ``cache_write_input_tokens`` and ``cost_usd`` when known. Older releases report only the total, which
 has no place in the usage record, so the split stays unknown (noted in the trace).
+
+Model gateway: goose's ``openai`` provider reads ``OPENAI_HOST`` and ``OPENAI_BASE_PATH`` (the request path
+joined onto the host) and its ``anthropic`` provider ``ANTHROPIC_HOST`` (it posts to ``v1/messages``), each with
+``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` (goose's provider docs and ``crates/goose/src/providers/openai.rs``,
+``anthropic.rs``). So an ``openai/NAME`` or ``anthropic/NAME`` route is routed through the gateway; ``--base-url``
+is an OpenAI-compatible base (with ``/v1``) run as goose's ``openai`` provider, or the Anthropic API's root for an
+``anthropic/NAME`` route. Without ``--base-url`` other routes (goose's other providers, a bare name run with the
+provider of the user's ``GOOSE_PROVIDER``) are not routed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import ANTHROPIC, OPENAI, Invocation, LongPrompt, PresetSpec, Upstream, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -87,14 +96,44 @@ class GooseParser(JsonLinesParser):
         return Verdict(claimed=True, usage=usage)
 
 
+def _provider(inv: Invocation) -> str | None:
+    """The goose provider the invocation names; with ``--base-url`` every route but ``anthropic/`` runs on
+    ``openai`` (the URL is an OpenAI-compatible endpoint)."""
+    provider = split_route(inv.model)[0] if inv.model else None
+    if inv.base_url and provider != "anthropic":
+        return "openai"
+    return provider
+
+
 def _argv(inv: Invocation) -> list[str]:
     args = ["run", "--output-format", "stream-json"]
     if inv.model:
-        provider, model = split_route(inv.model)
+        model = split_route(inv.model)[1]
+        provider = _provider(inv)
         if provider:
             args += ["--provider", provider]
         args += ["--model", model or inv.model]
     return [*args, *inv.extra_args, "-t", inv.prompt]
+
+
+def _upstream(inv: Invocation) -> Upstream | None:
+    provider = _provider(inv)
+    if provider == "openai":
+        # The gateway URL stands for the ``/v1`` base: goose is given it as host with ``chat/completions`` as path.
+        return Upstream("openai", ("OPENAI_API_KEY",), OPENAI.default_base)
+    if provider == "anthropic":
+        return Upstream("anthropic", ("ANTHROPIC_API_KEY",), ANTHROPIC.default_base)
+    return None
+
+
+def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
+    if not inv.base_url:
+        return {}
+    # goose joins its request path onto the host; the trailing slash keeps the host's own path in every release.
+    host = inv.base_url.rstrip("/") + "/"
+    if _provider(inv) == "anthropic":
+        return {"ANTHROPIC_HOST": host}
+    return {"OPENAI_HOST": host, "OPENAI_BASE_PATH": "chat/completions"}
 
 
 def _env(scratch: Path) -> dict[str, str]:
@@ -119,4 +158,8 @@ SPEC = PresetSpec(
     parser=GooseParser,
     env=_env,
     reports=("tokens", "cost", "tool calls"),
+    run_env=_run_env,
+    base_url="OPENAI_HOST + OPENAI_BASE_PATH=chat/completions, or ANTHROPIC_HOST for an anthropic/ route",
+    base_url_needs_model=True,
+    upstream=_upstream,
 )

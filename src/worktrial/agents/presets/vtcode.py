@@ -4,14 +4,23 @@ VT Code speaks Codex's ``thread``/``turn``/``item`` events plus a terminal ``thr
 ``subtype`` (``success``, ``error_max_turns``, ...), aggregated ``usage``, optional ``total_cost_usd`` and
 ``num_turns``. Tool calls are ``tool_invocation`` items (``tool_name``); releases without them report
 ``command_execution``/``file_change``/``mcp_tool_call`` items, which are counted instead.
+
+Model gateway: VT Code reads a provider's base URL from ``<PROVIDER>_BASE_URL`` (``OPENAI_BASE_URL``,
+``ANTHROPIC_BASE_URL``; vtcode-config's ``constants::env_vars``), whose defaults include ``/v1``
+(``https://api.openai.com/v1``, ``https://api.anthropic.com/v1``; ``constants::urls``), and the key from
+``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``. An ``openai/NAME`` or ``anthropic/NAME`` route is run as
+``--provider openai|anthropic --model NAME`` and routed through the gateway; other models are passed as given
+(the provider is VT Code's configured one, e.g. an OpenRouter slug) and not routed. ``--base-url`` is the
+provider's base with ``/v1``: any model but an ``anthropic/`` route runs on ``openai`` there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import OPENAI, Invocation, PresetSpec, Upstream, scratch_dir
 from worktrial.agents.presets.codex import ThreadEventsParser
 from worktrial.agents.presets.parsing import (
     ExitInfo,
@@ -77,11 +86,44 @@ class VtCodeParser(ThreadEventsParser):
         return Verdict(claimed=True, usage=usage)
 
 
+ROUTED = {
+    "openai": Upstream("openai", ("OPENAI_API_KEY",), OPENAI.default_base),
+    "anthropic": Upstream("anthropic", ("ANTHROPIC_API_KEY",), "https://api.anthropic.com/v1"),
+}
+"""The providers VT Code is routed through the gateway for, in its convention (its bases end in ``/v1``)."""
+
+
+def _route(inv: Invocation) -> tuple[str | None, str | None]:
+    """(the provider VT Code is told, the model it is told): ``openai/`` and ``anthropic/`` routes are split; any
+    other model is VT Code's own id, run on ``openai`` (the OpenAI-compatible endpoint) with ``--base-url``."""
+    if not inv.model:
+        return None, None
+    provider, _, name = inv.model.partition("/")
+    if name and provider in ROUTED:
+        return provider, name
+    return ("openai" if inv.base_url else None), inv.model
+
+
 def _argv(inv: Invocation) -> list[str]:
     args: list[str] = []
-    if inv.model:
-        args += ["--model", inv.model]
+    provider, model = _route(inv)
+    if provider:
+        args += ["--provider", provider]
+    if model:
+        args += ["--model", model]
     return [*args, "exec", "--json", *inv.extra_args, inv.prompt]
+
+
+def _upstream(inv: Invocation) -> Upstream | None:
+    provider = _route(inv)[0]
+    return ROUTED[provider] if provider else None
+
+
+def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
+    provider = _route(inv)[0]
+    if not inv.base_url or provider is None:
+        return {}
+    return {f"{provider.upper()}_BASE_URL": inv.base_url}
 
 
 def _env(scratch: Path) -> dict[str, str]:
@@ -104,4 +146,8 @@ SPEC = PresetSpec(
     parser=VtCodeParser,
     env=_env,
     reports=("tokens", "cost", "turns", "tool calls"),
+    run_env=_run_env,
+    base_url="OPENAI_BASE_URL, or ANTHROPIC_BASE_URL for an anthropic/ route (the base with /v1)",
+    base_url_needs_model=True,
+    upstream=_upstream,
 )
