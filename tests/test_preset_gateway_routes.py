@@ -22,6 +22,7 @@ from tests.cli_servers import CliServer, anthropic_plain, chat_plain, chat_usage
 from worktrial.agents.base import AgentContext, AgentOptions
 from worktrial.agents.presets import PRESETS
 from worktrial.agents.presets.base import PresetAgent
+from worktrial.errors import BadInputError
 from worktrial.gateway import Gateway, Session
 
 SECRET = "sk-the-users-real-key-0123456789"
@@ -231,3 +232,17 @@ def test_the_url_the_cli_builds_reaches_the_providers_path(
         assert [r.path for r in served] == ["/v1/chat/completions" if route == "openai" else "/v1/messages"]
         assert SECRET in json.dumps(served[0].headers)
         assert session.report().usage.tokens.input == 7
+
+
+def test_cursor_talks_to_cursor_and_refuses_base_url(tmp_path: Path) -> None:
+    """cursor-agent has no provider endpoint to point anywhere (its calls go to Cursor's service): it is never
+    routed, whatever provider keys are set, and ``--base-url`` stops the run in one line instead of being dropped."""
+    agent = PresetAgent(PRESETS["cursor"], AgentOptions(model="gpt-5"))
+    env = {"OPENAI_API_KEY": SECRET, "ANTHROPIC_API_KEY": SECRET, "CURSOR_API_KEY": "cursor-key-0123456789"}
+    before = dict(env)
+    with Gateway() as gateway:
+        url, _session, _handed = _given_env(agent, gateway, tmp_path, env)
+        assert url == "" and env == before and gateway.port is None
+    refusing = PresetAgent(PRESETS["cursor"], AgentOptions(model="gpt-5", base_url=UPSTREAM))
+    with pytest.raises(BadInputError, match="cursor cannot be pointed at --base-url"):
+        refusing.preflight()

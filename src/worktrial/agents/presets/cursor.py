@@ -5,6 +5,15 @@ Events: ``system`` (init), ``user``, ``assistant`` (one line per message between
 (``readToolCall``, ``shellToolCall``, ...), and a terminal ``result`` with ``is_error``. Token usage is
 read from ``result.usage`` when the CLI includes it (it is not in the published reference); cost is not
 reported. On failure the CLI may exit non-zero without a ``result`` event.
+
+Not routed through the model gateway, and ``--base-url`` is refused: cursor-agent sends its model calls to
+Cursor's own service only, signed in with ``agent login`` or a Cursor key (``CURSOR_API_KEY``; Cursor's CLI
+authentication reference). Its configuration reference (https://cursor.com/docs/cli/reference/configuration:
+``cli-config.json``, ``CURSOR_CONFIG_DIR``, ``XDG_CONFIG_HOME``, the HTTP proxy variables) names no provider base URL
+and no provider key, and its models are Cursor-hosted; the editor's "Override OpenAI Base URL" has no CLI
+equivalent, and a BYOK base URL for Cursor's agent is an open request (cursor/cookbook#39). The gateway therefore
+never sees its calls: tokens are whatever the CLI reports in ``result.usage`` (nothing when it omits them), with no
+cost, and a provider outage reaches worktrial only as the CLI's own error.
 """
 
 from __future__ import annotations
