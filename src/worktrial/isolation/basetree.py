@@ -18,6 +18,7 @@ from typing import BinaryIO
 
 from worktrial.errors import WorkspaceError
 from worktrial.isolation import proc
+from worktrial.isolation.patch import harness_git_env
 
 _TIMEOUT = 300.0
 TREE = "40000"
@@ -41,14 +42,7 @@ class Entry:
 
 
 def _env() -> dict[str, str]:
-    return proc.clean_env(
-        extra={
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": "/dev/null",
-            "GIT_OPTIONAL_LOCKS": "0",
-        }
-    )
+    return harness_git_env(GIT_OPTIONAL_LOCKS="0")
 
 
 def _batch(git_dir: Path, names: list[str], out: Path) -> list[tuple[str, str, bytes | None]]:

@@ -65,10 +65,16 @@ class PatchData:
     files: list[str]
 
 
-def _git(git_dir: Path, worktree: Path, *args: str) -> proc.ProcResult:
-    env = proc.clean_env(
-        extra={"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
+def harness_git_env(**extra: str) -> dict[str, str]:
+    """The environment of git run for the harness on state it staged or wrote itself: no prompt, no system or user
+    configuration, plus ``extra``."""
+    return proc.clean_env(
+        extra={"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", **extra}
     )
+
+
+def _git(git_dir: Path, worktree: Path, *args: str) -> proc.ProcResult:
+    env = harness_git_env()
     argv = ["git", *_HARNESS_ONLY, f"--git-dir={git_dir}", f"--work-tree={worktree}", *args]
     return proc.run(argv, cwd=worktree, env=env, timeout=_GIT_TIMEOUT, sweep=False)
 
@@ -187,15 +193,7 @@ def staged_patch(stage: Path, max_bytes: int) -> PatchData | None:
     for side in (STAGE_OLD, STAGE_NEW):
         (stage / side).mkdir(exist_ok=True)
     out = stage / "patch.diff"
-    env = proc.clean_env(
-        extra={
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": "/dev/null",
-            "GIT_CEILING_DIRECTORIES": str(stage.parent),
-            "GIT_DIR": str(stage / "no-repository"),
-        }
-    )
+    env = harness_git_env(GIT_CEILING_DIRECTORIES=str(stage.parent), GIT_DIR=str(stage / "no-repository"))
     argv = ["git", *_HARNESS_ONLY, *_NO_INDEX, f"--output={out}", STAGE_OLD, STAGE_NEW]
     result = proc.run(argv, cwd=stage, env=env, timeout=_GIT_TIMEOUT, sweep=False)
     if result.returncode not in (0, 1) or not out.is_file():

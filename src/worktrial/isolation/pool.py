@@ -32,7 +32,15 @@ from worktrial.isolation import overlay, ownership, proc, safefs
 from worktrial.isolation.basetree import BaseTree, Entry, lstat_kind
 from worktrial.isolation.environment import ENV_OBJECTS
 from worktrial.isolation.overlay import Layers
-from worktrial.isolation.patch import PATCH_GIT, STAGE_NEW, STAGE_OLD, PatchData, link_or_copy, staged_patch
+from worktrial.isolation.patch import (
+    PATCH_GIT,
+    STAGE_NEW,
+    STAGE_OLD,
+    PatchData,
+    harness_git_env,
+    link_or_copy,
+    staged_patch,
+)
 from worktrial.isolation.safefs import Identity
 from worktrial.isolation.workspace import (
     GIT_DIR_NAME,
@@ -711,14 +719,7 @@ def _ignored(
                 link_or_copy(name, rules / name, src_dir_fd=source)
     if not any(rules.rglob(".gitignore")):
         return []
-    env = proc.clean_env(
-        extra={
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": "/dev/null",
-            "GIT_CEILING_DIRECTORIES": str(stage),
-        }
-    )
+    env = harness_git_env(GIT_CEILING_DIRECTORIES=str(stage))
     empty = stage / "empty.git"  # the least git accepts as a repository, written here (no ``git init``)
     for sub in ("objects", "refs"):
         (empty / sub).mkdir(parents=True)
