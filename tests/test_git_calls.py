@@ -29,14 +29,15 @@ REVIEWED = {
     "isolation/workspace.py:create_attempt_workspace": "a private repository the harness creates, before any agent",
     "isolation/gitbundle.py:create_bundle": "a scratch bare repository of the harness's, from the user's objects",
     # Attempt state.
-    "isolation/pool.py:Slot._reset": "after restoring the private git dir (config, index) from the harness's snapshot",
+    "isolation/copying_slot.py:CopyingSlot._git_reset": "after restoring the private git dir (config, index) from "
+    "the harness's snapshot",
     "isolation/verifier.py:enter": "after the private git dir is restored from the harness's snapshot: its config, "
     "its alternates (the agent's objects listed last), an index it makes (read-tree), ignored files removed",
     "isolation/patch.py:_harness_git_dir": "the harness's own patch git dir (read-tree of the start commit)",
     "isolation/patch.py:_patch": "the harness's own patch git dir; drivers undefined, worktree by checked descriptor",
     "isolation/patch.py:staged_patch": "diff --no-index of two trees the harness staged; no repository, no config",
     "isolation/basetree.py:_batch": "cat-file --batch on the slot's private git dir after the harness restored it",
-    "isolation/pool.py:_ignored": "check-ignore in a git dir the harness wrote, on .gitignore files it copied out",
+    "isolation/change.py:_ignored": "check-ignore in a git dir the harness wrote, on .gitignore files it copied out",
     "isolation/environment.py:_head": "before the setup commands ran: the private repository as the harness made it",
     "isolation/environment.py:commit_result": "inside the attempt's sandbox, after the harness's config is restored",
     "isolation/environment.py:_git_line": "commit_result's steps (add, write-tree, commit-tree, update-ref): in the "

@@ -20,9 +20,9 @@ from pathlib import Path
 from worktrial.engine.executor import TaskBase
 from worktrial.errors import WorktrialError
 from worktrial.isolation import childenv, proc
+from worktrial.isolation.copying_slot import CopyingSlot
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import run_setup
-from worktrial.isolation.pool import Slot
 from worktrial.isolation.proc import run_command
 from worktrial.isolation.workspace import AttemptWorkspace, git, materialize_source
 from worktrial.model.bundle import copy_bundle
@@ -79,14 +79,14 @@ class Rebuilder:
         self.scope = scope
         self.suite_copy = work_root / "suite"
         copy_bundle(loaded.path, loaded.files, self.suite_copy)
-        self._slots: dict[str, Slot] = {}
+        self._slots: dict[str, CopyingSlot] = {}
 
     def env(self, suite_dir: Path | None = None) -> dict[str, str]:
         """The minimal environment suite commands get in a run (``worktrial.isolation.childenv``)."""
         extra = {SUITE_DIR_ENV: str(suite_dir or self.suite_copy)}
         return childenv.command_env(os.environ, self.work_root / "home", extra)
 
-    def _slot(self, base: TaskBase) -> Slot:
+    def _slot(self, base: TaskBase) -> CopyingSlot:
         if base.key not in self._slots:
             source = materialize_source(base.source.kind, base.source.location, self.work_root / "source")
             prepare = None
@@ -96,7 +96,9 @@ class Rebuilder:
                 def prepare(ws: AttemptWorkspace) -> str:
                     return run_setup(ws, base.environment, env, scope=self.scope, hide=base.hide, cache=self.cache)
 
-            self._slots[base.key] = Slot(source, base.commit, self.work_root / f"slot-{len(self._slots)}", prepare)
+            self._slots[base.key] = CopyingSlot(
+                source, base.commit, self.work_root / f"slot-{len(self._slots)}", prepare
+            )
         return self._slots[base.key]
 
     def close(self) -> None:

@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 from worktrial.agents import create_agent
 from worktrial.agents.base import Agent
-from worktrial.engine.attempt import run_attempt, sandbox_owner, slot_overlay, slot_preparer
+from worktrial.engine.attempt import run_attempt
+from worktrial.engine.checkout import new_slot
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptResult, ExecutorEvent, RepoSource
 from worktrial.errors import HarnessError
 from worktrial.gateway import Gateway
@@ -114,7 +115,7 @@ class LocalExecutor:
             return self._sources[source]
 
     def _worker(self, index: int) -> None:
-        slots: dict[str, Slot] = {}  # by task base, least recently used first
+        slots: dict[str, Slot[Any]] = {}  # by task base, least recently used first
         made = 0
         try:
             while (job := self._todo.get()) is not None:
@@ -123,20 +124,13 @@ class LocalExecutor:
                     continue
                 base = job.resolved_base()
                 source = self._source(base.source)
-                slot: Slot | None = slots.pop(base.key, None)
+                slot: Slot[Any] | None = slots.pop(base.key, None)
                 if slot is None and not job.spec.keep_worktrees:
                     while len(slots) >= SLOTS_PER_WORKER:
                         _close_slot(slots.pop(next(iter(slots))), index)
-                    prepare = slot_preparer(base, job.spec, self.scope)
                     assert self._agent is not None
-                    slot = Slot(
-                        source,
-                        base.commit,
-                        self.work_root / f"slot-{index}-{made}",
-                        prepare,
-                        sandbox_owner(job.spec),
-                        overlay=slot_overlay(job.spec, self._agent, base),
-                    )
+                    root = self.work_root / f"slot-{index}-{made}"
+                    slot = new_slot(base, job.spec, self._agent, source, root, self.scope)
                     made += 1
                 if slot is not None:
                     slots[base.key] = slot
@@ -163,7 +157,7 @@ class LocalExecutor:
                 _close_slot(slot, index)
 
 
-def _close_slot(slot: Slot, index: int) -> None:
+def _close_slot(slot: Slot[Any], index: int) -> None:
     try:
         slot.close()
     except Exception as exc:

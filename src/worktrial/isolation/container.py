@@ -322,6 +322,8 @@ class ContainerSandbox(Sandbox):
 
     kind = "container"
     own_pid_namespace = True
+    reaches_gateway = False
+    """A task's container has no forwarder of its own yet: its agents call their providers directly."""
 
     def __init__(
         self,
@@ -401,6 +403,9 @@ class ContainerSandbox(Sandbox):
         names, self.names[:] = list(self.names), []
         rt = self.plan.runtime
         proc.run([rt.program, "rm", "--force", "--time", "0", *names], cwd="/", timeout=120, sweep=False)
+
+    def end_processes(self) -> None:
+        self.end_containers()
 
     def cleanup(self) -> None:
         self.end_containers()

@@ -281,6 +281,8 @@ class Sandbox(ABC):
     kind: str
     own_pid_namespace = False
     """Whether every process started in it lives in a PID namespace of its own, which ends with its first process."""
+    reaches_gateway = True
+    """Whether an agent in it can reach the run's model gateway (its socket shown read-only)."""
 
     @abstractmethod
     def prepare(self) -> None:
@@ -305,6 +307,11 @@ class Sandbox(ABC):
     @abstractmethod
     def limit_hit(self) -> str | None:
         """The limit the attempt ran into, as a record reason, once it has."""
+
+    def end_processes(self) -> None:
+        """End what of the attempt still runs in it once the agent's command returned: the verifier starts only
+        once it is gone. Nothing to do where a command's processes end with it."""
+        return None
 
     @abstractmethod
     def cleanup(self) -> None:
