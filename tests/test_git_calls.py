@@ -31,8 +31,10 @@ REVIEWED = {
     # Attempt state.
     "isolation/copying_slot.py:CopyingSlot._git_reset": "after restoring the private git dir (config, index) from "
     "the harness's snapshot",
-    "isolation/verifier.py:enter": "after the private git dir is restored from the harness's snapshot: its config, "
-    "its alternates (the agent's objects listed last), an index it makes (read-tree), ignored files removed",
+    "isolation/verifier.py:_agent_commit": "cat-file of the agent's HEAD after enter restored the private git dir "
+    "from the harness's snapshot: its config, its alternates (the agent's objects listed last)",
+    "isolation/verifier.py:_read_tree": "enter's index for the room (read-tree; clean -X of ignored files), in the "
+    "private git dir restored from the harness's snapshot",
     "isolation/patch.py:_harness_git_dir": "the harness's own patch git dir (read-tree of the start commit)",
     "isolation/patch.py:_patch": "the harness's own patch git dir; drivers undefined, worktree by checked descriptor",
     "isolation/patch.py:staged_patch": "diff --no-index of two trees the harness staged; no repository, no config",

@@ -429,48 +429,9 @@ class ContainerSandbox(Sandbox):
         # Never more privileges than it started with; a user worktrial picked gets no capabilities either (a task's
         # own user, root in most Harbor images, keeps the runtime's default set: its verifiers install packages).
         args += ["--security-opt", "no-new-privileges"]
-        args += ["--cap-drop", "ALL"] if self.uid is not None else []
-        if self.uid is not None and os.geteuid() == 0:
-            for path in (self.mounts.worktree, *self.mounts.writable, self.mounts.scratch):
-                ownership.hand_over(path, self.uid, only_foreign=True)
-            args += ["--user", f"{self.uid}:{self.uid}"]
-        elif self.uid is not None:
-            # An unprivileged harness: the container runs as its own uid, which owns the attempt's files. Rootless
-            # Podman maps container uids into the user's subordinate range unless told to keep this one.
-            args += ["--userns", "keep-id"] if rt.name == "podman" else []
-            args += ["--user", f"{self.uid}:{os.getegid()}"]
-        elif self.env.user not in (None, "image"):
-            args += ["--user", str(self.env.user)]
-        if self.env.cpus is not None:
-            args += ["--cpus", f"{self.env.cpus:g}"]
-        limits = [m for m in (self.env.memory_mb * 2**20 if self.env.memory_mb else None, self.max_memory) if m]
-        memory = min(limits) if limits else None
-        if memory is not None:
-            args += ["--memory", str(memory)]
-        if self.max_procs is not None:
-            args += ["--pids-limit", str(self.max_procs)]
-        # Podman mounts what the attempt writes nosuid,nodev: a root container user cannot leave a set-uid program
-        # on this host (Docker's --volume has no such option).
-        rw = "rw,nosuid,nodev" if rt.name == "podman" else "rw"
-        args += ["--volume", f"{self.mounts.worktree}:{self.env.workdir}:{rw}"]
-        for path in (*self.mounts.writable, self.mounts.scratch):
-            if path.exists():
-                args += ["--volume", f"{path}:{path}:{rw}"]
-        for path in self.mounts.readonly:
-            if path.exists():
-                args += ["--volume", f"{path}:{path}:ro"]
-        for host, inside, writable in self.mounts.extra:
-            args += ["--volume", f"{host}:{inside}:{rw if writable else 'ro'}"]
-        argv = list(argv)
-        installed = self.plan.tools.get(self.env.image, {})
-        if argv and argv[0] in installed:
-            args += ["--volume", f"{TOOLS_VOLUME}:{TOOLS_VOLUME_DIR}:ro"]
-            argv[0] = installed[argv[0]]
-        elif argv and (tool := _host_tool(argv[0])) is not None:
-            # A program the harness found on this host (a preset's pinned CLI): its directory, read-only, where any
-            # user can reach it (the host's may lie under a home no other user may enter, such as /root).
-            args += ["--volume", f"{tool.parent}:{TOOLS_DIR}:ro"]
-            argv[0] = f"{TOOLS_DIR}/{tool.name}"
+        args += [*self._user_args(), *self._limit_args(), *self._volume_args()]
+        tool_args, argv = self._tool(list(argv))
+        args += tool_args
         # What the runtime itself reads (where its storage and configuration are) is the harness's; the container
         # gets its own values of those it needs, which are no secrets, on the command line, and the image's PATH.
         # Every other variable goes by name only: its value travels in the runtime's environment, never on a
@@ -484,3 +445,51 @@ class ContainerSandbox(Sandbox):
         host_env = {**child, **{k: v for k, v in os.environ.items() if k in RUNTIME_ENV}}
         host_env.setdefault("PATH", os.defpath)
         return Wrapped(args, host_env)
+
+    def _user_args(self) -> list[str]:
+        """Who the container runs as: a uid worktrial picked (no capabilities), or the task's own user."""
+        if self.uid is not None and os.geteuid() == 0:
+            for path in (self.mounts.worktree, *self.mounts.writable, self.mounts.scratch):
+                ownership.hand_over(path, self.uid, only_foreign=True)
+            return ["--cap-drop", "ALL", "--user", f"{self.uid}:{self.uid}"]
+        if self.uid is not None:
+            # An unprivileged harness: the container runs as its own uid, which owns the attempt's files. Rootless
+            # Podman maps container uids into the user's subordinate range unless told to keep this one.
+            keep = ["--userns", "keep-id"] if self.plan.runtime.name == "podman" else []
+            return ["--cap-drop", "ALL", *keep, "--user", f"{self.uid}:{os.getegid()}"]
+        return ["--user", str(self.env.user)] if self.env.user not in (None, "image") else []
+
+    def _limit_args(self) -> list[str]:
+        args = ["--cpus", f"{self.env.cpus:g}"] if self.env.cpus is not None else []
+        limits = [m for m in (self.env.memory_mb * 2**20 if self.env.memory_mb else None, self.max_memory) if m]
+        if limits:
+            args += ["--memory", str(min(limits))]
+        if self.max_procs is not None:
+            args += ["--pids-limit", str(self.max_procs)]
+        return args
+
+    def _volume_args(self) -> list[str]:
+        # Podman mounts what the attempt writes nosuid,nodev: a root container user cannot leave a set-uid program
+        # on this host (Docker's --volume has no such option).
+        rw = "rw,nosuid,nodev" if self.plan.runtime.name == "podman" else "rw"
+        args = ["--volume", f"{self.mounts.worktree}:{self.env.workdir}:{rw}"]
+        for path in (*self.mounts.writable, self.mounts.scratch):
+            if path.exists():
+                args += ["--volume", f"{path}:{path}:{rw}"]
+        for path in self.mounts.readonly:
+            if path.exists():
+                args += ["--volume", f"{path}:{path}:ro"]
+        for host, inside, writable in self.mounts.extra:
+            args += ["--volume", f"{host}:{inside}:{rw if writable else 'ro'}"]
+        return args
+
+    def _tool(self, argv: list[str]) -> tuple[list[str], list[str]]:
+        """The agent's CLI inside the container: installed into the image's tools volume, or the host's own."""
+        installed = self.plan.tools.get(self.env.image, {})
+        if argv and argv[0] in installed:
+            return ["--volume", f"{TOOLS_VOLUME}:{TOOLS_VOLUME_DIR}:ro"], [installed[argv[0]], *argv[1:]]
+        if argv and (tool := _host_tool(argv[0])) is not None:
+            # A program the harness found on this host (a preset's pinned CLI): its directory, read-only, where any
+            # user can reach it (the host's may lie under a home no other user may enter, such as /root).
+            return ["--volume", f"{tool.parent}:{TOOLS_DIR}:ro"], [f"{TOOLS_DIR}/{tool.name}", *argv[1:]]
+        return [], argv

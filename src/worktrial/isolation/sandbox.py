@@ -631,6 +631,24 @@ class Bubblewrap(Sandbox):
         self.enforcer.cleanup()
 
     def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Wrapped:
+        child = self._child_env(env)
+        ops = self._mounts(argv[0] if argv else "", child.get("PATH", ""))
+        args = [self.program, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"]
+        args += ["--cap-drop", "ALL", *(_SWITCH_CAPS if self.uid is not None else ()), *_system_args(), *self._etc]
+        link = None
+        if self.decision.network == "on" and (slirp := netstack.slirp_program()) is not None:
+            link = netstack.Link(slirp)
+            args += link.bwrap_args()
+        elif self.decision.network == "off":
+            args.append("--unshare-net")
+        binds, remount = _bind_args(ops)
+        args += [*binds, *remount, *_skeleton_args(ops), "--remount-ro", "/", "--chdir", str(_real(cwd)), "--"]
+        drop = _drop_to(self.uid) if self.uid is not None else []
+        mount = self.view.overlay.prefix() if self.view.overlay is not None else []
+        return Wrapped([*self.enforcer.prefix(), *mount, *args, *drop, *argv], child, link)
+
+    def _child_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The program's environment: a home of the attempt's (not the harness's), its own /tmp, its own user."""
         child = dict(env)
         if child.get("HOME") in (None, "", str(Path.home())):
             child["HOME"] = str(self.view.home)
@@ -638,8 +656,12 @@ class Bubblewrap(Sandbox):
         if self.uid is not None:
             self._hand_over(Path(child["HOME"]))
             child["USER"] = child["LOGNAME"] = "worktrial"
+        return child
+
+    def _mounts(self, program: str, path_var: str) -> dict[Path, str]:
+        """Every host path the program sees -> how: ``ro``, ``rw``, or hidden (``hide``, ``hide-file``)."""
         ops: dict[Path, str] = {}
-        tools = _tools(argv[0] if argv else "", child.get("PATH", ""), _real(Path.home()), self._never)
+        tools = _tools(program, path_var, _real(Path.home()), self._never)
         readonly = [*self.view.readonly, *tools, *(Path(p) for p in self.settings.readable)]
         for path in (_real(p) for p in readonly):
             if os.path.exists(path):
@@ -651,42 +673,7 @@ class Bubblewrap(Sandbox):
         for hidden in self._hidden:  # a hidden path inside something shown (a repository's .venv) stays hidden
             if hidden not in ops and any(_under(hidden, s) for s in shown):
                 ops[hidden] = "hide" if os.path.isdir(hidden) else "hide-file"
-        args = [self.program, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"]
-        args += ["--cap-drop", "ALL", *(_SWITCH_CAPS if self.uid is not None else ()), *_system_args(), *self._etc]
-        link = None
-        if self.decision.network == "on" and (slirp := netstack.slirp_program()) is not None:
-            link = netstack.Link(slirp)
-            args += link.bwrap_args()
-        elif self.decision.network == "off":
-            args.append("--unshare-net")
-        remount: list[str] = []
-        for path in sorted(ops, key=lambda p: len(p.parts)):
-            kind = ops[path]
-            if kind == "hide":
-                args += ["--tmpfs", str(path)]
-                remount += ["--remount-ro", str(path)]
-            elif kind == "hide-file":
-                args += ["--ro-bind", "/dev/null", str(path)]
-            elif kind == "ro":
-                args += ["--ro-bind", str(path), str(path)]
-            else:
-                args += ["--bind", str(path), str(path)]
-        # bwrap creates the directories leading to each mount, mode 0700: searchable by the sandbox's uid only with
-        # a chmod, and never writable (inside the writable private /tmp, "$REPO/README.md" could otherwise be
-        # written there and look like the repository to the agent).
-        binds = (*ops, *(Path(d) for d in (*SYSTEM_DIRS, ETC, "/proc", "/dev", "/sys")))
-        skeleton = {
-            a
-            for p in ops
-            for a in p.parents
-            if a not in _OWN_MOUNTS and not any(_under(a, mounted) for mounted in binds)
-        }
-        for path in sorted(skeleton, key=lambda p: len(p.parts)):
-            remount += ["--chmod", "0555", str(path)]
-        args += [*remount, "--remount-ro", "/", "--chdir", str(_real(cwd)), "--"]
-        drop = _drop_to(self.uid) if self.uid is not None else []
-        mount = self.view.overlay.prefix() if self.view.overlay is not None else []
-        return Wrapped([*self.enforcer.prefix(), *mount, *args, *drop, *argv], child, link)
+        return ops
 
     def _hand_over(self, home: Path) -> None:
         """What the harness wrote for this program (scratch's new entries, what a preset put in the home it runs
@@ -697,6 +684,35 @@ class Bubblewrap(Sandbox):
             ownership.hand_over(scratch, self.uid, only_foreign=True)
             if _under(home, scratch):
                 ownership.hand_over(home, self.uid, only_foreign=True)
+
+
+def _bind_args(ops: dict[Path, str]) -> tuple[list[str], list[str]]:
+    """bubblewrap's mounts of ``ops``, parents first, and the remounts that make hidden directories read-only."""
+    args: list[str] = []
+    remount: list[str] = []
+    for path in sorted(ops, key=lambda p: len(p.parts)):
+        kind = ops[path]
+        if kind == "hide":
+            args += ["--tmpfs", str(path)]
+            remount += ["--remount-ro", str(path)]
+        elif kind == "hide-file":
+            args += ["--ro-bind", "/dev/null", str(path)]
+        elif kind == "ro":
+            args += ["--ro-bind", str(path), str(path)]
+        else:
+            args += ["--bind", str(path), str(path)]
+    return args, remount
+
+
+def _skeleton_args(ops: dict[Path, str]) -> list[str]:
+    """bwrap creates the directories leading to each mount, mode 0700: searchable by the sandbox's uid only with a
+    chmod, and never writable (inside the writable private /tmp, "$REPO/README.md" could otherwise be written there
+    and look like the repository to the agent)."""
+    binds = (*ops, *(Path(d) for d in (*SYSTEM_DIRS, ETC, "/proc", "/dev", "/sys")))
+    skeleton = {
+        a for p in ops for a in p.parents if a not in _OWN_MOUNTS and not any(_under(a, mounted) for mounted in binds)
+    }
+    return [arg for path in sorted(skeleton, key=lambda p: len(p.parts)) for arg in ("--chmod", "0555", str(path))]
 
 
 def _readable(path: Path) -> str:

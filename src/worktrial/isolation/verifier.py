@@ -96,7 +96,6 @@ def enter(
     the room cannot be built. ``index_id``: the index as the harness last left it, kept (not written again) when it
     is still that file and is the index the room needs. Returns the identity of the index the room has when it is
     the snapshot's (None when the room needed another: a new commit's)."""
-    admin = snapshot.admin
     with contextlib.ExitStack() as fds:
         build_fd = fds.enter_context(safefs.opened_dir(ws.root, None))
         git_fd = fds.enter_context(safefs.opened_dir(ws.git_dir, ws.git_dir_id))
@@ -104,32 +103,10 @@ def enter(
         _set_objects_aside(build_fd, git_fd)
         reuse = head is None or head == start_commit
         kept = reuse and safefs.stash_if_same(git_fd, snapshot.index_rel, index_id, build_fd, _INDEX_KEPT)
-        safefs.clear_dir(git_fd)
-        for rel, (data, mode) in snapshot.files.items():
-            if rel != "objects/info/alternates":
-                safefs.write_at(git_fd, rel, data, mode)
-        alternates = snapshot.files.get("objects/info/alternates", (b"", 0o644))[0]
-        safefs.write_at(git_fd, "objects/info/alternates", alternates + quote_line(ws.root / AGENT_OBJECTS) + b"\n")
-        for rel in ("refs/tags", "objects/pack"):
-            safefs.makedirs_at(git_fd, rel)
-        safefs.write_at(git_fd, f"worktrees/{admin}/gitdir", f"{ws.worktree}/.git\n".encode())
-        link = f"gitdir: {ws.git_dir}/worktrees/{admin}\n".encode() if ws.layers is None else b""
-        with contextlib.suppress(OSError, ValueError):
-            if safefs.read_regular(Path(safefs.fd_path(work_fd)) / ".git", 4096) == link:
-                link = b""  # already right: rewriting it would change the worktree's ctime for nothing
-        if link:
-            safefs.write_at(work_fd, ".git", link)
-        if safefs.has_fd_paths():
-            git_dir, work = f"{safefs.fd_path(git_fd)}/worktrees/{admin}", str(safefs.fd_path(work_fd))
-        else:
-            git_dir, work = f"{ws.git_dir}/worktrees/{admin}", str(ws.worktree)
-        base = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false", f"--git-dir={git_dir}"]
-        base += [f"--work-tree={work}"]
-        commit = start_commit
-        if head is not None and head != start_commit:
-            kind = git([*base, "cat-file", "-t", head], Path(work), foreign_owner=True)
-            if kind.ok and kind.stdout_tail.strip() == b"commit":
-                commit = head
+        _restore_git_dir(git_fd, snapshot, ws)
+        linked = _link_worktree(work_fd, ws, snapshot.admin)
+        base = _git_base(ws, snapshot.admin, git_fd, work_fd)
+        commit = _agent_commit(base, head, start_commit)
         safefs.write_at(git_fd, f"refs/heads/{ATTEMPT_BRANCH}", f"{commit}\n".encode())
         snapshot_index = commit == start_commit and (untouched or not clean)
         if kept and snapshot_index:
@@ -137,18 +114,71 @@ def enter(
         elif snapshot_index:
             safefs.write_at(git_fd, snapshot.index_rel, snapshot.index)
         else:
-            for args in (["read-tree", commit], ["clean", "-fdXq"]) if clean else (["read-tree", commit],):
-                result = git([*base, *args], Path(work), foreign_owner=True)
-                if not result.ok:
-                    raise WorkspaceError(f"verifier's room: {result.describe_failure('git ' + args[0])}")
+            _read_tree(base, commit, clean)
         if kept:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(_INDEX_KEPT, dir_fd=build_fd)  # kept but not used (a new commit: read-tree made one)
         ownership.hand_over_fd(git_fd, owner, recursive=True)
-        if link:
+        if linked:
             ownership.hand_over_entry(work_fd, ".git", owner)
         # Only the snapshot's own index may be kept by the next reset; one read-tree made (a new commit) may not.
         return safefs.file_id(git_fd, snapshot.index_rel) if snapshot_index else None
+
+
+def _restore_git_dir(git_fd: int, snapshot: AdminSnapshot, ws: AttemptWorkspace) -> None:
+    """The private git dir as the harness's snapshot has it, the agent's objects listed after every base store."""
+    safefs.clear_dir(git_fd)
+    for rel, (data, mode) in snapshot.files.items():
+        if rel != "objects/info/alternates":
+            safefs.write_at(git_fd, rel, data, mode)
+    alternates = snapshot.files.get("objects/info/alternates", (b"", 0o644))[0]
+    safefs.write_at(git_fd, "objects/info/alternates", alternates + quote_line(ws.root / AGENT_OBJECTS) + b"\n")
+    for rel in ("refs/tags", "objects/pack"):
+        safefs.makedirs_at(git_fd, rel)
+    safefs.write_at(git_fd, f"worktrees/{snapshot.admin}/gitdir", f"{ws.worktree}/.git\n".encode())
+
+
+def _link_worktree(work_fd: int, ws: AttemptWorkspace, admin: str) -> bool:
+    """The worktree's ``.git`` link, written when it is not already right; whether it was written. An overlay room's
+    lower layer already holds the harness's link."""
+    link = f"gitdir: {ws.git_dir}/worktrees/{admin}\n".encode() if ws.layers is None else b""
+    with contextlib.suppress(OSError, ValueError):
+        if safefs.read_regular(Path(safefs.fd_path(work_fd)) / ".git", 4096) == link:
+            link = b""  # already right: rewriting it would change the worktree's ctime for nothing
+    if link:
+        safefs.write_at(work_fd, ".git", link)
+    return bool(link)
+
+
+def _git_base(ws: AttemptWorkspace, admin: str, git_fd: int, work_fd: int) -> list[str]:
+    """git's options for the room: the restored git dir and the worktree by checked descriptor, no caches."""
+    if safefs.has_fd_paths():
+        git_dir, work = f"{safefs.fd_path(git_fd)}/worktrees/{admin}", str(safefs.fd_path(work_fd))
+    else:
+        git_dir, work = f"{ws.git_dir}/worktrees/{admin}", str(ws.worktree)
+    base = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false", f"--git-dir={git_dir}"]
+    return [*base, f"--work-tree={work}"]
+
+
+def _agent_commit(base: list[str], head: str | None, start_commit: str) -> str:
+    """The agent's HEAD when it is a commit, else the start commit."""
+    if head is not None and head != start_commit:
+        kind = git([*base, "cat-file", "-t", head], _work(base), foreign_owner=True)
+        if kind.ok and kind.stdout_tail.strip() == b"commit":
+            return head
+    return start_commit
+
+
+def _read_tree(base: list[str], commit: str, clean: bool) -> None:
+    """An index the harness makes for ``commit`` (and, with ``clean``, the ignored untracked files gone)."""
+    for args in (["read-tree", commit], ["clean", "-fdXq"]) if clean else (["read-tree", commit],):
+        result = git([*base, *args], _work(base), foreign_owner=True)
+        if not result.ok:
+            raise WorkspaceError(f"verifier's room: {result.describe_failure('git ' + args[0])}")
+
+
+def _work(base: list[str]) -> Path:
+    return Path(base[-1].removeprefix("--work-tree="))
 
 
 def _set_objects_aside(build_fd: int, git_fd: int) -> None:
