@@ -9,7 +9,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -18,7 +18,7 @@ from rich.table import Table
 from worktrial.analysis.suite_paths import static_lints
 from worktrial.cli import logs
 from worktrial.cli.common import emit, ensure_project_trust, ensure_trust, err, print_table
-from worktrial.cli.executors import executor_factory, executor_options
+from worktrial.cli.executors import executor_options
 from worktrial.cli.options import (
     budget_options,
     jobs_option,
@@ -38,6 +38,7 @@ from worktrial.cli.options import (
     workspace_option,
 )
 from worktrial.cli.outputs import write_ci_outputs
+from worktrial.cli.run_flags import Printing, run_options
 from worktrial.errors import EXIT_BUDGET, EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
 from worktrial.model.envelope import Envelope, envelope_json_schema
 from worktrial.model.run_config import DEFAULT_GRACE_SECS
@@ -192,48 +193,12 @@ def eval_options(func: F) -> F:
 def eval_cmd(
     suite_path: Path,
     agent: tuple[str, ...],
-    agent_cmd: str | None,
     model: tuple[str, ...],
-    base_url: str | None,
-    pass_env: tuple[str, ...],
-    max_turns: int | None,
-    max_tokens: int | None,
-    temperature: float | None,
-    attempts: int | None,
-    k: int | None,
     workspace: Path | None,
-    fmt: str,
-    output: Path | None,
-    junit: Path | None,
-    task_patterns: tuple[str, ...],
-    categories: tuple[str, ...],
-    limit: int | None,
-    wide: bool,
-    label: str | None,
-    no_artifacts: bool,
-    keep_worktrees: bool,
-    verify_always: bool,
     trust: bool,
     trust_project: bool,
-    jobs: int | None,
-    retry_errors: int,
     resume_id: str | None,
-    grace_secs: float | None,
-    max_cost: float | None,
-    allow_unpriced: bool,
-    max_cost_per_attempt: float | None,
-    sandbox: str | None,
-    network: str | None,
-    max_memory: str | None,
-    max_procs: int | None,
-    sandbox_show: tuple[str, ...],
-    container_runtime: Literal["auto", "docker", "podman"],
-    quiet: bool,
-    verbose: bool,
-    executor: str,
-    ray_address: str | None,
-    ray_cpus_per_attempt: float,
-    ray_resources: tuple[str, ...],
+    **flags: Any,
 ) -> None:
     """Run a suite and print its report; several --agent / --model values run a matrix and print a leaderboard."""
     loaded = load_suite(suite_path)
@@ -241,57 +206,34 @@ def eval_cmd(
         err(f"worktrial: warning: {suite_path}: {warning}")
     ensure_trust(loaded, workspace, trust, trust_project)
     from worktrial.cli.matrix import run_matrix_and_report
-    from worktrial.engine.confine import SandboxChoice
     from worktrial.engine.matrix import is_matrix
-    from worktrial.engine.run import RunOptions, run_suite
+    from worktrial.engine.run import run_suite
 
-    options = RunOptions(
-        agent=agent[0] if agent else None,
-        agent_cmd=agent_cmd,
-        model=model[0] if model else None,
-        base_url=base_url,
-        pass_env=pass_env,
-        attempts=attempts,
-        k=k,
-        workspace=workspace,
-        verify_always=verify_always,
-        keep_worktrees=keep_worktrees,
-        jobs=jobs,
-        retry_errors=retry_errors,
-        resume=resume_id,
-        artifacts=not no_artifacts,
-        label=label,
-        executor=executor_factory(executor, ray_address, ray_cpus_per_attempt, ray_resources),
-        tasks=task_patterns,
-        categories=categories,
-        limit=limit,
-        sandbox=SandboxChoice(sandbox, network, max_memory, max_procs, sandbox_show),
-        grace_secs=grace_secs,
-        max_cost=max_cost,
-        max_cost_per_attempt=max_cost_per_attempt,
-        allow_unpriced=allow_unpriced,
-        container_runtime=container_runtime,
-        agent_settings={
-            key: value
-            for key, value in {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}.items()
-            if value is not None
-        },
-    )
+    options = run_options({**flags, "agent": agent, "model": model, "workspace": workspace})
+    printing = Printing.of(flags)
     if is_matrix(agent, model):
-        run_matrix_and_report(loaded, agent, model, options, fmt, output, quiet, verbose, wide)
+        if resume_id is not None:
+            raise BadInputError("--resume continues one stored run; it cannot be combined with several --agent/--model")
+        p = printing
+        run_matrix_and_report(loaded, agent, model, options, p.fmt, p.output, p.quiet, p.reasons, p.wide)
         return
-    _run_and_report(lambda opts, obs: run_suite(loaded, opts, obs), options, fmt, output, quiet, verbose, junit)
+    if resume_id is not None:  # the stored run's own config decides; these flags may only change how it runs
+        from worktrial.engine.resume import resume_run
+
+        def runner(opts: RunOptions, obs: RunObserver) -> RunResult:
+            return resume_run(resume_id, opts, loaded, obs)
+    else:
+
+        def runner(opts: RunOptions, obs: RunObserver) -> RunResult:
+            return run_suite(loaded, opts, obs)
+
+    _run_and_report(runner, options, printing)
 
 
 def _run_and_report(
-    runner: Callable[[RunOptions, RunObserver], RunResult],
-    options: RunOptions,
-    fmt: str,
-    output: Path | None,
-    quiet: bool,
-    reasons: bool,
-    junit: Path | None = None,
+    runner: Callable[[RunOptions, RunObserver], RunResult], options: RunOptions, printing: Printing
 ) -> None:
+    fmt, output, quiet, reasons, junit = printing.fmt, printing.output, printing.quiet, printing.reasons, printing.junit
     from worktrial.cli.progress import ProgressReporter
 
     progress = ProgressReporter(quiet=quiet, reasons=reasons, on_warning=lambda m: err(f"worktrial: warning: {m}"))
@@ -364,30 +306,9 @@ exec_group.add_command(eval_cmd)
 @budget_options
 @runtime_option
 @executor_options
-def resume_cmd(
-    run_id: str,
-    workspace: Path | None,
-    jobs: int | None,
-    retry_errors: int,
-    base_url: str | None,
-    fmt: str,
-    output: Path | None,
-    junit: Path | None,
-    quiet: bool,
-    verbose: bool,
-    trust: bool,
-    trust_project: bool,
-    max_cost: float | None,
-    allow_unpriced: bool,
-    container_runtime: Literal["auto", "docker", "podman"],
-    executor: str,
-    ray_address: str | None,
-    ray_cpus_per_attempt: float,
-    ray_resources: tuple[str, ...],
-) -> None:
+def resume_cmd(run_id: str, workspace: Path | None, trust: bool, trust_project: bool, **flags: Any) -> None:
     """Run only the attempts a stored run is missing, then report on the whole run."""
     from worktrial.engine.resume import resume_run, stored_suite
-    from worktrial.engine.run import RunOptions
 
     stored = stored_suite(run_id, workspace)
     # A changed suite is refused below, with every difference listed; an unchanged one runs its commands again
@@ -395,19 +316,12 @@ def resume_cmd(
     if stored.unchanged:
         ensure_trust(stored.loaded, stored.workspace, trust, trust_project)
     loaded = stored.loaded
-    options = RunOptions(
-        workspace=workspace,
-        jobs=jobs,
-        retry_errors=retry_errors,
-        base_url=base_url,
-        executor=executor_factory(executor, ray_address, ray_cpus_per_attempt, ray_resources),
-        max_cost=max_cost,
-        allow_unpriced=allow_unpriced,
-        container_runtime=container_runtime,
-    )
-    _run_and_report(
-        lambda opts, obs: resume_run(run_id, opts, loaded, observer=obs), options, fmt, output, quiet, verbose, junit
-    )
+    options = run_options({**flags, "workspace": workspace})
+
+    def runner(opts: RunOptions, obs: RunObserver) -> RunResult:
+        return resume_run(run_id, opts, loaded, observer=obs)
+
+    _run_and_report(runner, options, Printing.of(flags))
 
 
 @main.command("runs")

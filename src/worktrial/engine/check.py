@@ -26,7 +26,8 @@ from worktrial.analysis.check_report import (
 from worktrial.analysis.suite_paths import static_lints
 from worktrial.engine.check_rebuild import Rebuild, rebuilder
 from worktrial.engine.confine import SandboxChoice
-from worktrial.engine.run import RunObserver, RunOptions, resolve_task_bases, run_suite
+from worktrial.engine.run import RunObserver, RunOptions, run_suite
+from worktrial.engine.session import resolve_task_bases
 from worktrial.isolation.container import RuntimeChoice
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.workspace import remove_tree
@@ -185,10 +186,8 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
     try:
         with rebuilder(loaded, work_root, EnvironmentCache(cache_dir() / "environments")) as builder:
             for task in loaded.suite.tasks:
-                repeats = None
-                if task.id in in_containers:
-                    repeats = in_containers[task.id]
-                elif task.solution:
+                repeats = in_containers.get(task.id)
+                if task.id not in in_containers and task.solution:
                     say(f"re-running the verifier of {task.id} {options.repeats} times on the oracle's result")
                     repeats = builder.rebuild(task, bases[task.id], options.repeats)
                 count = sum(1 for lint in lints if lint.task_id == task.id and lint.severity == "problem")

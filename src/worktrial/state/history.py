@@ -91,7 +91,7 @@ def list_runs(state_root: Path) -> list[RunRow]:
                 agent=_agent(meta),
                 started_at=meta.started_at,
                 done=len(records),
-                total=meta.attempts * len(meta.tasks),
+                total=meta.config.attempts * len(meta.tasks),
                 pass_at_1=pass1,
             )
         )
@@ -99,7 +99,10 @@ def list_runs(state_root: Path) -> list[RunRow]:
 
 
 def _agent(meta: RunMeta) -> str:
-    return (f"{meta.label} — " if meta.label else "") + meta.agent + (f" / {meta.model}" if meta.model else "")
+    config = meta.config
+    return (
+        (f"{config.label} — " if config.label else "") + config.agent + (f" / {config.model}" if config.model else "")
+    )
 
 
 def _unverified_row(store: RunStore) -> RunRow:
@@ -121,7 +124,7 @@ def _unverified_row(store: RunStore) -> RunRow:
         agent=_agent(meta),
         started_at=meta.started_at,
         done=done,
-        total=meta.attempts * len(meta.tasks),
+        total=meta.config.attempts * len(meta.tasks),
         pass_at_1=pass1,
         problem=problem,
     )
@@ -182,14 +185,15 @@ def host_info() -> dict[str, object]:
 
 def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, complete: bool | None = None) -> Envelope:
     """The envelope of a stored run from its metadata and attempt records (no suite file needed)."""
-    provider, model = split_route(meta.model)
-    source: Literal["route", "agent"] | None = "route" if meta.model else None
+    config = meta.config
+    provider, model = split_route(config.model)
+    source: Literal["route", "agent"] | None = "route" if config.model else None
     reported = {r.model for r in records if r.model}
-    if not meta.model and len(reported) == 1:
+    if not config.model and len(reported) == 1:
         # Without --model the CLI chose from its own settings; its init/metadata events name the model.
         provider, model = split_route(reported.pop())
         source = "agent"
-    total = meta.attempts * len(meta.tasks)
+    total = config.attempts * len(meta.tasks)
     sandboxes = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])
     info = RunInfo(
         id=meta.id,
@@ -197,17 +201,17 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         finished_at=utc_now(),
         complete=(len(records) == total) if complete is None else complete and len(records) == total,
         workspace=WorkspaceInfo(path=meta.source_repo, base_commit=meta.base_commit, dirty=meta.dirty),
-        attempts=meta.attempts,
-        k=meta.k,
+        attempts=config.attempts,
+        k=config.k,
         jobs=meta.jobs,
-        verify_always=meta.verify_always,
+        verify_always=config.verify_always,
         host=host_info(),
         sandbox=_weakest_used(sandboxes, records),
         sandboxes=sandboxes if len(sandboxes) > 1 else None,
         trace_root=meta.workspace,
         budget=_budget(meta, records),
-        grace_secs=meta.config.grace_secs if meta.config is not None else None,
-        label=meta.label,
+        grace_secs=None if meta.lifted else config.grace_secs,
+        label=config.label,
         selection=meta.selection,
         task_base_commits=dict(meta.task_base_commits),
     )
@@ -217,14 +221,14 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         provider=provider,
         model=model,
         model_source=source,
-        agent=meta.agent_description or {"name": meta.agent},
+        agent=meta.agent_description or {"name": config.agent},
         suite_path=meta.suite_display_path,
         suite_sha256=meta.suite_sha256,
         suite_bundle_sha256=meta.suite_bundle_sha256 or meta.suite_sha256,
         suite_files=list(meta.suite_files),
         environment_images=dict(meta.environment_images) or None,
         run=info,
-        report=build_report(meta.suite_id, meta.suite_name, tasks, records, meta.k),
+        report=build_report(meta.suite_id, meta.suite_name, tasks, records, config.k),
     )
 
 
