@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import git
 from worktrial.cli.main import main
-from worktrial.engine.starter_env import environment
+from worktrial.scaffold.project import environment
 
 pytestmark = pytest.mark.slow
 

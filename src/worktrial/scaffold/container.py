@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from worktrial.engine.starter import DEFAULT_DIR, StarterResult, starter_suite
-from worktrial.engine.starter_env import Project
-from worktrial.engine.starter_files import PLANTS, SOLUTIONS, TESTS
 from worktrial.errors import BadInputError
+from worktrial.scaffold.files import PLANTS, SOLUTIONS, TESTS
+from worktrial.scaffold.project import Project
+from worktrial.scaffold.starter import DEFAULT_DIR, StarterResult, starter_suite
 
 DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
 WORKDIR = "/app"

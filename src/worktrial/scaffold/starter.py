@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worktrial.engine.starter_env import Kind, Project, detect, environment, installs_editable
-from worktrial.engine.starter_files import PLANTS, SOLUTIONS, TESTS
-from worktrial.engine.starter_readme import readme
 from worktrial.errors import BadInputError
+from worktrial.scaffold.files import PLANTS, SOLUTIONS, TESTS
+from worktrial.scaffold.project import Kind, Project, detect, environment, installs_editable
+from worktrial.scaffold.readme import readme
 
 DEFAULT_DIR = "evals"
 
