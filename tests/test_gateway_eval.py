@@ -254,7 +254,11 @@ found = []
 environ = "\n".join(f"{{k}}={{v}}" for k, v in os.environ.items()).encode()
 if planted in environ:
     found.append("environment")
-skip = ("/proc", "/sys", "/dev", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The system's directories and this interpreter's own installation (a virtualenv of thousands of files, shown
+# read-only to run this script: nothing of the harness's is ever written there) are not scanned. Reading them made
+# the scan's cost grow with the machine's load until the task's deadline cut it short on a busy machine.
+skip = ("/proc", "/sys", "/dev", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", sys.prefix,
+        sys.base_prefix)
 for root, dirs, files in os.walk("/"):
     if root.startswith(skip) and root != "/":
         dirs[:] = []
@@ -305,7 +309,8 @@ def test_a_planted_key_never_enters_the_sandbox(
         return anthropic_stream("claude-sonnet-4-5-20250929", [{"type": "text", "text": "ok"}], usage, "end_turn")
 
     with CliServer(respond) as server:
-        suite = write_suite([task("t", verify_commands=["test -f done.txt"])])
+        # A deadline far from what the scan takes: the test is about what it finds, never how fast.
+        suite = write_suite([task("t", verify_commands=["test -f done.txt"], timeout_secs=600)])
         argv = ["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", "--agent", "claude-code"]
         result = cli([*argv, "--base-url", server.url, "--sandbox", "on", "--keep-worktrees"], cwd=repo)
     assert result.exit_code == 0, result.output
