@@ -21,6 +21,7 @@ from worktrial.cli.common import emit, ensure_project_trust, ensure_trust, err, 
 from worktrial.cli.executors import executor_factory, executor_options
 from worktrial.cli.options import (
     budget_options,
+    harbor_run_options,
     jobs_option,
     junit_option,
     output_option,
@@ -178,6 +179,7 @@ def eval_options(func: F) -> F:
         ),
         sandbox_options,
         runtime_option,
+        harbor_run_options,
         quiet_option,
         reasons_option,
     ]
@@ -228,6 +230,11 @@ def eval_cmd(
     max_procs: int | None,
     sandbox_show: tuple[str, ...],
     container_runtime: Literal["auto", "docker", "podman"],
+    force_build: bool,
+    timeout_multiplier: float | None,
+    agent_timeout_multiplier: float | None,
+    verifier_timeout_multiplier: float | None,
+    environment_build_timeout_multiplier: float | None,
     quiet: bool,
     verbose: bool,
     executor: str,
@@ -244,6 +251,7 @@ def eval_cmd(
     from worktrial.engine.confine import SandboxChoice
     from worktrial.engine.matrix import is_matrix
     from worktrial.engine.run import RunOptions, run_suite
+    from worktrial.model.run_config import TimeoutMultipliers
 
     options = RunOptions(
         agent=agent[0] if agent else None,
@@ -271,6 +279,13 @@ def eval_cmd(
         max_cost_per_attempt=max_cost_per_attempt,
         allow_unpriced=allow_unpriced,
         container_runtime=container_runtime,
+        force_build=force_build,
+        timeout_multipliers=TimeoutMultipliers(
+            all=timeout_multiplier or 1.0,
+            agent=agent_timeout_multiplier,
+            verifier=verifier_timeout_multiplier,
+            build=environment_build_timeout_multiplier,
+        ),
         agent_settings={
             key: value
             for key, value in {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}.items()

@@ -271,6 +271,7 @@ class _Progress:
     agent_ended: str | None = None
     reward: float | None = None
     """A container task's reward file (Harbor's verifiers): 1 passes."""
+    rewards: dict[str, float] | None = None
     agent_start: float | None = None
     """When the agent started (monotonic): setup is everything before, the attempt's duration everything after."""
 
@@ -383,6 +384,7 @@ def run_attempt(
         model=usage.model,
         agent_ended=progress.agent_ended,
         reward=progress.reward,
+        rewards=progress.rewards,
     )
     artifacts = _artifacts(task.id, attempt, progress, redactor) if spec.artifacts else None
     return AttemptResult(
@@ -653,7 +655,8 @@ def _run_in(
         scope, reward_dir = containers.verifier_scope(scope, job.spec.suite_dir, scratch)
         check: VerifyResult = run_verify(task, verify_tree, harness_env, scope, tail_bytes=COMMAND_TAIL_BYTES)
         if reward_dir is not None:  # a reward file decides, not the verifier's exit status (Harbor's convention)
-            progress.reward, missing = containers.read_reward(reward_dir)
+            found = containers.read_reward(reward_dir)
+            progress.reward, progress.rewards, missing = found.value, found.rewards, found.problem
             if not any(run.timed_out for run in check.runs):
                 won = progress.reward == 1
                 why = missing or f"the verifier's reward is {progress.reward:g}, not 1"

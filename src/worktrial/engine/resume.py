@@ -181,6 +181,8 @@ def resumed_options(config: RunConfig, options: RunOptions) -> RunOptions:
         max_cost_per_attempt=config.max_cost_per_attempt,
         max_cost=options.max_cost,
         allow_unpriced=options.allow_unpriced,
+        timeout_multipliers=config.timeout_multipliers,
+        force_build=config.force_build,
     )
 
 
@@ -198,7 +200,8 @@ def _resume(
     wanted, given = given_config(options, config)
     differences = _suite_differences(loaded, ws.base_commit, {t: b.commit for t, b in bases.items()}, meta)
     differences += config.differences(wanted, given)
-    containers = plan_containers(loaded, options.container_runtime, observer.warning)
+    loaded = config.timeout_multipliers.apply(loaded)
+    containers = plan_containers(loaded, options.container_runtime, observer.warning, force_build=config.force_build)
     differences += image_differences(containers, meta.environment_images)
     if differences:
         raise BadInputError(

@@ -59,7 +59,7 @@ from worktrial.model.bundle import copy_bundle
 from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope, SandboxInfo, SuiteFileInfo, same_containment
 from worktrial.model.records import RETRYABLE_ERRORS, AttemptRecord
-from worktrial.model.run_config import DEFAULT_GRACE_SECS, RunConfig, SandboxRequest
+from worktrial.model.run_config import DEFAULT_GRACE_SECS, RunConfig, SandboxRequest, TimeoutMultipliers
 from worktrial.model.selection import select
 from worktrial.model.suite import MAX_ATTEMPTS, LoadedSuite, Task, load_suite
 from worktrial.state import leftovers
@@ -132,6 +132,9 @@ class RunOptions:
     allow_unpriced: bool = False
     """--allow-unpriced: a budget counts unknown costs as $0 instead of refusing them."""
     container_runtime: RuntimeChoice = "auto"
+    force_build: bool = False
+    """--force-build: a task that names an image and has a Dockerfile builds it instead of pulling it (Harbor's)."""
+    timeout_multipliers: TimeoutMultipliers = field(default_factory=TimeoutMultipliers)
     """--runtime: the container CLI for tasks with a container environment (docker, podman, auto)."""
 
 
@@ -388,6 +391,8 @@ def frozen_config(options: RunOptions, agent: str, attempts: int, k: int, sandbo
         grace_secs=DEFAULT_GRACE_SECS if options.grace_secs is None else options.grace_secs,
         max_cost_per_attempt=options.max_cost_per_attempt,
         sandbox=sandbox,
+        timeout_multipliers=options.timeout_multipliers,
+        force_build=options.force_build,
     )
 
 
@@ -433,6 +438,7 @@ def run_suite(
 
         return resume_run(options.resume, options, loaded, observer)
     loaded, selection = select(loaded, options.tasks, options.categories, options.limit)
+    loaded = options.timeout_multipliers.apply(loaded)
     attempts, k, jobs = _validate_counts(loaded, options)
     ws = resolve_workspace(loaded, options.workspace, options.base_commit)
     ref = agent_ref(options, load_config(ws.state_root))
@@ -442,7 +448,7 @@ def run_suite(
             f"{ws.base_commit[:12]} that every attempt starts from"
         )
     bases = task_bases(loaded, ws)
-    containers = plan_containers(loaded, options.container_runtime, observer.warning)
+    containers = plan_containers(loaded, options.container_runtime, observer.warning, force_build=options.force_build)
     end_previous(ws.state_root, observer)
     run_id = new_run_id()
     with started(run_id, jobs, options) as (executor, work_root):

@@ -192,7 +192,11 @@ class AttemptRecord(BaseModel):
     reward: float | None = Field(
         default=None,
         description="The reward a container task's verifier wrote (Harbor's reward.txt or reward.json); the attempt "
-        "passed its verification only with 1. Null for tasks that verify by exit status.",
+        "passed its verification only with 1. Null for tasks that verify by exit status. From a reward.json with "
+        'several keys: its "reward" key, else the lowest of them (the task passes when every key is 1).',
+    )
+    rewards: dict[str, float] | None = Field(
+        default=None, description="Every key of a reward.json with several (null otherwise): nothing is dropped."
     )
     sandbox: int | None = Field(
         default=None,
