@@ -9,9 +9,9 @@ and tagged with that name, so Harbor (which pulls only what is absent) and workt
 Stand-ins carry what the tasks' test.sh would download from hosts other than PyPI/Debian: `uv` (from its PyPI
 wheel) at `$HOME/.local/bin` with the `env` file its installer writes, and a Python 3.13 for `uvx -p 3.13`.
 
-    python3 benchmarks/harbor_side_by_side.py --dataset /work/tb2/dataset              # everything
-    python3 benchmarks/harbor_side_by_side.py --dataset DIR --only worktrial --agents oracle
-    python3 benchmarks/harbor_side_by_side.py --dataset DIR --setup-only               # chroot, socket, images
+    .venv/bin/python benchmarks/harbor_side_by_side.py --dataset /work/tb2/dataset              # everything
+    .venv/bin/python benchmarks/harbor_side_by_side.py --dataset DIR --only worktrial --agents oracle
+    .venv/bin/python benchmarks/harbor_side_by_side.py --dataset DIR --setup-only               # chroot, socket, images
 
 Steps are idempotent: a chroot, image or service already there is reused. Everything lives under --work. The
 printed table has one row per task: Harbor's reward and worktrial's outcome for each agent, and whether they agree.
@@ -200,11 +200,9 @@ def run_worktrial(work: Path, dataset: Path, agent: str, jobs: int) -> dict[str,
         sh(["git", "init", "-q", str(ws)])
         sh(["git", "-C", str(ws), "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "--allow-empty",
             "-m", "base"])  # fmt: skip
-    venv = ROOT / ".venv" / "bin" / "worktrial"
-    program = str(venv) if venv.exists() else "worktrial"
     result = subprocess.run(
-        [program, "eval", "--suite", str(dataset), "--agent", agent, "--trust", "--workspace", str(ws),
-         "--runtime", "podman", "--jobs", str(jobs), "--format", "json", "--quiet"],
+        [sys.executable, "-m", "worktrial", "eval", "--suite", str(dataset), "--agent", agent, "--trust",
+         "--workspace", str(ws), "--runtime", "podman", "--jobs", str(jobs), "--format", "json", "--quiet"],
         capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
     )  # fmt: skip
     if not result.stdout.strip():
