@@ -80,17 +80,17 @@ def test_the_layout_has_harbor_s_files_and_field_names(exported: Path) -> None:
     config, result = _json(job / "config.json"), _json(job / "result.json")
     assert JOB_CONFIG_KEYS <= set(config) <= JOB_CONFIG_KNOWN
     assert config["timeout_multiplier"] == 1.0 and config["n_attempts"] == 5
-    assert JOB_RESULT_REQUIRED <= set(result)
+    assert set(result) >= JOB_RESULT_REQUIRED
     assert set(result["stats"]) <= JOB_STATS_KNOWN
     (evals,) = result["stats"]["evals"].values()
     assert set(evals) <= EVAL_KNOWN and evals["n_trials"] == 10
     assert evals["metrics"] == [{"mean": 0.5}]
     trials = sorted(p for p in job.iterdir() if p.is_dir())
     assert len(trials) == result["n_total_trials"] == 10
-    outcomes = {}
+    outcomes: dict[str, set[float]] = {}
     for trial in trials:
         trial_config, trial_result = _json(trial / "config.json"), _json(trial / "result.json")
-        assert TRIAL_CONFIG_REQUIRED <= set(trial_config)
+        assert set(trial_config) >= TRIAL_CONFIG_REQUIRED
         assert TRIAL_RESULT_REQUIRED <= set(trial_result) <= TRIAL_RESULT_KNOWN
         assert set(trial_result["agent_result"]) <= AGENT_RESULT_KNOWN
         assert trial_result["trial_name"] == trial.name and trial.name.startswith(trial_result["task_name"] + "__")
