@@ -183,7 +183,10 @@ def test_resume_runs_what_is_missing_in_the_same_image(cli, runtime, workspace, 
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (lambda d: (d / "task.toml").write_text("[verifier]\ntimeout_sec = 'soon'\n"), "must be a positive number"),
+        (
+            lambda d: (d / "task.toml").write_text("[verifier]\ntimeout_sec = 'soon'\n"),
+            "field [verifier] timeout_sec: Input should be a valid number",
+        ),
         (lambda d: (d / "environment" / "Dockerfile").unlink(), "environment/Dockerfile: missing"),
         (lambda d: (d / "environment" / "Dockerfile").write_text("FROM localhost/worktrial-none:x\n"), "build failed"),
     ],

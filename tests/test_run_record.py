@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.conftest import task
 from worktrial.engine.run import RunOptions, frozen_config, measured_request
 from worktrial.model.envelope import Envelope
-from worktrial.model.run_config import RunConfig, SandboxRequest, flag_of
+from worktrial.model.run_config import RunConfig, SandboxRequest, TimeoutMultipliers, flag_of
 from worktrial.model.suite import load_suite
 from worktrial.state import signing
 from worktrial.state.history import envelope_from_records
@@ -84,6 +84,8 @@ def test_options_become_config_fields_in_one_place(write_suite) -> None:
         limit=1,
         grace_secs=1.5,
         max_cost_per_attempt=0.5,
+        force_build=True,
+        timeout_multipliers=TimeoutMultipliers(all=2.0),
     )
     given = measured_request(options)
     assert set(given) == set(RunConfig.model_fields) - {"model", "attempts", "categories", "sandbox"}

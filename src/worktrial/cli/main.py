@@ -21,6 +21,7 @@ from worktrial.cli.common import emit, ensure_project_trust, ensure_trust, err, 
 from worktrial.cli.executors import executor_options
 from worktrial.cli.options import (
     budget_options,
+    harbor_run_options,
     jobs_option,
     junit_option,
     output_option,
@@ -69,6 +70,7 @@ _LAZY = {
     "show": ("worktrial.cli.view", "show_cmd"),
     "view": ("worktrial.cli.view", "view_cmd"),
     "init": ("worktrial.cli.init", "init_cmd"),
+    "export": ("worktrial.cli.export", "export_cmd"),
 }
 """Commands imported only when they run (or are listed): what they import (the HTML view and jinja2, compare,
 leaderboards, the statistics of power) is not on the way of ``eval``'s first attempt."""
@@ -179,6 +181,7 @@ def eval_options(func: F) -> F:
         ),
         sandbox_options,
         runtime_option,
+        harbor_run_options,
         quiet_option,
         reasons_option,
     ]

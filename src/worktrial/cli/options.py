@@ -151,6 +151,25 @@ runtime_option = click.option(
     help="The container CLI for tasks with a container environment (auto: podman, then docker; docs/environments.md).",
 )
 
+
+def _multiplier(flag: str, what: str) -> Callable[[F], F]:
+    return click.option(
+        flag, type=click.FloatRange(0, min_open=True), metavar="X", help=f"Multiply {what} by X (Harbor's flag)."
+    )
+
+
+harbor_run_options = apply(
+    click.option(
+        "--force-build",
+        is_flag=True,
+        help="Build a container task's image from its Dockerfile even where it names an image to pull (Harbor's).",
+    ),
+    _multiplier("--timeout-multiplier", "every task's agent, verifier and image-build limits"),
+    _multiplier("--agent-timeout-multiplier", "the agent's limit (over --timeout-multiplier)"),
+    _multiplier("--verifier-timeout-multiplier", "the verifier's limit (over --timeout-multiplier)"),
+    _multiplier("--environment-build-timeout-multiplier", "the image build's limit (over --timeout-multiplier)"),
+)
+
 selection_options = apply(
     click.option(
         "--task",

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 AGENT_SETTINGS = ("max_turns", "max_tokens", "temperature")
 """Flags that become ``agent_settings`` entries of the same name (when given)."""
-_OWN_RULE = {"agent", "model", "executor", "sandbox"}
+_OWN_RULE = {"agent", "model", "executor", "sandbox", "timeout_multipliers"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,12 @@ def run_options(flags: Mapping[str, Any]) -> RunOptions:
         flags.get("sandbox"), flags.get("network"), flags.get("max_memory"), flags.get("max_procs"),
         flags.get("sandbox_show", ()),
     )  # fmt: skip
+    multipliers = {phase: flags.get(f"{phase}_timeout_multiplier") for phase in ("agent", "verifier")}
+    multipliers["build"] = flags.get("environment_build_timeout_multiplier")
+    if flags.get("timeout_multiplier") is not None or any(v is not None for v in multipliers.values()):
+        from worktrial.model.run_config import TimeoutMultipliers
+
+        values["timeout_multipliers"] = TimeoutMultipliers(all=flags.get("timeout_multiplier") or 1.0, **multipliers)
     values["executor"] = executor_factory(
         flags["executor"], flags["ray_address"], flags["ray_cpus_per_attempt"], flags["ray_resources"]
     )

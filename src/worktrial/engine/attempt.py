@@ -90,6 +90,8 @@ class Verdict:
     """Why the run's ``--max-cost`` (kept at the gateway) cut the attempt short: it is not the attempt's result."""
     reward: float | None = None
     """A container task's reward file (Harbor's verifiers): 1 passes."""
+    rewards: dict[str, float] | None = None
+    """Every key of a reward.json with several (the task's success rule decides ``reward``)."""
 
 
 @dataclass(frozen=True)
@@ -352,23 +354,23 @@ def _verified(job: AttemptJob, checkout: Checkout, change: AgentChange, found: F
         return replace(found, verdict=failed)
     env = suite_env(job.spec, room.scratch)  # a home made after the agent ended
     check = run_verify(job.task, room.worktree, env, room.scope, tail_bytes=COMMAND_TAIL_BYTES)
-    reward = None
+    reward = containers.Reward(None)
     if room.reward_dir is not None:  # a reward file decides, not the verifier's exit status (Harbor's convention)
         reward, check = _rewarded(check, room.reward_dir)
     runs = zip(job.task.verify_commands, check.runs, strict=False)
     logs = [_command_log("verify", i, command, run) for i, (command, run) in enumerate(runs, start=1)]
-    verdict = replace(found.verdict, verified=check.passed, reward=reward)
+    verdict = replace(found.verdict, verified=check.passed, reward=reward.value, rewards=reward.rewards)
     if decides and not check.passed:
         verdict = replace(verdict, outcome="fail", reason=check.reason)
     return replace(found, verdict=verdict, commands=(*found.commands, *logs), verify_secs=check.secs)
 
 
-def _rewarded(check: VerifyResult, reward_dir: Path) -> tuple[float | None, VerifyResult]:
-    reward, missing = containers.read_reward(reward_dir)
+def _rewarded(check: VerifyResult, reward_dir: Path) -> tuple[containers.Reward, VerifyResult]:
+    reward = containers.read_reward(reward_dir)
     if any(run.timed_out for run in check.runs):
         return reward, check
-    won = reward == 1
-    why = missing or f"the verifier's reward is {reward:g}, not 1"
+    won = reward.value == 1
+    why = reward.problem or f"the verifier's reward is {reward.value:g}, not 1"
     return reward, replace(check, passed=won, reason=None if won else f"verify failed: {why}")
 
 
@@ -417,6 +419,7 @@ def _result(
         model=usage.model,
         agent_ended=ran.result.ended if ran is not None else None,
         reward=verdict.reward,
+        rewards=verdict.rewards,
     )
     artifacts = _artifacts(task.id, attempt, findings, redactor) if spec.artifacts else None
     return AttemptResult(

@@ -10,7 +10,7 @@ import shutil
 import stat
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from worktrial.isolation.container import (
     RuntimeChoice,
     build_image,
     find_runtime,
+    image_workdir,
     named_image,
     probe,
     sweep_orphans,
@@ -34,6 +35,7 @@ from worktrial.isolation.container_tools import python_tool
 from worktrial.isolation.proc import ProcessScope
 from worktrial.isolation.sandbox import NetworkMode
 from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo
+from worktrial.model.harbor_config import resolve_templates
 from worktrial.model.suite import Environment, LoadedSuite, Task
 
 __all__ = [
@@ -46,9 +48,12 @@ __all__ = [
 ]
 
 
-def plan_containers(loaded: LoadedSuite, choice: RuntimeChoice, warn: Callable[[str], None]) -> ContainerPlan | None:
-    """The run's container plan, or None when no task of the suite has a container environment. Builds each
-    Dockerfile once (an earlier run's build of the same inputs is reused) and probes the runtime once."""
+def plan_containers(
+    loaded: LoadedSuite, choice: RuntimeChoice, warn: Callable[[str], None], *, force_build: bool = False
+) -> ContainerPlan | None:
+    """The run's container plan, or None when no task of the suite has a container environment. Pulls each named
+    image that is absent and builds each Dockerfile once (``force_build``: also where an image is named too, as
+    Harbor's ``--force-build``; an earlier run's build of the same inputs is reused), and probes the runtime once."""
     suite = loaded.suite
     wanted = {t.id: env for t in suite.tasks if (env := suite.environment_for(t)) is not None and env.container}
     if not wanted:
@@ -56,34 +61,49 @@ def plan_containers(loaded: LoadedSuite, choice: RuntimeChoice, warn: Callable[[
     runtime = find_runtime(choice)
     images: dict[str, str] = {}
     for env in wanted.values():
-        key = env.model_dump_json()
+        key = _image_key(env)
         if key in images:
             continue
-        images[key] = _image(runtime, env, loaded.suite_dir)  # a build of the same inputs is found by its tag
+        images[key] = _image(runtime, env, loaded.suite_dir, force_build, warn)
     runtime = probe(runtime, next(iter(images.values())))
     for note in runtime.notes:
         warn(note)
     sweep_orphans(runtime)
-    tasks = {
-        task_id: ContainerEnv(
-            image=images[env.model_dump_json()],
-            digest=images[env.model_dump_json()],
-            workdir=env.workdir,
+    host = dict(os.environ)
+    tasks = {}
+    for task_id, env in wanted.items():
+        image = images[_image_key(env)]
+        harbor = env.harbor
+        workdir = env.workdir
+        if harbor is not None and harbor.workdir_from_image:
+            workdir = image_workdir(runtime, image) or env.workdir
+        tasks[task_id] = ContainerEnv(
+            image=image,
+            digest=image,
+            workdir=workdir,
             user=env.user,
             network=env.network,
             cpus=env.cpus,
             memory_mb=env.memory_mb,
             tests_dir=env.verifier_tests,
             seed_workdir=env.seed_workdir,
+            env=resolve_templates(harbor.env, host, task_id, "[environment] env") if harbor else {},
+            verifier_env=resolve_templates(harbor.verifier_env, host, task_id, "[verifier] env") if harbor else {},
+            image_home=harbor is not None,
         )
-        for task_id, env in wanted.items()
-    }
     return ContainerPlan(runtime=runtime, tasks=tasks)
 
 
-def _image(runtime: ContainerRuntime, env: Environment, suite_dir: Path) -> str:
-    if env.image is not None:
-        return named_image(runtime, env.image)
+def _image_key(env: Environment) -> str:
+    """What decides a task's image: tasks that agree on it share one pull or build."""
+    return json.dumps([env.image, env.dockerfile, env.context, env.build_timeout_secs])
+
+
+def _image(
+    runtime: ContainerRuntime, env: Environment, suite_dir: Path, force_build: bool, say: Callable[[str], None]
+) -> str:
+    if env.image is not None and (env.dockerfile is None or not force_build):
+        return named_image(runtime, env.image, say)
     assert env.dockerfile is not None
     dockerfile = suite_dir / env.dockerfile
     context = suite_dir / env.context if env.context else dockerfile.parent
@@ -146,6 +166,7 @@ def container_sandbox(
 
 
 MAX_REWARD_BYTES = 64 * 1024
+MAX_REWARD_KEYS = 100
 _REWARD_FILES = ("reward.txt", "reward.json")
 
 
@@ -168,8 +189,19 @@ def verifier_scope(scope: ProcessScope, suite_dir: str | None, scratch: Path) ->
     return scope.confined(sandbox.with_verifier_files(tests, logs)), logs
 
 
-def read_reward(logs: Path) -> tuple[float | None, str | None]:
-    """The reward the verifier wrote (``reward.txt``, or ``reward.json`` with one key), or why there is none."""
+@dataclass(frozen=True)
+class Reward:
+    """What a verifier's reward file says: the deciding ``value`` (1 passes), every key of a reward.json with
+    several, or why there is none."""
+
+    value: float | None
+    rewards: dict[str, float] | None = None
+    problem: str | None = None
+
+
+def read_reward(logs: Path) -> Reward:
+    """The reward the verifier wrote (``reward.txt``, or ``reward.json``), or why there is none. A reward.json with
+    several keys keeps them all; its ``reward`` key decides, else the lowest value (every key must be 1)."""
     for name in _REWARD_FILES:
         path = logs / name
         try:
@@ -177,23 +209,32 @@ def read_reward(logs: Path) -> tuple[float | None, str | None]:
         except FileNotFoundError:
             continue
         except OSError as exc:
-            return None, f"{name} cannot be read: {exc.strerror}"
+            return Reward(None, problem=f"{name} cannot be read: {exc.strerror}")
         with os.fdopen(fd, "rb") as fh:
             if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                return None, f"{name} is not a regular file"
+                return Reward(None, problem=f"{name} is not a regular file")
             data = fh.read(MAX_REWARD_BYTES + 1)
         if len(data) > MAX_REWARD_BYTES:
-            return None, f"{name} is larger than {MAX_REWARD_BYTES // 1024} KiB"
+            return Reward(None, problem=f"{name} is larger than {MAX_REWARD_BYTES // 1024} KiB")
         text = data.decode("utf-8", "replace").strip()
         try:
             value = json.loads(text) if name.endswith(".json") else float(text)
         except ValueError:
-            return None, f"{name} is not a number: {text[:40]!r}"
-        if isinstance(value, dict):
-            if len(value) != 1:
-                return None, f"{name} has {len(value)} keys; worktrial reads a reward.json with exactly one"
-            value = next(iter(value.values()))
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            return None, f"{name} does not hold a number"
-        return float(value), None
-    return None, "the verifier wrote no reward (/logs/verifier/reward.txt or reward.json)"
+            return Reward(None, problem=f"{name} is not a number: {text[:40]!r}")
+        if not isinstance(value, dict):
+            return _number(value, name) or Reward(float(value))
+        if not value:
+            return Reward(None, problem=f"{name} has no key")
+        for key, item in value.items():
+            if (bad := _number(item, f"{name} key {str(key)[:40]!r}")) is not None:
+                return bad
+        rewards = {str(k)[:200]: float(v) for k, v in list(value.items())[:MAX_REWARD_KEYS]}
+        decides = rewards["reward"] if "reward" in rewards else min(rewards.values())
+        return Reward(decides, rewards if len(rewards) > 1 else None)
+    return Reward(None, problem="the verifier wrote no reward (/logs/verifier/reward.txt or reward.json)")
+
+
+def _number(value: object, what: str) -> Reward | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return Reward(None, problem=f"{what} does not hold a number")
+    return None

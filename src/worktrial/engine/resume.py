@@ -102,7 +102,8 @@ def _resume(
     loaded = reselect(loaded, meta.selection)
     ws = resolve_workspace(loaded, Path(meta.workspace))
     bases = task_bases(loaded, ws)
-    containers = plan_containers(loaded, options.container_runtime, observer.warning)
+    loaded = config.timeout_multipliers.apply(loaded)
+    containers = plan_containers(loaded, options.container_runtime, observer.warning, force_build=config.force_build)
     _refuse_changes(run_id, meta, options, loaded, ws, {t: b.commit for t, b in bases.items()}, containers)
     end_previous(ws.state_root, observer, own=store.dir)
     if meta.work_root:

@@ -41,7 +41,7 @@ from worktrial.isolation.workspace import ensure_state_dir
 from worktrial.model.config import Config
 from worktrial.model.envelope import Selection, SuiteFileInfo
 from worktrial.model.records import RETRYABLE_ERRORS, AttemptRecord
-from worktrial.model.run_config import RunConfig
+from worktrial.model.run_config import RunConfig, TimeoutMultipliers
 from worktrial.model.selection import select
 from worktrial.model.suite import LoadedSuite, load_suite
 from worktrial.state.config import load_config
@@ -107,6 +107,10 @@ class RunOptions:
     """--allow-unpriced: a budget counts unknown costs as $0 instead of refusing them."""
     container_runtime: RuntimeChoice = "auto"
     """--runtime: the container CLI for tasks with a container environment (docker, podman, auto)."""
+    force_build: bool = False
+    """--force-build: a task that names an image and has a Dockerfile builds it instead of pulling it (Harbor's)."""
+    timeout_multipliers: TimeoutMultipliers = field(default_factory=TimeoutMultipliers)
+    """--timeout-multiplier and the per-phase ones: every task's limits multiplied for the whole run."""
 
 
 def choose_agent_name(options: RunOptions) -> str:
@@ -188,6 +192,7 @@ def run_suite(
     observer = observer or RunObserver()
     loaded = suite if isinstance(suite, LoadedSuite) else load_suite(suite)
     loaded, selection = select(loaded, options.tasks, options.categories, options.limit)
+    loaded = options.timeout_multipliers.apply(loaded)
     config = frozen_config(options, loaded)
     jobs = options.jobs or default_jobs()
     check_counts(config.attempts, config.k, jobs, options.retry_errors)
@@ -199,7 +204,7 @@ def run_suite(
             f"{ws.base_commit[:12]} that every attempt starts from"
         )
     bases = task_bases(loaded, ws)
-    containers = plan_containers(loaded, options.container_runtime, observer.warning)
+    containers = plan_containers(loaded, options.container_runtime, observer.warning, force_build=options.force_build)
     end_previous(ws.state_root, observer)
     session = Session(
         new_run_id(), loaded, ws, bases, config, ref, options.sandbox, containers, jobs, options.executor,

@@ -24,7 +24,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -34,6 +34,7 @@ import psutil
 from worktrial.errors import BadInputError, WorktrialError
 from worktrial.isolation import ownership, proc
 from worktrial.isolation.sandbox import AGENT_UIDS, NetworkMode, Sandbox, Wrapped, agent_uid
+from worktrial.safe_text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ TOOLS_VOLUME_DIR = "/opt/worktrial/venvs"
 TOOLS_DIR = "/opt/worktrial/tool"
 """Where the directory of a host program the attempt runs (a preset's CLI) is mounted, read-only."""
 MAX_BUILD_LOG = 4000
+PULL_TIMEOUT_SECS = 3600
 
 
 @dataclass(frozen=True)
@@ -118,9 +120,16 @@ class ContainerEnv:
     cpus: float | None = None
     memory_mb: int | None = None
     tests_dir: str | None = None
+    """A Harbor task's ``tests/``, relative to the suite directory: put at ``/tests`` for the verifier only."""
     seed_workdir: bool = False
     """Copy the image's workdir into the worktree before the attempt's first command (Harbor tasks)."""
-    """A Harbor task's ``tests/``, relative to the suite directory: put at ``/tests`` for the verifier only."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """The task's own variables for every command (a Harbor task's ``[environment] env``, templates filled)."""
+    verifier_env: Mapping[str, str] = field(default_factory=dict)
+    """The task's variables for its verifier only (``[verifier] env``)."""
+    image_home: bool = False
+    """The container's HOME is the image user's own (a Harbor task's test.sh sources ``$HOME/.local/bin/env``), not
+    the attempt's scratch directory; a preset's CLI keeps the scratch HOME its configuration is written to."""
 
 
 @dataclass(frozen=True)
@@ -254,14 +263,49 @@ def build_image(runtime: ContainerRuntime, dockerfile: Path, context: Path, time
     return built
 
 
-def named_image(runtime: ContainerRuntime, image: str) -> str:
-    """The id of a named image, which must be present locally (worktrial never pulls behind the user's back)."""
+def named_image(runtime: ContainerRuntime, image: str, say: Callable[[str], None] | None = None) -> str:
+    """The id of a named image, pulled first when it is not present locally (as Harbor does), with the runtime's
+    progress lines given to ``say``. A registry that cannot be reached is one line naming the image and the fix."""
     found = inspect_id(runtime, image)
-    if found is None:
+    if found is not None:
+        return found
+    if say is not None:
+        say(f"pulling {image} ({runtime.name} pull): it is not present locally")
+    lines: list[str] = []
+
+    def progress(chunk: bytes) -> None:
+        for line in chunk.decode("utf-8", "replace").splitlines():
+            if line.strip():
+                lines.append(line.strip())
+                if say is not None:
+                    say(f"{runtime.name} pull {image}: {one_line(line.strip())[:200]}")
+
+    # The runtime writes its progress to stderr: one stream, read as it comes.
+    argv = ["/bin/sh", "-c", 'exec "$0" pull "$1" 2>&1', runtime.program, image]
+    result = proc.run(argv, cwd="/", timeout=PULL_TIMEOUT_SECS, sweep=False, on_stdout=progress)
+    pulled = inspect_id(runtime, image) if result.ok else None
+    if pulled is None:
+        why = one_line(lines[-1])[:300] if lines else result.describe_failure(f"{runtime.name} pull")
         raise BadInputError(
-            f"image {image} is not present locally; pull or build it first ({runtime.name} pull {image})"
+            f"image {image} is not present locally and {runtime.name} could not pull it ({why}); pull it where its "
+            f"registry can be reached and load it here ({runtime.name} save / {runtime.name} load), or build it "
+            "(a Harbor task with environment/Dockerfile: --force-build)"
         )
-    return found
+    return pulled
+
+
+def image_workdir(runtime: ContainerRuntime, image: str) -> str | None:
+    """The image's own ``WORKDIR`` (None when it sets none)."""
+    result = proc.run(
+        [runtime.program, "image", "inspect", "--format", "{{.Config.WorkingDir}}", image],
+        cwd="/",
+        timeout=60,
+        sweep=False,
+    )
+    text = result.stdout_tail.decode("utf-8", "replace").strip()
+    return (
+        text if result.ok and text.startswith("/") and ":" not in text and not any(c.isspace() for c in text) else None
+    )
 
 
 RUNTIME_ENV = frozenset(
@@ -381,13 +425,14 @@ class ContainerSandbox(Sandbox):
 
     def with_verifier_files(self, tests: Path | None, logs: Path) -> ContainerSandbox:
         """The verifier's containers: the task's tests at ``/tests`` and a fresh reward directory at
-        ``/logs/verifier``, both made after the agent ended."""
+        ``/logs/verifier``, both made after the agent ended, and the task's verifier variables."""
         extra = [(logs, "/logs/verifier", True)]
         if tests is not None:
             extra.append((tests, "/tests", True))
         mounts = replace(self.mounts, extra=(*self.mounts.extra, *extra))
+        env = replace(self.env, env={**self.env.env, **self.env.verifier_env}) if self.env.verifier_env else self.env
         widened = ContainerSandbox(
-            self.plan, self.env, mounts, network=self.network, max_memory=self.max_memory, max_procs=self.max_procs
+            self.plan, env, mounts, network=self.network, max_memory=self.max_memory, max_procs=self.max_procs
         )
         widened.names = self.names
         return widened
@@ -432,13 +477,16 @@ class ContainerSandbox(Sandbox):
         args += [*self._user_args(), *self._limit_args(), *self._volume_args()]
         tool_args, argv = self._tool(list(argv))
         args += tool_args
+        host_program = bool(tool_args)  # a preset's CLI keeps the scratch HOME its configuration is written to
         # What the runtime itself reads (where its storage and configuration are) is the harness's; the container
         # gets its own values of those it needs, which are no secrets, on the command line, and the image's PATH.
         # Every other variable goes by name only: its value travels in the runtime's environment, never on a
         # command line.
-        inline = {k: self._map(env[k]) for k in _INLINE if k in env}
+        own_home = self.env.image_home and not host_program
+        inline = {k: self._map(env[k]) for k in _INLINE if k in env and not (own_home and k != "TMPDIR")}
         inline["TMPDIR"] = "/tmp"
         child = {k: self._map(v) for k, v in env.items() if k not in RUNTIME_ENV}
+        child.update({k: v for k, v in self.env.env.items() if k not in RUNTIME_ENV})
         args += [arg for k, v in sorted(inline.items()) for arg in ("--env", f"{k}={v}")]
         args += [arg for k in sorted(child) for arg in ("--env", k)]
         args += ["--workdir", self._map(str(cwd)), self.env.image, *(self._map(a) for a in argv)]

@@ -76,6 +76,9 @@ class TaskReport(BaseModel):
     pass_power_k: float | None
     curves: Curves
     attempts: list[AttemptRecord]
+    mean_reward: float | None = Field(
+        default=None, description="The mean of the attempts' rewards (reward-file tasks; null otherwise)."
+    )
 
 
 class Honesty(BaseModel):
@@ -113,6 +116,11 @@ class Report(BaseModel):
     )
     mean_setup_secs_per_attempt: float | None = Field(
         default=None, description="setup_secs over the attempts that recorded it."
+    )
+    mean_reward: float | None = Field(
+        default=None,
+        description="The mean reward over the attempts that have one (Harbor's headline), beside pass@k; null when "
+        "no attempt has one.",
     )
     honesty: Honesty = Field(default_factory=Honesty)
     timeouts: int = Field(default=0, description="Attempts that ended in timeout.")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 Outcome = Literal["pass", "fail", "timeout", "error"]
 OUTCOMES: tuple[Outcome, ...] = ("pass", "fail", "timeout", "error")
@@ -192,7 +192,11 @@ class AttemptRecord(BaseModel):
     reward: float | None = Field(
         default=None,
         description="The reward a container task's verifier wrote (Harbor's reward.txt or reward.json); the attempt "
-        "passed its verification only with 1. Null for tasks that verify by exit status.",
+        "passed its verification only with 1. Null for tasks that verify by exit status. From a reward.json with "
+        'several keys: its "reward" key, else the lowest of them (the task passes when every key is 1).',
+    )
+    rewards: dict[str, float] | None = Field(
+        default=None, description="Every key of a reward.json with several (null otherwise): nothing is dropped."
     )
     sandbox: int | None = Field(
         default=None,
@@ -202,3 +206,17 @@ class AttemptRecord(BaseModel):
     retries: int = 0
     """How many times an infrastructure error made this attempt run again (see --retry-errors)."""
     retry_reasons: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_newer_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Fields added after records were first signed are left out while they are empty, so a record of a run
+        that uses none of them is stored byte for byte as older worktrial stored it (its signature holds)."""
+        data: dict[str, Any] = handler(self)
+        for name in OMITTED_WHEN_ABSENT:
+            if getattr(self, name) is None:
+                data.pop(name, None)
+        return data
+
+
+OMITTED_WHEN_ABSENT = ("rewards",)
+"""AttemptRecord fields absent from its JSON while None (see ``_omit_absent_newer_fields``)."""

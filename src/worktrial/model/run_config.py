@@ -8,10 +8,13 @@ whole: a flag that would change it is refused, field by field, naming the flag e
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticUndefined
+
+from worktrial.model.suite import MAX_TIMEOUT_SECS, Environment, LoadedSuite
 
 DEFAULT_GRACE_SECS = 5.0
 """Between SIGTERM at an agent's deadline and SIGKILL (``--grace-secs``): time for the agent to save its work."""
@@ -62,6 +65,56 @@ class SandboxRequest(BaseModel):
     show: tuple[str, ...] = measured("--sandbox-show", (), description="--sandbox-show paths, absolute.")
 
 
+class TimeoutMultipliers(BaseModel):
+    """``--timeout-multiplier`` and the per-phase ones (Harbor's flags of the same names): each task's limits are
+    multiplied by these for the whole run. A leaderboard submission needs all of them 1 (``export --format harbor``
+    checks)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    all: float = Field(default=1.0, gt=0, description="--timeout-multiplier: every phase's limit.")
+    agent: float | None = Field(default=None, gt=0, description="--agent-timeout-multiplier (over --timeout-...).")
+    verifier: float | None = Field(default=None, gt=0, description="--verifier-timeout-multiplier.")
+    build: float | None = Field(default=None, gt=0, description="--environment-build-timeout-multiplier.")
+
+    def factor(self, phase: Literal["agent", "verifier", "build"]) -> float:
+        own: float | None = getattr(self, phase)
+        return self.all if own is None else own
+
+    @property
+    def neutral(self) -> bool:
+        return all(self.factor(p) == 1.0 for p in ("agent", "verifier", "build"))
+
+    def apply(self, loaded: LoadedSuite) -> LoadedSuite:
+        """The suite with every task's agent, verifier and image-build limits multiplied (its digests unchanged:
+        the multipliers are the run's, recorded in its config)."""
+        if self.neutral:
+            return loaded
+        agent, verifier, build = self.factor("agent"), self.factor("verifier"), self.factor("build")
+
+        def scaled(secs: int, factor: float) -> int:
+            return min(MAX_TIMEOUT_SECS, max(1, round(secs * factor)))
+
+        def env(environment: Environment | None) -> Environment | None:
+            if environment is None:
+                return None
+            update = {"build_timeout_secs": scaled(environment.build_timeout_secs, build)}
+            return environment.model_copy(update=update)
+
+        tasks = [
+            t.model_copy(
+                update={
+                    "timeout_secs": scaled(t.timeout_secs, agent),
+                    "verify_timeout_secs": scaled(t.verify_timeout_secs, verifier),
+                    "environment": env(t.environment),
+                }
+            )
+            for t in loaded.suite.tasks
+        ]
+        suite = loaded.suite.model_copy(update={"tasks": tasks, "environment": env(loaded.suite.environment)})
+        return dataclasses.replace(loaded, suite=suite)
+
+
 class RunConfig(BaseModel):
     """What a run measures, besides the suite file and the base commit (both pinned by digest in run.json).
 
@@ -95,6 +148,12 @@ class RunConfig(BaseModel):
         None,
         description="None only in runs stored before the config was frozen: the defaults apply then.",
     )
+    timeout_multipliers: TimeoutMultipliers = measured(
+        "--timeout-multiplier (and the per-phase ones)",
+        default_factory=TimeoutMultipliers,
+        description="What every task's limits were multiplied by.",
+    )
+    force_build: bool = measured("--force-build", False, description="Images built from Dockerfiles, not pulled.")
 
     def differences(self, given: RunConfig, fields: set[str]) -> list[str]:
         """``--flag: stored X, given Y`` for every field in ``fields`` where ``given`` differs from this config."""
