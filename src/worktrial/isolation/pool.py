@@ -255,13 +255,13 @@ class Slot:
                     assert self._room is not None and self._room.layers is not None
                     upper_fd = fds.enter_context(safefs.opened_dir(self._room.layers.upper, None, dir_fd=build_fd))
                     lower_fd = fds.enter_context(safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd))
-                    new_fd, lower = upper_fd, safefs.fd_path(lower_fd)
+                    new_fd = upper_fd
                     hidden = set(changes.opaque)
                     odd = list(changes.odd)
-                    moved = overlay.moved_files(lower, changes)
+                    moved = overlay.moved_files(lower_fd, changes)
                     present = [p for p in [*changes.present, *moved] if not _in_git_link(p)]
-                    untracked = [p for p in present if lstat_kind(lower / p) not in ("file", "link")]
-                    old = overlay.affected_lower(lower, changes)
+                    untracked = [p for p in present if overlay.lower_kind(lower_fd, p) not in ("file", "link")]
+                    old = overlay.affected_lower(lower_fd, changes)
                     for rel in old:
                         link_or_copy(rel, stage_path / STAGE_OLD / rel, src_dir_fd=lower_fd)
                 else:
@@ -715,7 +715,7 @@ def _ignored(
             shadowed = any("/".join(parts[: i + 1]) in (opaque or set()) for i in range(len(parts)))
             source = -1 if shadowed else lower_fd
         with contextlib.suppress(OSError):
-            if source >= 0 and stat.S_ISREG(os.stat(name, dir_fd=source, follow_symlinks=False).st_mode):
+            if source >= 0 and overlay.lower_kind(source, name) == "file":  # never through a link on the way
                 link_or_copy(name, rules / name, src_dir_fd=source)
     if not any(rules.rglob(".gitignore")):
         return []
