@@ -64,6 +64,7 @@ RISKY: dict[str, tuple[Command, str]] = {
     "uv run with options": ("uv run --with pytest-xdist pytest -n 2", "`pytest -n 2` builds or tests"),
     "poetry run": ("poetry run python -m pytest", "`poetry run` runs in the project's environment"),
     "uvx pytest": ("uvx pytest -q", "`pytest -q` builds or tests"),
+    "uvx --from": ("uvx --from pytest==8.3.3 pytest -q", "`pytest -q` builds or tests"),
     "bunx": ("bunx vitest run", "runs bunx"),
     "java class path": ("java -cp build:. org.junit.runner.JUnitCore T", "loads classes from the worktree"),
     "java -jar": ("java -jar target/app.jar", "loads classes from the worktree (target/app.jar)"),

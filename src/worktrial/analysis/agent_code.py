@@ -216,6 +216,7 @@ _PROJECT_RUNNERS = {
 _PROJECT_RUN_VALUE_OPTIONS = frozenset(
     {"--with", "--with-editable", "--with-requirements", "--python", "-p", "--extra", "--group", "--only-group"}
     | {"--project", "--directory", "--env-file", "--index", "--index-url", "--extra-index-url", "--package", "-e"}
+    | {"--from", "--spec"}
 )
 _TOOL_RUNNERS = frozenset({"uvx", "pipx"})
 """Tools that fetch a program (not the worktree's) and run it: what it runs on is what counts."""

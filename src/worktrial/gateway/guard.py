@@ -20,6 +20,7 @@ read either.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -134,8 +135,8 @@ async def read_body(request: Request, limits: GatewayLimits, load: Load) -> byte
         return refusal(413, "worktrial gateway: request body too large")
     chunks: list[bytes] = []
     try:
-        async with asyncio.timeout(limits.body_timeout_secs):
-            async for chunk in request.stream():
+        async with asyncio.timeout(limits.body_timeout_secs), contextlib.aclosing(request.stream()) as stream:
+            async for chunk in stream:
                 if held.body + len(chunk) > limits.max_request_bytes:
                     return refusal(413, "worktrial gateway: request body too large")
                 token_total = load.token_bytes.get(held.token, 0) + len(chunk)
