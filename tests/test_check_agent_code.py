@@ -52,6 +52,27 @@ RISKY: dict[str, tuple[Command, str]] = {
     "a python script in the tree": ("python3 -W error tests/check.py", "runs a script in the worktree"),
     "node script in the tree": ("node test/run.js", "runs a script in the worktree"),
     "sh with isolated python": (ShCommand(sh="cd tests && python3 -I -m pytest -q && test -f ok"), "runs a module"),
+    # Forms check was silent on: a hidden test run by the worktree's own interpreter (worktrial init's starter), the
+    # test files node finds in the worktree, a project's environment, class paths, installs and PYTHONPATH.
+    "venv python on the suite's test": (
+        ShCommand(sh='.venv/bin/python "$WORKTRIAL_SUITE_DIR/hidden/test_x.py"'),
+        "`.venv/bin/python` is a program in the worktree",
+    ),
+    "node --test": ("node --test", "runs the test files it finds in the worktree"),
+    "node --test of a directory": ("node --test test/", "runs the test files it finds in the worktree"),
+    "uv run pytest": ("uv run pytest -q", "`uv run` runs in the project's environment"),
+    "uv run with options": ("uv run --with pytest-xdist pytest -n 2", "`pytest -n 2` builds or tests"),
+    "poetry run": ("poetry run python -m pytest", "`poetry run` runs in the project's environment"),
+    "uvx pytest": ("uvx pytest -q", "`pytest -q` builds or tests"),
+    "uvx --from": ("uvx --from pytest==8.3.3 pytest -q", "`pytest -q` builds or tests"),
+    "bunx": ("bunx vitest run", "runs bunx"),
+    "java class path": ("java -cp build:. org.junit.runner.JUnitCore T", "loads classes from the worktree"),
+    "java -jar": ("java -jar target/app.jar", "loads classes from the worktree (target/app.jar)"),
+    "pip install -e .": (ShCommand(sh="pip install -e . && python3 -I /opt/t.py"), "installs from the worktree"),
+    "PYTHONPATH=.": (
+        ShCommand(sh='PYTHONPATH=. python3 "$WORKTRIAL_SUITE_DIR/t.py"'),
+        "runs Python with PYTHONPATH naming the worktree",
+    ),
 }
 
 SAFE: dict[str, Command] = {
@@ -67,6 +88,12 @@ SAFE: dict[str, Command] = {
     "quoted text mentioning npx": ShCommand(sh="echo 'npx ./x python3 -m y' > log.txt"),
     "a relative path as an argument": "diff expected/out.txt out.txt",
     "node by absolute path": "/usr/bin/node /opt/checks/run.js",
+    # Nothing on the command line names the worktree: check's forging probe decides (test_check_forging.py).
+    "the suite's judge, isolated": ShCommand(sh='python3 -I "$WORKTRIAL_SUITE_DIR/judge.py"'),
+    "node --test of the suite's file": ShCommand(sh='node --test "$WORKTRIAL_SUITE_DIR/hidden/x.test.mjs"'),
+    "pip install from the index": "pip install requests==2.32.3",
+    "PYTHONPATH=. ignored by -I": ShCommand(sh='PYTHONPATH=. python3 -I "$WORKTRIAL_SUITE_DIR/t.py"'),
+    "java from the suite": ShCommand(sh='java -cp "$WORKTRIAL_SUITE_DIR/checker.jar" Check'),
 }
 
 
@@ -75,7 +102,8 @@ def test_risky_verify_commands_warn(case: str) -> None:
     command, phrase = RISKY[case]
     warning = agent_code_warning(command)
     assert warning is not None and phrase in warning, warning
-    assert "exit paths" in warning and "$WORKTRIAL_SUITE_DIR" in warning  # the rule and the fix are in the message
+    assert "The rule:" in warning and "$WORKTRIAL_SUITE_DIR" in warning  # the rule and the safe forms are in it
+    assert "never on an exit status alone" in warning
 
 
 @pytest.mark.parametrize("case", sorted(SAFE))

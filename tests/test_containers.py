@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -345,3 +346,27 @@ def test_containers_of_a_killed_harness_are_removed_by_the_next_run(runtime, tmp
         assert names["dead"] not in listed.stdout.split() and names["alive"] in listed.stdout.split()
     finally:
         subprocess.run([runtime, "rm", "--force", "--time", "0", *names.values()], capture_output=True)
+
+
+def test_a_root_container_agent_leaves_no_set_uid_file_or_device_on_the_host(cli, runtime, workspace, dataset) -> None:
+    """Harbor tasks keep their image's user, root here: what the agent makes set-uid (or set-gid), or a device node
+    it makes, must not come back to the host as such, also in a kept worktree (podman's nosuid mount protects only
+    the container; a copy or a publication of the tree would not keep that mount option)."""
+    agent = (
+        "cp /bin/busybox suid && chmod 4755 suid && cp /bin/busybox sgid && chmod 2755 sgid "
+        "&& mkdir -p deep/er && cp /bin/busybox deep/er/suid && chmod 6755 deep/er/suid "
+        "&& (mknod null-dev c 1 3 || true) && echo 'Hello, world!' > /app/hello.txt"
+    )
+    result = _eval(cli, workspace, dataset / "hello-file", runtime, "--agent-cmd", agent, "--keep-worktrees")
+    assert result.exit_code == 0, result.output
+    (attempt,) = _attempts(json.loads(result.stdout))["hello-file"]
+    assert attempt["outcome"] == "pass", attempt
+    kept = Path(attempt["worktree"])
+    modes = {}
+    for path in kept.rglob("*"):
+        st = path.lstat()
+        assert not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)), path
+        modes[path.relative_to(kept).as_posix()] = stat.S_IMODE(st.st_mode)
+    assert {name: modes[name] for name in ("suid", "sgid", "deep/er/suid")} == dict.fromkeys(
+        ("suid", "sgid", "deep/er/suid"), 0o755
+    ), modes

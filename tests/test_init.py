@@ -44,6 +44,7 @@ def _init_and_check(cli: Any, repo: Path, kind: str, details: str = "") -> dict[
     assert check.exit_code == 0, check.output
     report: dict[str, Any] = json.loads(check.stdout)
     assert report["ok"] is True, report
+    assert report["warnings"] == 0, report["lints"]  # the starter's verifiers are judges check cannot forge
     for t in report["tasks"]:
         assert t["oracle"] == "pass" and t["nop"] == "fail", t
     _readme_commands_parse(repo, repo / "evals" / "README.md")

@@ -23,6 +23,7 @@ from worktrial.analysis.check_report import (
     detection_probability,
     flake_upper_bound,
 )
+from worktrial.analysis.lint import Lint
 from worktrial.analysis.suite_paths import static_lints
 from worktrial.engine.check_rebuild import Rebuild, rebuilder
 from worktrial.engine.confine import SandboxChoice
@@ -138,6 +139,14 @@ def _container_repeats(
     return out
 
 
+def _forgery_lints(loaded: LoadedSuite, task: Task, repeats: Rebuild | None) -> list[Lint]:
+    """What forging the verifier found (``check_rebuild``), as warnings next to the static ones of the same task."""
+    if repeats is None or not repeats.forgeable:
+        return []
+    where = f"$.tasks[{loaded.suite.tasks.index(task)}].verify_commands"
+    return [Lint(task_id=task.id, where=where, message=m, severity="warning") for m in repeats.forgeable]
+
+
 def _by_id(envelope: Envelope) -> dict[str, TaskReport]:
     return {t.task_id: t for t in envelope.report.tasks}
 
@@ -192,8 +201,11 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
                     repeats = builder.rebuild(task, bases[task.id], options.repeats)
                 count = sum(1 for lint in lints if lint.task_id == task.id and lint.severity == "problem")
                 checks.append(_task_check(task, oracle_tasks[task.id], nop_tasks[task.id], repeats, count))
+                lints += _forgery_lints(loaded, task, repeats)
     finally:
         remove_tree(work_root)
+    order = {t.id: i for i, t in enumerate(loaded.suite.tasks)}
+    lints.sort(key=lambda lint: order.get(lint.task_id or "", -1))  # each task's forgeries next to its static lints
     problems = sum(len(c.problems) for c in checks) + sum(1 for lint in lints if lint.severity == "problem")
     return CheckReport(
         suite_path=str(loaded.path),

@@ -6,7 +6,10 @@ is re-run several times (flakiness) and probed for the classic mistakes of suite
 repositories: per-attempt setup that leaves the tree dirty (the agent sees it as uncommitted changes), a verifier
 that reads a suite file that is not declared in ``files`` (so not in the digest), and a verifier that still
 passes when the files the solution changed are emptied (it reads something outside the worktree and the suite
-directory, e.g. an editable install of another checkout, or measures too little).
+directory, e.g. an editable install of another checkout, or measures too little). It is also forged, as an agent
+would: a verifier that still passes when the files the solution changed only exit 0 as they load (a hidden test
+that imports the module under test, whatever interpreter runs it), or when a ``conftest.py``, ``sitecustomize.py``,
+``json.py`` or ``pytest.py`` planted in the worktree does, gives its pass to an agent that never solved the task.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from worktrial.analysis.agent_code import forged_by_code_message, forged_by_plants_message
 from worktrial.engine.executor import TaskBase
 from worktrial.errors import WorktrialError
 from worktrial.isolation import childenv, proc
@@ -39,6 +43,24 @@ class Rebuild:
     rounds: list[list[bool]]
     error: str | None = None
     problems: list[str] = field(default_factory=list)
+    forgeable: list[str] = field(default_factory=list)
+    """How an agent could pass without solving the task, found by forging it (warnings: the suite may accept it)."""
+
+
+_EXIT_AT_LOAD = {
+    **dict.fromkeys((".py",), b"import os\nos._exit(0)\n"),
+    **dict.fromkeys((".js", ".mjs", ".cjs", ".ts", ".mts", ".cts", ".jsx", ".tsx"), b"process.exit(0);\n"),
+    **dict.fromkeys((".sh", ".bash"), b"exit 0\n"),
+    ".rb": b"exit!(0)\n",
+    ".pl": b"exit 0;\n",
+    ".pm": b"exit 0;\n",
+    ".php": b"<?php exit(0);\n",
+    ".lua": b"os.exit(0)\n",
+}
+"""What a file of each language holds to end the process that loads it with status 0, as an agent's edit could."""
+_PLANTED = ("conftest.py", "sitecustomize.py", "json.py", "pytest.py")
+"""Python files a verifier may load from the worktree before its own code: pytest's conftest, the site hook, a
+module that shadows the standard library's, one that shadows the test runner."""
 
 
 def _changed_files(worktree: Path) -> list[str]:
@@ -139,11 +161,13 @@ class Rebuilder:
                     problems,
                 )
         rounds = [self._verify_each(task, worktree, harness_env) for _ in range(repeats)]
+        forgeable: list[str] = []
         if not any(all(r) for r in rounds):
             problems += self._undeclared(task, worktree)
         elif all(all(r) for r in rounds):
+            forgeable = self._forged(task, worktree, harness_env)
             problems += self._outside(task, worktree, harness_env)
-        return Rebuild(rounds, None, problems)
+        return Rebuild(rounds, None, problems, forgeable)
 
     def _verify_each(self, task: Task, worktree: Path, env: dict[str, str]) -> list[bool]:
         return [
@@ -160,6 +184,43 @@ class Rebuilder:
                 "covers it"
             ]
         return []
+
+    def _forged(self, task: Task, worktree: Path, env: dict[str, str]) -> list[str]:
+        """Forge the verifier as an agent could, on the oracle's result: the files the solution changed made to
+        exit 0 as they load; else, with those files emptied (the task unsolved), Python files planted in the
+        worktree that do. A pass either way is one an agent gets without solving the task. The tree is put back
+        after each try."""
+        changed = [p for p in _changed_files(worktree) if (worktree / p).is_file() and not (worktree / p).is_symlink()]
+        code = {
+            rel: _EXIT_AT_LOAD[Path(rel).suffix.lower()] for rel in changed if Path(rel).suffix.lower() in _EXIT_AT_LOAD
+        }
+        if code and self._passes_with(task, worktree, env, code):
+            return [forged_by_code_message(sorted(code))]
+        if not any(rel.endswith(".py") for rel in changed) and "py" not in " ".join(map(display, task.verify_commands)):
+            return []
+        unsolved = dict.fromkeys(changed, b"")
+        plants = {**unsolved, **dict.fromkeys(_PLANTED, _EXIT_AT_LOAD[".py"])}
+        if self._passes_with(task, worktree, env, plants) and not self._passes_with(task, worktree, env, unsolved):
+            return [forged_by_plants_message(list(_PLANTED))]
+        return []
+
+    def _passes_with(self, task: Task, worktree: Path, env: dict[str, str], files: dict[str, bytes]) -> bool:
+        """Whether every verify command passes with ``files`` written into the worktree (then put back)."""
+        saved: dict[Path, bytes | None] = {}
+        try:
+            for rel, data in files.items():
+                path = worktree / rel
+                if path.is_symlink() or (path.exists() and not path.is_file()):
+                    continue
+                saved[path] = path.read_bytes() if path.exists() else None
+                path.write_bytes(data)
+            return all(self._verify_each(task, worktree, env))
+        finally:
+            for path, before in saved.items():
+                if before is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    path.write_bytes(before)
 
     def _outside(self, task: Task, worktree: Path, env: dict[str, str]) -> list[str]:
         """Empty every tracked file the solution changed; a verifier that still passes is not testing them."""

@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
 from worktrial.gateway import forward
+from worktrial.gateway.guard import GatewayLimits, Guard, Load, guarded_protocol, read_body, refusal
 from worktrial.gateway.session import PriceFn, ProviderFailure, Route, RunSpend, Session, classify
 from worktrial.gateway.wire import Exchange, SseReader, requested_model, wire_of
 from worktrial.model.records import ErrorCategory
@@ -40,7 +41,6 @@ log = logging.getLogger(__name__)
 
 SOCKET_NAME = "gateway.sock"
 START_TIMEOUT_SECS = 30.0
-MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_JSON_ANSWER_BYTES = 64 * 1024 * 1024
 _CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
 _HOP_BY_HOP = frozenset(
@@ -54,7 +54,12 @@ UPSTREAM_TIMEOUT = httpx.Timeout(connect=30.0, read=600.0, write=60.0, pool=60.0
 class Gateway:
     """One run's gateway. ``open`` gives each attempt a ``Session``; nothing listens until the first one."""
 
-    def __init__(self, *, upstream_timeout: httpx.Timeout = UPSTREAM_TIMEOUT) -> None:
+    def __init__(
+        self, *, upstream_timeout: httpx.Timeout = UPSTREAM_TIMEOUT, limits: GatewayLimits | None = None
+    ) -> None:
+        self.limits = limits or GatewayLimits()
+        """What a client can make the gateway hold (``guard.py``): the agents are its clients."""
+        self._load = Load()
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self._timeout = upstream_timeout
@@ -105,14 +110,15 @@ class Gateway:
             ]
         )
         config = uvicorn.Config(
-            app,
+            Guard(app, self.limits, self._load),
             lifespan="off",
             log_level="error",
             access_log=False,
-            http="h11",
+            http=guarded_protocol(self.limits, self._load),
             ws="none",
             loop="asyncio",
             timeout_graceful_shutdown=5,
+            h11_max_incomplete_event_size=self.limits.header_bytes,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -220,6 +226,10 @@ class Gateway:
             prefix = (sys.executable, "-I", "-S", str(script), str(self.port), str(self.socket_path), "--")
         return f"http://127.0.0.1:{self.port}", prefix
 
+    def load(self) -> dict[str, int]:
+        """What clients make the gateway hold right now: requests in flight, body bytes, open connections."""
+        return self._load.snapshot()
+
     def _forget(self, session: Session) -> None:
         with self._lock:
             self._sessions.pop(session.token, None)
@@ -230,16 +240,16 @@ class Gateway:
         with self._lock:
             session = self._sessions.get(request.path_params["token"])
         route = session.routes.get(request.path_params["route"]) if session is not None else None
-        if session is None or route is None:
-            return _error(401, "worktrial gateway: unknown token or route (it is valid only during its attempt)")
-        if (refusal := session.refusal()) is not None:
-            return _error(*refusal)
+        if session is None or route is None:  # the body is never read: the connection closes with the answer
+            return refusal(401, "worktrial gateway: unknown token or route (it is valid only during its attempt)")
+        if (refused := session.refusal()) is not None:
+            return refusal(*refused)
         rest = request.path_params.get("rest", "")
         # Only a POST is a model call (Codex first tries a WebSocket upgrade on a GET of the same path).
         wire = wire_of(rest) if request.method == "POST" else None
-        body = await request.body()
-        if len(body) > MAX_REQUEST_BYTES:
-            return _error(413, "worktrial gateway: request body too large")
+        body = await read_body(request, self.limits, self._load)
+        if not isinstance(body, bytes):
+            return body
         requested = requested_model(wire, rest, body)
         url = route.base_url.rstrip("/") + "/" + rest
         query: list[tuple[str, str | int | float | bool | None]] = [

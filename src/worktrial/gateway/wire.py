@@ -37,6 +37,10 @@ def wire_of(path: str) -> Wire | None:
     return None
 
 
+MAX_PARSED_REQUEST_BYTES = 1024 * 1024
+_MODEL_FIELD = re.compile(rb'"model"\s*:\s*"([^"\\]{1,256})"')
+
+
 def requested_model(wire: Wire | None, path: str, body: bytes) -> str | None:
     """The model a request asks for: Gemini names it in the path, the others in the JSON body."""
     if wire == "gemini":
@@ -44,6 +48,11 @@ def requested_model(wire: Wire | None, path: str, body: bytes) -> str | None:
         return match.group(1) if match else None
     if wire is None or not body:
         return None
+    if len(body) > MAX_PARSED_REQUEST_BYTES:
+        # Parsed, a body of small values takes many times its size ('[{},{},...]': ~25x); the agent picks the
+        # model anyway, so a large body is read for its first "model" string only, in constant memory.
+        field = _MODEL_FIELD.search(body)
+        return field.group(1).decode("utf-8", "replace") if field else None
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):

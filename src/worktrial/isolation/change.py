@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from worktrial.errors import WorkspaceError, WorktrialError
-from worktrial.isolation import proc, safefs
+from worktrial.isolation import overlay, proc, safefs
 from worktrial.isolation.basetree import lstat_kind
 from worktrial.isolation.patch import STAGE_NEW, PatchData, harness_git_env, link_or_copy, staged_patch
 
@@ -145,7 +144,7 @@ def _copy_rules(rules: Path, d: str, tree_fd: int, lower_fd: int | None, opaque:
         shadowed = any("/".join(parts[: i + 1]) in opaque for i in range(len(parts)))
         source = -1 if shadowed else lower_fd
     with contextlib.suppress(OSError):
-        if source >= 0 and stat.S_ISREG(os.stat(name, dir_fd=source, follow_symlinks=False).st_mode):
+        if source >= 0 and overlay.lower_kind(source, name) == "file":  # never through a link on the way
             link_or_copy(name, rules / name, src_dir_fd=source)
 
 

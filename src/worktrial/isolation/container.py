@@ -414,6 +414,7 @@ class ContainerSandbox(Sandbox):
             proc.run([rt.program, "cp", source, str(self.mounts.worktree)], cwd="/", timeout=600, sweep=False)
         finally:
             proc.run([rt.program, "rm", "--force", name], cwd="/", timeout=120, sweep=False)
+        ownership.strip_privileges(self.mounts.worktree)  # the image's files, copied out as they are
 
     def widened(self, readonly: Iterable[Path]) -> Sandbox:
         mounts = replace(self.mounts, readonly=(*self.mounts.readonly, *readonly))
@@ -442,12 +443,23 @@ class ContainerSandbox(Sandbox):
 
     def end_containers(self) -> None:
         """Remove every container this attempt started that is still there (a killed ``run`` leaves its container
-        running): after the agent, before the verifier, and at cleanup."""
+        running): after the agent, before the verifier, and at cleanup. Then what they wrote is made inert on this
+        host (``strip_privileges``): the files have crossed back."""
         if not self.names:
             return
         names, self.names[:] = list(self.names), []
         rt = self.plan.runtime
         proc.run([rt.program, "rm", "--force", "--time", "0", *names], cwd="/", timeout=120, sweep=False)
+        self.files_returned()
+
+    def files_returned(self) -> None:
+        """Every tree a container of this attempt could write, made inert: no set-uid or set-gid bit, no file
+        capability, no device node (a root container user writes them as this host's root)."""
+        for path in (self.mounts.worktree, *self.mounts.writable, self.mounts.scratch):
+            try:
+                ownership.strip_privileges(path)
+            except OSError as exc:
+                log.warning("%s: what a container wrote could not be checked for set-uid files: %s", path, exc)
 
     def end_processes(self) -> None:
         self.end_containers()

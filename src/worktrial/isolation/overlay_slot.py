@@ -14,7 +14,6 @@ from pathlib import Path
 
 from worktrial.errors import WorktrialError
 from worktrial.isolation import overlay, ownership, safefs
-from worktrial.isolation.basetree import lstat_kind
 from worktrial.isolation.change import GITFILE, AgentChange, Staged, in_git_link, remove_files
 from worktrial.isolation.overlay import Layers, UpperChanges
 from worktrial.isolation.patch import STAGE_OLD, link_or_copy
@@ -84,11 +83,10 @@ class OverlaySlot(Slot[UpperChanges]):
         assert ws is not None and ids is not None and room is not None and room.layers is not None
         upper_fd = fds.enter_context(safefs.opened_dir(room.layers.upper, None, dir_fd=build_fd))
         lower_fd = fds.enter_context(safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd))
-        lower = safefs.fd_path(lower_fd)
-        moved = overlay.moved_files(lower, changes)
+        moved = overlay.moved_files(lower_fd, changes)
         present = [p for p in [*changes.present, *moved] if not in_git_link(p)]
-        untracked = [p for p in present if lstat_kind(lower / p) not in ("file", "link")]
-        for rel in overlay.affected_lower(lower, changes):
+        untracked = [p for p in present if overlay.lower_kind(lower_fd, p) not in ("file", "link")]
+        for rel in overlay.affected_lower(lower_fd, changes):
             link_or_copy(rel, stage / STAGE_OLD / rel, src_dir_fd=lower_fd)
         return Staged(upper_fd, present, untracked, list(changes.odd), lower_fd, set(changes.opaque), moved)
 

@@ -37,7 +37,8 @@ class StarterResult:
 
 
 def _runner(kind: Kind) -> str:
-    return {"python": ".venv/bin/python", "node": "node", "shell": "sh"}[kind]
+    """What runs a hidden test: never a program of the worktree (the venv's Python is the agent's to rewrite)."""
+    return {"python": "python3 -I", "node": "node", "shell": "sh"}[kind]
 
 
 def _ext(kind: Kind) -> str:
