@@ -155,6 +155,12 @@ def eval_options(func: F) -> F:
         click.option(
             "--no-artifacts", is_flag=True, help="Keep no per-attempt logs or patches (they stay local otherwise)."
         ),
+        click.option(
+            "--trajectories/--no-trajectories",
+            default=None,
+            help="Store each attempt's conversation with its model, redacted, as an ATIF trajectory (local, like "
+            "the artifacts; default: [run] trajectories of the config, else off).",
+        ),
         click.option("--keep-worktrees", is_flag=True, help="Keep each attempt's worktree and print its path."),
         click.option("--verify-always", is_flag=True, help="Also verify claimed failures and timeouts (diagnosis)."),
         trust_option,
@@ -211,6 +217,7 @@ def eval_cmd(
     wide: bool,
     label: str | None,
     no_artifacts: bool,
+    trajectories: bool | None,
     keep_worktrees: bool,
     verify_always: bool,
     trust: bool,
@@ -260,6 +267,7 @@ def eval_cmd(
         retry_errors=retry_errors,
         resume=resume_id,
         artifacts=not no_artifacts,
+        trajectories=trajectories,
         label=label,
         executor=executor_factory(executor, ray_address, ray_cpus_per_attempt, ray_resources),
         tasks=task_patterns,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -14,7 +15,7 @@ from typing import Literal
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOutput, AgentResult
 from worktrial.agents.credentials import preset_credentials
 from worktrial.agents.prompt import prompt_file_env, write_prompt_file
-from worktrial.engine import containers
+from worktrial.engine import containers, trajectory
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
 from worktrial.engine.model_gateway import apply_report, open_session
 from worktrial.engine.verify import VerifyResult, run_verify
@@ -42,6 +43,8 @@ from worktrial.model.records import AttemptRecord, ErrorCategory, Outcome, Usage
 from worktrial.model.suite import SUITE_DIR_ENV, Task
 from worktrial.model.trace import build_trace, trace_filename
 from worktrial.redaction import Redactor
+
+log = logging.getLogger(__name__)
 
 # An agent that returns this long after its deadline overran it, whatever it says.
 DEADLINE_GRACE_SECS = 2.0
@@ -273,6 +276,8 @@ class _Progress:
     """A container task's reward file (Harbor's verifiers): 1 passes."""
     agent_start: float | None = None
     """When the agent started (monotonic): setup is everything before, the attempt's duration everything after."""
+    trajectory: trajectory.Collected | None = None
+    """The conversation with the model as recorded (``--trajectories``), sealed once the redactor is known."""
 
 
 def run_attempt(
@@ -392,7 +397,18 @@ def run_attempt(
         worker=worker,
         artifacts=artifacts,
         over_budget=progress.over_budget,
+        trajectory=_sealed_trajectory(progress, redactor),
     )
+
+
+def _sealed_trajectory(progress: _Progress, redactor: Redactor) -> str | None:
+    """The recorded trajectory, redacted and bounded; a recorder's bug costs the trajectory, never the attempt."""
+    try:
+        sealed = trajectory.seal_attempt(progress.trajectory, redactor)
+    except Exception:
+        log.warning("the attempt's trajectory could not be sealed; it is not stored", exc_info=True)
+        return None
+    return sealed.text if sealed is not None else None
 
 
 MAX_REASON_CHARS = 1000
@@ -528,6 +544,7 @@ def _run_in(
     # A task's container has no forwarder of its own yet: its agents call their providers directly, as before.
     routable = gateway is not None and not isinstance(sandbox, containers.ContainerSandbox)
     session = open_session(gateway, job.spec, cancel) if gateway is not None and routable else None
+    recording = trajectory.start(job.spec, session)
     # The gateway's unix socket (and the forwarder next to it) is what a sandbox with a network of its own reaches
     # the model through: shown read-only to the agent's processes, useless without the attempt's token.
     agent_sandbox = sandbox.widened([session.socket_dir]) if session is not None and session.socket_dir else sandbox
@@ -546,6 +563,7 @@ def _run_in(
         cancel=cancel,
         cost_cap=job.spec.max_cost_per_attempt,
         gateway=session,
+        trajectory=recording.log if recording is not None else None,
     )
     report = None
     try:
@@ -566,6 +584,10 @@ def _run_in(
     progress.usage = result.usage
     progress.output = result.output
     progress.agent_ended = result.ended
+    try:  # before anything else, while the agent's scratch directory (and a file it wrote there) is still there
+        progress.trajectory = trajectory.collect(job.spec, recording, session, scratch, result.usage.model)
+    except Exception:
+        log.warning("the attempt's trajectory could not be collected; it is not stored", exc_info=True)
     # What the agent changed, found once in O(the change) (its room's upper directory, or one walk of the
     # slot's checkout): the patch, and the ignored files neither the patch nor the verifier's room keeps.
     change: AgentChange | None = None

@@ -148,6 +148,8 @@ def given_config(options: RunOptions, stored: RunConfig) -> tuple[RunConfig, set
         given["grace_secs"] = options.grace_secs
     if options.max_cost_per_attempt is not None:
         given["max_cost_per_attempt"] = options.max_cost_per_attempt
+    if options.trajectories is not None:
+        given["trajectories"] = options.trajectories
     request = requested_sandbox(options.sandbox)
     if request.model_fields_set:
         given["sandbox"] = request
@@ -181,6 +183,7 @@ def resumed_options(config: RunConfig, options: RunOptions) -> RunOptions:
         max_cost_per_attempt=config.max_cost_per_attempt,
         max_cost=options.max_cost,
         allow_unpriced=options.allow_unpriced,
+        trajectories=config.trajectories,
     )
 
 

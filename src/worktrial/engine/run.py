@@ -69,6 +69,7 @@ from worktrial.state.history import envelope_from_records
 from worktrial.state.roots import state_root
 from worktrial.state.store import RunMeta, RunStore, TaskMeta
 from worktrial.state.traces import write_trace
+from worktrial.state.trajectories import write_trajectory
 from worktrial.util import public_url, utc_now
 
 INFRA_ERROR_CATEGORIES = RETRYABLE_ERRORS
@@ -133,6 +134,8 @@ class RunOptions:
     """--allow-unpriced: a budget counts unknown costs as $0 instead of refusing them."""
     container_runtime: RuntimeChoice = "auto"
     """--runtime: the container CLI for tasks with a container environment (docker, podman, auto)."""
+    trajectories: bool | None = None
+    """--trajectories: store each attempt's redacted ATIF trajectory (None: ``[run] trajectories`` of the config)."""
 
 
 class RunObserver:
@@ -368,8 +371,14 @@ def _source_of(ws: ResolvedWorkspace) -> RepoSource:
     return RepoSource("path", str(ws.source.path))
 
 
-def frozen_config(options: RunOptions, agent: str, attempts: int, k: int, sandbox: SandboxRequest) -> RunConfig:
-    """What a new run measures, from its flags (the suite's attempts already applied)."""
+def frozen_config(
+    options: RunOptions, agent: str, attempts: int, k: int, sandbox: SandboxRequest, defaults: Config | None = None
+) -> RunConfig:
+    """What a new run measures, from its flags (the suite's attempts already applied) and, for what no flag said,
+    the config's ``[run]`` defaults."""
+    trajectories = options.trajectories
+    if trajectories is None:
+        trajectories = defaults.run.trajectories if defaults is not None else False
     return RunConfig(
         agent=agent,
         agent_cmd=options.agent_cmd,
@@ -388,6 +397,7 @@ def frozen_config(options: RunOptions, agent: str, attempts: int, k: int, sandbo
         grace_secs=DEFAULT_GRACE_SECS if options.grace_secs is None else options.grace_secs,
         max_cost_per_attempt=options.max_cost_per_attempt,
         sandbox=sandbox,
+        trajectories=trajectories,
     )
 
 
@@ -450,7 +460,7 @@ def run_suite(
         refuse_remote(containers, executor)
         containers = with_agent_tools(containers, description, observer.warning)
         sandbox = resolve_run_sandbox(options.sandbox, options.base_url, ref, ws, work_root, bases, observer)
-        config = frozen_config(options, ref.name, attempts, k, sandbox.request)
+        config = frozen_config(options, ref.name, attempts, k, sandbox.request, ref.options.config)
         budget = new_budget(options, config, ref.name, description)
         ensure_state_dir(ws.state_root)
         meta = RunMeta(
@@ -601,6 +611,8 @@ def session_settings(
         suite_digest=meta.suite_bundle_sha256 or meta.suite_sha256,
         environment_cache=str(cache_dir() / "environments"),
         containers=containers,
+        trajectories=meta.config is not None and meta.config.trajectories,
+        agent_version=str(meta.agent_description.get("version") or "") or None,
     )
     return RunSettings(
         loaded=loaded,
@@ -778,6 +790,13 @@ def _drain(
         update: dict[str, Any] = {"trace": trace_ref, "sandbox": settings.sandbox_index}
         if reasons:
             update |= {"retries": len(reasons), "retry_reasons": list(reasons)}
+        if result.trajectory is not None:
+            try:
+                update["trajectory"] = write_trajectory(
+                    store.dir, settings.state_root, job.task.id, job.attempt, result.trajectory
+                )
+            except (OSError, ValueError) as exc:  # a full disk costs the trajectory, never the result
+                observer.warning(f"could not store the trajectory of {job.task.id} #{job.attempt}: {exc}")
         record = record.model_copy(update=update)
         if result.artifacts is not None:
             try:

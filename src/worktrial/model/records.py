@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from worktrial.model.trajectory import TrajectoryRef
 
 Outcome = Literal["pass", "fail", "timeout", "error"]
 OUTCOMES: tuple[Outcome, ...] = ("pass", "fail", "timeout", "error")
@@ -202,3 +204,15 @@ class AttemptRecord(BaseModel):
     retries: int = 0
     """How many times an infrastructure error made this attempt run again (see --retry-errors)."""
     retry_reasons: list[str] = Field(default_factory=list)
+    trajectory: TrajectoryRef | None = Field(
+        default=None,
+        description="The attempt's stored ATIF trajectory (--trajectories): path, sha256, size and steps; absent "
+        "from records of runs without trajectories, which stay as they were.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_trajectory(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.trajectory is None:
+            data.pop("trajectory", None)
+        return data

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 DEFAULT_GRACE_SECS = 5.0
 """Between SIGTERM at an agent's deadline and SIGKILL (``--grace-secs``): time for the agent to save its work."""
@@ -73,6 +73,18 @@ class RunConfig(BaseModel):
     sandbox: SandboxRequest | None = Field(
         default=None, description="None only in runs stored before the config was frozen: the defaults apply then."
     )
+    trajectories: bool = Field(
+        default=False,
+        description="--trajectories: each attempt stores its redacted ATIF trajectory (left out of run.json when off).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_trajectories_when_off(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A run without trajectories stores the run.json it stored before the flag existed."""
+        data: dict[str, Any] = handler(self)
+        if not self.trajectories:
+            data.pop("trajectories", None)
+        return data
 
     def differences(self, given: RunConfig, fields: set[str]) -> list[str]:
         """``--flag: stored X, given Y`` for every field in ``fields`` where ``given`` differs from this config."""
@@ -104,6 +116,7 @@ FLAG_OF = {
     "limit": "--limit",
     "grace_secs": "--grace-secs",
     "max_cost_per_attempt": "--max-cost-per-attempt",
+    "trajectories": "--trajectories",
 }
 """The flag that sets each measured field, to name it when a resume would change it."""
 
