@@ -15,7 +15,9 @@ SCHEMA = json.loads((Path(__file__).parent / "data" / "atif" / "atif-v1.8.schema
 def atif_problems(document: Any, where: str = "$") -> list[str]:
     """Every way ``document`` breaks ATIF (empty: it is valid)."""
     validator = jsonschema.Draft202012Validator(SCHEMA)
-    problems = [f"{where}{''.join(f'[{p!r}]' for p in e.absolute_path)}: {e.message}" for e in validator.iter_errors(document)]
+    problems = [
+        f"{where}{''.join(f'[{p!r}]' for p in e.absolute_path)}: {e.message}" for e in validator.iter_errors(document)
+    ]
     if problems:
         return problems
     for index, step in enumerate(document["steps"], start=1):

@@ -38,7 +38,9 @@ def editor(request: Request) -> Reply:
         return openai_reply(("read_file", {"path": "twice.txt"}), usage=usage)
     if turn == 1:
         return openai_reply(("edit_file", {"path": "twice.txt", "old_string": "x", "new_string": "y"}), usage=usage)
-    return openai_reply(("finish", {"status": "failure", "summary": "old_string matched twice; giving up"}), usage=usage)
+    return openai_reply(
+        ("finish", {"status": "failure", "summary": "old_string matched twice; giving up"}), usage=usage
+    )
 
 
 def test_the_builtin_agents_trajectory_shows_the_failing_tool_call_and_its_error(

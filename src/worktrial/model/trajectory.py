@@ -41,6 +41,7 @@ RECORD_TOTAL_BYTES = 2 * MAX_TRAJECTORY_BYTES
 CUT_MARK = "[... {n} bytes cut by worktrial ...]"
 TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$")
 """An ISO 8601 date or time, as ATIF's ``timestamp`` holds one."""
+_MARK = re.compile(r"\[\.\.\. (\d{1,15}) bytes cut by worktrial \.\.\.\]")
 StepSource = Literal["system", "user", "agent"]
 
 
@@ -147,14 +148,18 @@ def now_iso() -> str:
 
 
 def clip(text: str, limit: int) -> str:
-    """``text`` in at most about ``limit`` UTF-8 bytes: its head and tail around a mark saying how much was cut."""
+    """``text`` in at most about ``limit`` UTF-8 bytes: its head and tail around a mark saying how much was cut
+    (of the original: a mark an earlier cut left in the part cut now adds what it had cut)."""
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= limit:
         return text
     half = max(0, (limit - 64) // 2)
     head = data[:half].decode("utf-8", "ignore")
     tail = data[len(data) - half :].decode("utf-8", "ignore")
-    return head + CUT_MARK.format(n=len(data) - 2 * half) + tail
+    cut = len(data) - 2 * half
+    for earlier in _MARK.finditer(data[half : len(data) - half].decode("utf-8", "ignore")):
+        cut += int(earlier.group(1)) - len(earlier.group(0).encode())
+    return head + CUT_MARK.format(n=cut) + tail
 
 
 # -- recording --------------------------------------------------------------------------------------------------
