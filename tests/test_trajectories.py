@@ -4,14 +4,16 @@ recording of every wire format in test_gateway_trajectory.py, the real CLIs in t
 
 from __future__ import annotations
 
+import hashlib
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.atif_check import assert_atif
-from tests.builtin_support import run_eval
+from tests.builtin_support import run_eval, write_user_config
 from tests.conftest import task
 from tests.scripted_provider import Reply, Request, ScriptedProvider, openai_reply, openai_usage, turn_index
 
@@ -19,13 +21,17 @@ SECRET = "sk-test-TRAJECTORY-SECRET-0123456789abcdef"
 PASSED = "planted-pass-env-value-4242"
 
 
+def commit(repo: Path, name: str, text: str) -> None:
+    (repo / name).write_text(text)
+    subprocess.run(["git", "add", name], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", name], cwd=repo, check=True)
+
+
 def stored(repo: Path, envelope: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The only attempt's record and its trajectory file, parsed (checked against the record's digest)."""
     (record,) = [a for t in envelope["report"]["tasks"] for a in t["attempts"]]
     ref = record["trajectory"]
     data = (repo / ref["path"]).read_bytes()
-    import hashlib
-
     assert hashlib.sha256(data).hexdigest() == ref["sha256"] and len(data) == ref["bytes"]
     return record, json.loads(data)
 
@@ -46,11 +52,7 @@ def editor(request: Request) -> Reply:
 def test_the_builtin_agents_trajectory_shows_the_failing_tool_call_and_its_error(
     cli: Any, repo: Path, write_suite: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (repo / "twice.txt").write_text("x\nx\n")
-    import subprocess
-
-    subprocess.run(["git", "add", "."], cwd=repo, check=True)
-    subprocess.run(["git", "commit", "-qm", "twice"], cwd=repo, check=True)
+    commit(repo, "twice.txt", "x\nx\n")
     monkeypatch.setenv("OPENAI_COMPATIBLE_API_KEY", SECRET)
     suite = write_suite([task("edit", prompt=f"Replace x by y in twice.txt. The key is {SECRET}.")])
     with ScriptedProvider(editor) as server:
@@ -75,3 +77,117 @@ def test_the_builtin_agents_trajectory_shows_the_failing_tool_call_and_its_error
     assert SECRET not in text and "[REDACTED]" in steps[1]["message"]
     # The trace and the envelope hold no transcript: only the record's reference to the file.
     assert "twice.txt" not in result.stdout
+
+
+AGENT = r"""
+import json, os, sys
+mode = sys.stdin.read().strip()
+path = os.environ.get("WORKTRIAL_TRAJECTORY_FILE")
+if path is None:
+    sys.exit(0)
+secret = os.environ.get("MY_SECRET_TOKEN", "")
+steps = [
+    {"step_id": 7, "source": "user", "message": [
+        {"type": "text", "text": "task"}, {"type": "image", "source": {"media_type": "image/png", "path": "/x.png"}}]},
+    {"step_id": 9, "source": "agent", "message": "running env", "model_name": "m1", "reasoning_content": "why",
+     "tool_calls": [{"tool_call_id": "t1", "function_name": "bash", "arguments": {"cmd": "env"}}, {"bogus": 1}],
+     "observation": {"results": [{"source_call_id": "t1", "content": "MY_SECRET_TOKEN=" + secret},
+                                 {"source_call_id": "nope", "content": "orphan"}]},
+     "metrics": {"prompt_tokens": 10, "completion_tokens": -5, "cost_usd": "free"}, "unknown_field": {"x": 1}},
+    {"step_id": 1, "source": "robot", "message": "dropped"},
+]
+if mode == "atif":
+    doc = {"schema_version": "ATIF-v1.6", "agent": {"name": "mine", "version": 3}, "steps": steps, "session_id": "s"}
+    open(path, "w").write(json.dumps(doc))
+elif mode == "jsonl":
+    open(path, "w").write("\n".join(json.dumps(s) for s in steps) + "\n")
+elif mode == "symlink":
+    os.symlink("/etc/passwd", path)
+elif mode == "garbage":
+    open(path, "wb").write(b"\xff\xfe not json")
+elif mode == "huge":
+    open(path, "wb").write(b"{" + b" " * (33 * 1024 * 1024) + b"}")
+"""
+
+
+def test_a_command_agents_own_file_is_read_as_hostile_input(
+    cli: Any, repo: Path, write_suite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commit(repo, "agent.py", AGENT)
+    monkeypatch.setenv("MY_SECRET_TOKEN", PASSED)
+    modes = ["atif", "jsonl", "symlink", "garbage", "huge", "none"]
+    suite = write_suite([task(mode, prompt=mode) for mode in modes])
+    result = run_eval(
+        cli, repo, suite, "--agent-cmd", "python3 agent.py", "--pass-env", "MY_SECRET_TOKEN", "--trajectories"
+    )
+    assert result.exit_code == 0, result.output
+    envelope = json.loads(result.stdout)
+    records = {t["task_id"]: t["attempts"][0] for t in envelope["report"]["tasks"]}
+    assert "trajectory" not in records["none"]  # the agent wrote nothing: nothing is stored
+    documents = {}
+    for mode in modes[:-1]:
+        ref = records[mode]["trajectory"]
+        documents[mode] = json.loads((repo / ref["path"]).read_text())
+        assert_atif(documents[mode])
+        assert PASSED not in json.dumps(documents[mode])
+    for mode in ("atif", "jsonl"):
+        steps = documents[mode]["steps"]
+        assert [s["source"] for s in steps] == ["user", "agent"]  # the unknown source is left out
+        assert steps[0]["message"] == "task\n[image]"
+        agent = steps[1]
+        assert [c["tool_call_id"] for c in agent["tool_calls"]] == ["t1"]
+        first, orphan = agent["observation"]["results"]
+        assert first["content"] == "MY_SECRET_TOKEN=[REDACTED]"
+        assert "source_call_id" not in orphan and orphan["extra"] == {"tool_call_id": "nope"}
+        assert agent["metrics"] == {"prompt_tokens": 10}
+    assert documents["atif"]["agent"]["name"] == "mine" and documents["atif"]["agent"]["version"] == "unknown"
+    for mode, said in [("symlink", "could not be read"), ("garbage", "not UTF-8"), ("huge", "larger than")]:
+        (only,) = documents[mode]["steps"]
+        assert only["source"] == "system" and said in only["message"], (mode, only)
+
+
+def _without_volatile(value: Any) -> Any:
+    volatile = {"duration_secs", "agent_secs", "verify_secs", "setup_secs", "id", "started_at", "finished_at",
+                "trace", "work_root", "host", "latency_ms", "mean", "p50", "p95", "max",
+                "mean_setup_secs_per_attempt"}  # fmt: skip
+    if isinstance(value, dict):
+        return {k: _without_volatile(v) for k, v in value.items() if k not in volatile}
+    if isinstance(value, list):
+        return [_without_volatile(v) for v in value]
+    return value
+
+
+def test_without_the_flag_traces_and_envelopes_stay_as_they_were(cli: Any, repo: Path, write_suite: Any) -> None:
+    """The flag adds one thing: the record's reference to the file. Without it the run, its traces, records and
+    envelope hold no trajectory key at all, and the agent is not told a trajectory file."""
+    commit(repo, "agent.py", AGENT)
+    suite = write_suite([task("t", prompt="jsonl")])
+    runs = {}
+    for flag in ("--no-trajectories", "--trajectories"):
+        result = run_eval(cli, repo, suite, "--agent-cmd", "python3 agent.py", flag)
+        assert result.exit_code == 0, result.output
+        envelope = json.loads(result.stdout)
+        (record,) = envelope["report"]["tasks"][0]["attempts"]
+        trace = json.loads((repo / record["trace"]).read_text())
+        run_dir = repo / ".worktrial" / "runs" / envelope["run"]["id"]
+        runs[flag] = (envelope, trace, run_dir)
+    (off, off_trace, off_dir), (on, on_trace, on_dir) = runs["--no-trajectories"], runs["--trajectories"]
+    assert _without_volatile(off_trace) == _without_volatile(on_trace)
+    on_record = on["report"]["tasks"][0]["attempts"][0]
+    assert on_record.pop("trajectory")["steps"] == 2
+    assert _without_volatile(off) == _without_volatile(on)
+    for stored in (off_dir / "envelope.json", off_dir / "attempts.jsonl", off_dir / "run.json"):
+        assert "trajector" not in stored.read_text(), stored
+    assert not list(off_dir.rglob("trajectory.json"))
+    assert '"trajectories": true' in (on_dir / "run.json").read_text()
+
+
+def test_config_turns_trajectories_on_and_the_flag_off_again(cli: Any, repo: Path, write_suite: Any) -> None:
+    commit(repo, "agent.py", AGENT)
+    write_user_config("[run]\ntrajectories = true\n")
+    suite = write_suite([task("t", prompt="jsonl")])
+    for flags, stored in [((), True), (("--no-trajectories",), False)]:
+        result = run_eval(cli, repo, suite, "--agent-cmd", "python3 agent.py", *flags)
+        assert result.exit_code == 0, result.output
+        record = json.loads(result.stdout)["report"]["tasks"][0]["attempts"][0]
+        assert ("trajectory" in record) is stored
