@@ -191,3 +191,20 @@ def test_config_turns_trajectories_on_and_the_flag_off_again(cli: Any, repo: Pat
         assert result.exit_code == 0, result.output
         record = json.loads(result.stdout)["report"]["tasks"][0]["attempts"][0]
         assert ("trajectory" in record) is stored
+
+
+def test_audit_checks_each_trajectorys_digest(cli: Any, repo: Path, write_suite: Any) -> None:
+    commit(repo, "agent.py", AGENT)
+    suite = write_suite([task("t", prompt="jsonl")])
+    result = run_eval(cli, repo, suite, "--agent-cmd", "python3 agent.py", "--trajectories")
+    envelope = json.loads(result.stdout)
+    run_dir = repo / ".worktrial" / "runs" / envelope["run"]["id"]
+    audited = cli(["audit", str(run_dir / "envelope.json"), "--suite", str(suite)], cwd=repo)
+    assert audited.exit_code == 0 and "1 trajectory files checked" in audited.output, audited.output
+    path = repo / envelope["report"]["tasks"][0]["attempts"][0]["trajectory"]["path"]
+    path.write_text(path.read_text().replace("running env", "running something else"))
+    audited = cli(["audit", str(run_dir / "envelope.json"), "--suite", str(suite)], cwd=repo)
+    assert audited.exit_code == 1 and "trajectory file" in audited.output and "the record says" in audited.output
+    path.unlink()  # not shared with the envelope: a note, not a finding
+    audited = cli(["audit", str(run_dir / "envelope.json"), "--suite", str(suite)], cwd=repo)
+    assert audited.exit_code == 0 and "1 trajectory file(s) are not here" in audited.output, audited.output
