@@ -16,6 +16,7 @@ from tests.atif_check import assert_atif
 from tests.builtin_support import run_eval, write_user_config
 from tests.conftest import task
 from tests.scripted_provider import Reply, Request, ScriptedProvider, openai_reply, openai_usage, turn_index
+from tests.test_hostile_text import PAYLOAD, terminal_problems
 
 SECRET = "sk-test-TRAJECTORY-SECRET-0123456789abcdef"
 PASSED = "planted-pass-env-value-4242"
@@ -81,7 +82,7 @@ def test_the_builtin_agents_trajectory_shows_the_failing_tool_call_and_its_error
 
 AGENT = r"""
 import json, os, sys
-mode = sys.stdin.read().strip()
+mode, _, payload = sys.stdin.read().strip().partition("\n")
 path = os.environ.get("WORKTRIAL_TRAJECTORY_FILE")
 if path is None:
     sys.exit(0)
@@ -105,6 +106,12 @@ elif mode == "symlink":
     os.symlink("/etc/passwd", path)
 elif mode == "garbage":
     open(path, "wb").write(b"\xff\xfe not json")
+elif mode == "hostile":
+    call = {"tool_call_id": payload, "function_name": payload, "arguments": {payload: payload}}
+    result = {"source_call_id": payload, "content": payload, "extra": {"is_error": True}}
+    step = {"source": "agent", "message": payload, "reasoning_content": payload, "model_name": payload,
+            "tool_calls": [call], "observation": {"results": [result]}}
+    open(path, "w").write(json.dumps({"source": "user", "message": payload}) + "\n" + json.dumps(step) + "\n")
 elif mode == "huge":
     open(path, "wb").write(b"{" + b" " * (33 * 1024 * 1024) + b"}")
 """
@@ -208,3 +215,20 @@ def test_audit_checks_each_trajectorys_digest(cli: Any, repo: Path, write_suite:
     path.unlink()  # not shared with the envelope: a note, not a finding
     audited = cli(["audit", str(run_dir / "envelope.json"), "--suite", str(suite)], cwd=repo)
     assert audited.exit_code == 0 and "1 trajectory file(s) are not here" in audited.output, audited.output
+
+
+def test_show_prints_a_trajectory_with_hostile_text_escaped(cli: Any, repo: Path, write_suite: Any) -> None:
+    commit(repo, "agent.py", AGENT)
+    suite = write_suite([task("t", prompt="hostile\n" + PAYLOAD)])
+    result = run_eval(cli, repo, suite, "--agent-cmd", "python3 agent.py", "--trajectories")
+    run_id = json.loads(result.stdout)["run"]["id"]
+    shown = cli(["show", run_id, "t", "1", "--trajectory"], cwd=repo)
+    assert shown.exit_code == 0, shown.output
+    assert not terminal_problems(shown.output), terminal_problems(shown.output)
+    assert "[bold]B[/bold]" in shown.output and "\\x1b" in shown.output
+    assert "✗ start" in shown.output  # the failed tool call's result is marked
+    hint = cli(["show", run_id, "t", "1"], cwd=repo)
+    assert "trajectory: 2 steps (add --trajectory to see them)" in hint.output
+    plain = run_eval(cli, repo, suite, "--agent-cmd", "python3 agent.py")
+    refused = cli(["show", json.loads(plain.stdout)["run"]["id"], "t", "1", "--trajectory"], cwd=repo)
+    assert refused.exit_code == 2 and "was not made with --trajectories" in refused.output
