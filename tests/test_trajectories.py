@@ -232,3 +232,49 @@ def test_show_prints_a_trajectory_with_hostile_text_escaped(cli: Any, repo: Path
     plain = run_eval(cli, repo, suite, "--agent-cmd", "python3 agent.py")
     refused = cli(["show", json.loads(plain.stdout)["run"]["id"], "t", "1", "--trajectory"], cwd=repo)
     assert refused.exit_code == 2 and "was not made with --trajectories" in refused.output
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_view_shows_each_attempts_trajectory_collapsed_and_searchable(
+    cli: Any, repo: Path, write_suite: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_view import _browser_page
+
+    commit(repo, "twice.txt", "x\nx\n")
+    commit(repo, "agent.py", AGENT)
+    with ScriptedProvider(editor) as server:
+        builtin = run_eval(
+            cli, repo, write_suite([task("edit", prompt="Replace x by y in twice.txt.")]),
+            "--model", "openai-compatible/m", "--base-url", server.openai_url, "--trajectories",
+        )  # fmt: skip
+    hostile = run_eval(
+        cli, repo, write_suite([task("t", prompt="hostile\n" + PAYLOAD)]), "--agent-cmd", "python3 agent.py",
+        "--trajectories",
+    )  # fmt: skip
+    runs = [json.loads(r.stdout)["run"]["id"] for r in (builtin, hostile)]
+    page_path = Path(cli(["view", *runs, "--output", str(tmp_path / "view.html")], cwd=repo).stdout.strip())
+    errors: list[str] = []
+    with _browser_page(errors) as page:
+        page.goto(page_path.as_uri() + "#edit/1")
+        attempt = page.locator('details.attempt[data-task="edit"]')
+        box = attempt.locator("details.trajectory")
+        assert "Trajectory: 5 steps · builtin" in box.locator("summary").inner_text()
+        steps = box.locator(".step")
+        assert steps.count() == 5 and not steps.first.is_visible()  # collapsed until asked for
+        box.locator("summary").click()
+        assert steps.first.is_visible()
+        failed = box.locator(".call.failed")
+        assert failed.count() == 1 and "old_string occurs 2 times" in failed.inner_text()
+        assert "edit_file(" in failed.inner_text()
+        box.locator(".trajectory-filter").fill("matched twice")
+        assert box.locator(".step-count").inner_text() == "1 of 5 steps match"
+        assert box.locator(".step:visible").count() == 1
+        assert "finish(" in box.locator(".step:visible").inner_text()
+        # Hostile text is text: no element of the agent's made it into the page.
+        other = page.locator('#run-1 details.attempt[data-task="t"]')
+        other.locator(":scope > summary").click()
+        other.locator("details.trajectory > summary").click()
+        assert "<script>alert(1)</script>" in other.locator(".step .text").first.inner_text()
+        assert page.locator("img[src=x]").count() == 0
+    assert errors == []

@@ -41,7 +41,15 @@ def _load(ref: str, workspace: Path | None) -> tuple[LoadedEnvelope, ViewRun]:
     env = loaded.envelope
     keys = [(t.task_id, a.attempt) for t in env.report.tasks for a in t.attempts]
     artifacts = artifacts_for_envelope(loaded.source, keys)
-    return loaded, ViewRun(label=ref, envelope=env, artifacts=artifacts)
+    trajectories = {}
+    run_dir = run_dir_of(loaded.source)
+    if run_dir is not None:
+        for task in env.report.tasks:
+            for record in task.attempts:
+                found, _ = read_trajectory(run_dir, record.task_id, record.attempt, record.trajectory)
+                if found is not None:
+                    trajectories[(record.task_id, record.attempt)] = found
+    return loaded, ViewRun(label=ref, envelope=env, artifacts=artifacts, trajectories=trajectories)
 
 
 @click.command("show")
