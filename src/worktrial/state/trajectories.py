@@ -39,10 +39,11 @@ def write_trajectory(run_dir: Path, state_root: Path, task_id: str, attempt: int
     return TrajectoryRef(path=shown, sha256=hashlib.sha256(data).hexdigest(), bytes=len(data), steps=steps)
 
 
-def read_trajectory(
+def read_trajectory_file(
     run_dir: Path, task_id: str, attempt: int, ref: TrajectoryRef | None
-) -> tuple[Trajectory | None, str]:
-    """The stored trajectory of one attempt, or None and why not ("" when the run recorded none)."""
+) -> tuple[bytes | None, str]:
+    """The stored trajectory file's bytes, exactly those its record's digest covers, or None and why not ("" when
+    the run recorded none)."""
     if ref is None:
         return None, ""
     path = attempt_dir(run_dir, task_id, attempt) / TRAJECTORY_FILE
@@ -54,6 +55,16 @@ def read_trajectory(
         return None, "its trajectory file cannot be read"
     if hashlib.sha256(data).hexdigest() != ref.sha256:
         return None, "its trajectory file changed since the attempt recorded it (the digest differs)"
+    return data, ""
+
+
+def read_trajectory(
+    run_dir: Path, task_id: str, attempt: int, ref: TrajectoryRef | None
+) -> tuple[Trajectory | None, str]:
+    """The stored trajectory of one attempt, or None and why not ("" when the run recorded none)."""
+    data, why = read_trajectory_file(run_dir, task_id, attempt, ref)
+    if data is None:
+        return None, why
     try:
         return Trajectory.model_validate_json(data), ""
     except (ValueError, ValidationError):
