@@ -33,11 +33,11 @@ class Item:
 
     def key(self) -> str:
         """The item's identity across requests, whatever the agent re-serialised (whitespace, JSON key order,
-        cache markers): the same answer echoed in the next request has the same key."""
+        cache markers): the same answer echoed in the next request has the same key. A tool call is known by its
+        name and arguments, not its id: Gemini's answers carry none, and Gemini CLI adds one of its own when it
+        echoes them (the same call made twice counts twice, see ``Recorder``)."""
         args = json.dumps(self.arguments, sort_keys=True, default=str) if self.arguments is not None else ""
-        call = self.call_id if self.call_id is not None else ""
-        if self.kind == "tool_call" and self.call_id is None:
-            call = ""  # Gemini's calls have no ids: the name and arguments say which
+        call = self.call_id if self.call_id is not None and self.kind != "tool_call" else ""
         text = _SPACE.sub("", self.text)
         raw = "\0".join((self.kind, call, self.name or "", args, text))
         return hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()

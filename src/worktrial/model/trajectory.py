@@ -286,8 +286,9 @@ class StepLog:
         content = self._text(content) or ""
         extra = {**({"is_error": True} if is_error else {}), **(extra or {})} or None
         with self.budget.lock:
-            if call_id is None and name is not None:
-                call_id = next((cid for n, cid in self._pending if n == name), None)
+            if (call_id is None or call_id not in self._calls) and name is not None:
+                # A result naming only its tool (Gemini), or an id the call never had (Gemini CLI adds its own).
+                call_id = next((cid for n, cid in self._pending if n == name), call_id)
             step = self._calls.get(call_id) if call_id is not None else None
             if step is not None:
                 assert call_id is not None
