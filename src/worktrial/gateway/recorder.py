@@ -10,14 +10,20 @@ conversations of their own; the one with the most answers is the trajectory's ma
 ``subagent_trajectories``.
 
 Nothing here is redacted or finally bounded: the engine seals the trajectory with the attempt's redactor
-(``model.trajectory.seal``); this only keeps memory bounded while the attempt runs.
+(``model.trajectory.seal``); this only keeps memory bounded while the attempt runs. The work of a finished call
+(reading the request's conversation, adding the steps) runs on a thread of the recorder's own, in the order the
+calls ended, so the gateway's event loop sends the answer's last bytes without waiting for it
+(``benchmarks/trajectory_recording.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +60,9 @@ class Recording:
 
     def end(self, status: int, latency_ms: float, *, model: str | None, tokens: Tokens | None, error: str) -> None:
         """The answer is over: ``status`` 0 when none came; ``error`` what went wrong, if anything."""
+        self._recorder.later(lambda: self._end(status, latency_ms, model, tokens, error))
+
+    def _end(self, status: int, latency_ms: float, model: str | None, tokens: Tokens | None, error: str) -> None:
         try:
             prompt = read_prompt(self.wire, self._body)
         except Exception:  # a recorder bug must never cost the attempt: the call is left out
@@ -72,6 +81,16 @@ class Recorder:
         self._conversations: list[_Conversation] = []
         self._lock = threading.Lock()
         self.calls = 0
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="worktrial-trajectory")
+
+    def later(self, work: Callable[[], None]) -> None:
+        """Run ``work`` on the recorder's thread, after the work handed to it before (nothing once it is closed)."""
+        with contextlib.suppress(RuntimeError):  # closed: the attempt's trajectory was already taken
+            self._worker.submit(work)
+
+    def close(self) -> None:
+        """Finish the calls already handed over; the recorder takes no more."""
+        self._worker.shutdown(wait=True)
 
     def begin(self, wire: Wire | None, path: str, body: bytes) -> Recording | None:
         """A model call starts (None for other requests: model lists, token counts)."""
@@ -174,7 +193,9 @@ class Recorder:
         flush_assistant()
 
     def trajectory(self, agent: AgentInfo) -> Trajectory | None:
-        """The main conversation with the side ones embedded; None when no model call was recorded."""
+        """The main conversation with the side ones embedded; None when no model call was recorded. Closes the
+        recorder: calls that end later (a stream the gateway still drains) are left out."""
+        self.close()
         with self._lock:
             conversations = [c for c in self._conversations if len(c.log)]
             if not conversations:

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from worktrial.gateway.wire import Wire
 
 ItemKind = Literal["system", "user", "assistant", "tool_call", "tool_result"]
-_SPACE = re.compile(r"\s+")
 
 
 @dataclass(frozen=True)
@@ -38,7 +36,7 @@ class Item:
         echoes them (the same call made twice counts twice, see ``Recorder``)."""
         args = json.dumps(self.arguments, sort_keys=True, default=str) if self.arguments is not None else ""
         call = self.call_id if self.call_id is not None and self.kind != "tool_call" else ""
-        text = _SPACE.sub("", self.text)
+        text = "".join(self.text.split())  # whitespace left out (str.split: many times faster than a regex)
         raw = "\0".join((self.kind, call, self.name or "", args, text))
         return hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
