@@ -18,7 +18,7 @@ from tests.builtin_support import run_eval
 from tests.conftest import task
 
 STEP = json.dumps({"source": "agent", "message": "fixed README.md"})
-AGENT = f'echo fixed >> README.md; [ -z "$WORKTRIAL_TRAJECTORY_FILE" ] || echo \'{STEP}\' > "$WORKTRIAL_TRAJECTORY_FILE"'
+AGENT = f'echo fixed >> README.md; [ -z "$WORKTRIAL_TRAJECTORY_FILE" ] || echo \'{STEP}\' >"$WORKTRIAL_TRAJECTORY_FILE"'
 IDS = ["astropy__astropy-12907", "weird/id with spaces"]
 
 

@@ -278,3 +278,14 @@ def test_view_shows_each_attempts_trajectory_collapsed_and_searchable(
         assert "<script>alert(1)</script>" in other.locator(".step .text").first.inner_text()
         assert page.locator("img[src=x]").count() == 0
     assert errors == []
+
+
+def test_a_resumed_run_keeps_its_choice(cli: Any, repo: Path, write_suite: Any) -> None:
+    commit(repo, "agent.py", AGENT)
+    suite = write_suite([task("t", prompt="jsonl")])
+    first = run_eval(cli, repo, suite, "--agent-cmd", "python3 agent.py")
+    run_id = json.loads(first.stdout)["run"]["id"]
+    refused = run_eval(cli, repo, suite, "--resume", run_id, "--trajectories")
+    assert refused.exit_code == 2 and "--trajectories: stored no, given yes" in refused.output, refused.output
+    again = run_eval(cli, repo, suite, "--resume", run_id)
+    assert again.exit_code == 0, again.output
