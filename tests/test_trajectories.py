@@ -117,6 +117,7 @@ elif mode == "huge":
 """
 
 
+@pytest.mark.slow
 def test_a_command_agents_own_file_is_read_as_hostile_input(
     cli: Any, repo: Path, write_suite: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
