@@ -84,7 +84,7 @@ AGENT = r"""
 import json, os, sys
 mode, _, payload = sys.stdin.read().strip().partition("\n")
 path = os.environ.get("WORKTRIAL_TRAJECTORY_FILE")
-print("trajectory file:", path)
+print("told a trajectory file:", "Y" if path else "N")  # the same size either way: the trace counts bytes
 if path is None:
     sys.exit(0)
 secret = os.environ.get("MY_SECRET_TOKEN", "")
@@ -188,7 +188,7 @@ def test_without_the_flag_traces_and_envelopes_stay_as_they_were(cli: Any, repo:
     for stored in (off_dir / "envelope.json", off_dir / "attempts.jsonl", off_dir / "run.json"):
         assert "trajector" not in stored.read_text(), stored
     told = {d: (d / "attempts" / "t" / "1" / "artifacts.json").read_text() for d in (off_dir, on_dir)}
-    assert "trajectory file: None" in told[off_dir] and "trajectory.json" in told[on_dir]
+    assert "told a trajectory file: N" in told[off_dir] and "told a trajectory file: Y" in told[on_dir]
     assert not list(off_dir.rglob("trajectory.json"))
     assert '"trajectories": true' in (on_dir / "run.json").read_text()
 
