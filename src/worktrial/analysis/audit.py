@@ -3,12 +3,14 @@
 The digest of the suite file must match; every published metric must equal what this harness recomputes from
 the per-attempt records (only fields the envelope actually publishes are compared, so an envelope from an
 older version is judged on what it claims); every attempt's outcome must agree with its ``claimed`` and
-``verified`` facts; and every referenced trace file must exist, describe the same attempt, and hold no
-transcript fields.
+``verified`` facts; every referenced trace file must exist, describe the same attempt, and hold no
+transcript fields; and every trajectory file a record names (``--trajectories``) must have the digest recorded
+with it, where it is present (trajectories stay local: an envelope published without them only gets a note).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -26,6 +28,7 @@ from worktrial.model.envelope import Envelope, parse_envelope_json
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import LoadedSuite
 from worktrial.model.trace import FORBIDDEN_KEYS
+from worktrial.model.trajectory import MAX_TRAJECTORY_BYTES
 from worktrial.safe_read import InputFileError, read_input
 from worktrial.safe_text import for_terminal
 
@@ -36,6 +39,7 @@ class AuditReport(BaseModel):
     attempts: int
     values_compared: int
     traces_checked: int
+    trajectories_checked: int = 0
     mismatches: list[str]
     notes: list[str]
     ok: bool
@@ -111,6 +115,7 @@ def _outcome_problems(record: AttemptRecord) -> list[str]:
     return []
 
 
+MAX_TRAJECTORY_FILE_BYTES = 4 * MAX_TRAJECTORY_BYTES
 _IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -195,6 +200,26 @@ def _trace_problems(record: AttemptRecord, workspace: Path) -> list[str]:
                 f"{json.dumps(getattr(record, name))}"
             )
     return problems
+
+
+def _trajectory_problems(record: AttemptRecord, root: Path) -> list[str] | None:
+    """Mismatches of the trajectory file a record names (None: the file is not there, as when not published)."""
+    ref = record.trajectory
+    assert ref is not None
+    where = f"report.tasks[{record.task_id}].attempts[{record.attempt}].trajectory"
+    path = Path(ref.path)
+    path = path if path.is_absolute() else root / path
+    try:
+        digest = hashlib.sha256(read_input(path, MAX_TRAJECTORY_FILE_BYTES, follow_symlinks=False)).hexdigest()
+    except FileNotFoundError:
+        return None
+    except InputFileError as exc:
+        return [f"{where}: trajectory file {path} {exc.problem}"]
+    except OSError as exc:
+        return [f"{where}: trajectory file {path} cannot be read ({exc.strerror or exc})"]
+    if digest != ref.sha256:
+        return [f"{where}: trajectory file {path} has sha256 {digest}, the record says {ref.sha256}"]
+    return []
 
 
 def attempt_count_problems(envelope: Envelope) -> list[str]:
@@ -308,7 +333,7 @@ def audit_envelope(
     mismatches += differ.mismatches
     if differ.unknown:
         notes.append(f"not recomputable by this harness version (skipped): {', '.join(differ.unknown[:8])}")
-    traces = 0
+    traces = trajectories = 0
     if check_traces:
         root = workspace or _trace_root(envelope_path, envelope)
         for record in records:
@@ -318,12 +343,28 @@ def audit_envelope(
         missing = [f"{r.task_id}#{r.attempt}" for r in records if r.trace is None]
         if missing:
             notes.append(f"{len(missing)} attempt(s) reference no trace file: {', '.join(missing[:8])}")
+        absent = []
+        for record in records:
+            if record.trajectory is None:
+                continue
+            found = _trajectory_problems(record, root)
+            if found is None:
+                absent.append(f"{record.task_id}#{record.attempt}")
+                continue
+            trajectories += 1
+            mismatches += found
+        if absent:
+            notes.append(
+                f"{len(absent)} trajectory file(s) are not here (they stay local unless shared): "
+                + ", ".join(absent[:8])
+            )
     return AuditReport(
         envelope_path=str(envelope_path),
         suite_path=str(loaded.path),
         attempts=len(records),
         values_compared=differ.compared,
         traces_checked=traces,
+        trajectories_checked=trajectories,
         mismatches=mismatches,
         notes=notes,
         ok=not mismatches,
@@ -336,6 +377,7 @@ def render_audit(report: AuditReport) -> str:
         f"audit of {for_terminal(report.envelope_path)} against {for_terminal(report.suite_path)}: "
         f"{report.attempts} attempts, {report.values_compared} published values recomputed, "
         f"{report.traces_checked} trace files checked"
+        + (f", {report.trajectories_checked} trajectory files checked" if report.trajectories_checked else "")
     )
     lines = [head]
     # Each finding quotes the envelope (task ids, paths): one line each, so none can forge another.

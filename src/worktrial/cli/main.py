@@ -158,6 +158,12 @@ def eval_options(func: F) -> F:
         click.option(
             "--no-artifacts", is_flag=True, help="Keep no per-attempt logs or patches (they stay local otherwise)."
         ),
+        click.option(
+            "--trajectories/--no-trajectories",
+            default=None,
+            help="Store each attempt's conversation with its model, redacted, as an ATIF trajectory (local, like "
+            "the artifacts; default: [run] trajectories of the config, else off).",
+        ),
         click.option("--keep-worktrees", is_flag=True, help="Keep each attempt's worktree and print its path."),
         click.option("--verify-always", is_flag=True, help="Also verify claimed failures and timeouts (diagnosis)."),
         trust_option,

@@ -7,6 +7,7 @@ checkout gives for it. Each phase returns what it found; an attempt that ends ea
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -18,7 +19,7 @@ from typing import Any, Literal
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentResult
 from worktrial.agents.credentials import preset_credentials
 from worktrial.agents.prompt import prompt_file_env, write_prompt_file
-from worktrial.engine import containers
+from worktrial.engine import containers, trajectory
 from worktrial.engine.checkout import Checkout, Room, open_checkout, suite_env
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec
 from worktrial.engine.model_gateway import apply_report, open_session
@@ -45,6 +46,8 @@ from worktrial.model.records import AttemptRecord, ErrorCategory, Outcome, Usage
 from worktrial.model.suite import Task
 from worktrial.model.trace import build_trace
 from worktrial.redaction import Redactor
+
+log = logging.getLogger(__name__)
 
 # An agent that returns this long after its deadline overran it, whatever it says.
 DEADLINE_GRACE_SECS = 2.0
@@ -107,6 +110,8 @@ class AgentRun:
     capped: str | None
     """Why it ended at its cost cap, or None."""
     report: GatewayReport | None
+    trajectory: trajectory.Collected | None = None
+    """The conversation with the model as recorded (``--trajectories``), sealed once the redactor is known."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +248,7 @@ def _run_agent(
     # The gateway's unix socket (and the forwarder next to it) is what a sandbox with a network of its own reaches
     # the model through: shown read-only to the agent's processes, useless without the attempt's token.
     shown = [session.socket_dir] if session is not None and session.socket_dir else []
+    recording = trajectory.start(spec, session)
     ctx = AgentContext(
         task=task,
         attempt=job.attempt,
@@ -258,13 +264,31 @@ def _run_agent(
         cancel=cancel,
         cost_cap=spec.max_cost_per_attempt,
         gateway=session,
+        trajectory=recording.log if recording is not None else None,
     )
     result, report = _call(agent, ctx, session)
     if report is not None:
         apply_report(result, report, spec.agent.name)
     ended = time.monotonic()
     overran = ended > deadline + DEADLINE_GRACE_SECS
-    return AgentRun(result, started, ended - started, overran, _over_cost_cap(ctx, result), report)
+    collected = _collected(spec, recording, session, room.scratch, result)
+    return AgentRun(result, started, ended - started, overran, _over_cost_cap(ctx, result), report, collected)
+
+
+def _collected(
+    spec: AttemptSpec,
+    recording: trajectory.Recording | None,
+    session: Session | None,
+    scratch: Path,
+    result: AgentResult,
+) -> trajectory.Collected | None:
+    """The trajectory as recorded, taken while the agent's scratch directory (and a file it wrote there) is still
+    there; a recorder's bug costs the trajectory, never the attempt."""
+    try:
+        return trajectory.collect(spec, recording, session, scratch, result.usage.model)
+    except Exception:
+        log.warning("the attempt's trajectory could not be collected; it is not stored", exc_info=True)
+        return None
 
 
 def _call(agent: Agent, ctx: AgentContext, session: Session | None) -> tuple[AgentResult, GatewayReport | None]:
@@ -429,7 +453,18 @@ def _result(
         worker=worker,
         artifacts=artifacts,
         over_budget=verdict.over_budget,
+        trajectory=_sealed_trajectory(ran.trajectory if ran is not None else None, redactor),
     )
+
+
+def _sealed_trajectory(collected: trajectory.Collected | None, redactor: Redactor) -> str | None:
+    """The recorded trajectory, redacted and bounded; a recorder's bug costs the trajectory, never the attempt."""
+    try:
+        sealed = trajectory.seal_attempt(collected, redactor)
+    except Exception:
+        log.warning("the attempt's trajectory could not be sealed; it is not stored", exc_info=True)
+        return None
+    return sealed.text if sealed is not None else None
 
 
 MAX_REASON_CHARS = 1000

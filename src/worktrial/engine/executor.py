@@ -106,6 +106,10 @@ class AttemptSpec:
     """Directory of the cache of environment setups across runs (for environments with a ``cache_key``)."""
     containers: ContainerPlan | None = None
     """The runtime and each container task's image (docs/environments.md); None: no task runs in a container."""
+    trajectories: bool = False
+    """``--trajectories``: record each attempt's conversation with its model (``engine/trajectory.py``)."""
+    agent_version: str | None = None
+    """The agent's version as its preflight found it, for the trajectory's ``agent`` object."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,9 @@ class AttemptResult:
     over_budget: str | None = None
     """Set when the run's ``--max-cost``, kept live at the model gateway, ended the attempt: the driver stores no
     record (like an attempt abandoned by a stopping run, it reruns on resume) and stops the run."""
+    trajectory: str | None = None
+    """The attempt's ATIF trajectory as JSON, redacted and bounded (``--trajectories``); the driver stores it next
+    to the artifacts and records its digest."""
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,8 @@ class RunOptions:
     """--force-build: a task that names an image and has a Dockerfile builds it instead of pulling it (Harbor's)."""
     timeout_multipliers: TimeoutMultipliers = field(default_factory=TimeoutMultipliers)
     """--timeout-multiplier and the per-phase ones: every task's limits multiplied for the whole run."""
+    trajectories: bool | None = None
+    """--trajectories: store each attempt's redacted ATIF trajectory (None: ``[run] trajectories`` of the config)."""
 
 
 def choose_agent_name(options: RunOptions) -> str:
@@ -197,7 +199,10 @@ def run_suite(
     jobs = options.jobs or default_jobs()
     check_counts(config.attempts, config.k, jobs, options.retry_errors)
     ws = resolve_workspace(loaded, options.workspace, options.base_commit)
-    ref = agent_of(config, options.base_url, load_config(ws.state_root))
+    user_config = load_config(ws.state_root)
+    if options.trajectories is None and user_config.run.trajectories:  # what no flag said: the config's [run]
+        config = config.model_copy(update={"trajectories": True})
+    ref = agent_of(config, options.base_url, user_config)
     if ws.dirty:
         observer.warning(
             f"{ws.source.path} has uncommitted changes; they are not part of the base commit "

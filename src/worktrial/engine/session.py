@@ -79,6 +79,7 @@ from worktrial.state.history import envelope_from_records
 from worktrial.state.roots import state_root
 from worktrial.state.store import RunMeta, RunStore
 from worktrial.state.traces import write_trace
+from worktrial.state.trajectories import write_trajectory
 from worktrial.util import public_url
 
 JOIN_TIMEOUT_SECS = 30.0
@@ -397,6 +398,8 @@ def session_settings(
         suite_digest=meta.suite_bundle_sha256 or meta.suite_sha256,
         environment_cache=str(cache_dir() / "environments"),
         containers=containers,
+        trajectories=meta.config.trajectories,
+        agent_version=str(meta.agent_description.get("version") or "") or None,
     )
     return RunSettings(
         loaded=loaded,
@@ -563,6 +566,13 @@ def _persist(
     update: dict[str, Any] = {"trace": trace_ref, "sandbox": settings.sandbox_index}
     if retry_reasons:
         update |= {"retries": len(retry_reasons), "retry_reasons": retry_reasons}
+    if result.trajectory is not None:
+        try:
+            update["trajectory"] = write_trajectory(
+                store.dir, settings.state_root, job.task.id, job.attempt, result.trajectory
+            )
+        except (OSError, ValueError) as exc:  # a full disk costs the trajectory, never the result
+            observer.warning(f"could not store the trajectory of {job.task.id} #{job.attempt}: {exc}")
     record = result.record.model_copy(update=update)
     if result.artifacts is not None:
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import shutil
 import socket
@@ -32,6 +33,7 @@ from starlette.routing import Route as StarletteRoute
 
 from worktrial.gateway import forward
 from worktrial.gateway.guard import GatewayLimits, Guard, Load, guarded_protocol, read_body, refusal
+from worktrial.gateway.recorder import Recording
 from worktrial.gateway.session import PriceFn, ProviderFailure, Route, RunSpend, Session, classify
 from worktrial.gateway.wire import Exchange, SseReader, requested_model, wire_of
 from worktrial.model.records import ErrorCategory
@@ -48,6 +50,7 @@ _HOP_BY_HOP = frozenset(
     | {"proxy-authorization", "proxy-connection"}
 )
 _ANSWER_DROPPED = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive"})
+MAX_ERROR_BODY = 64 * 1024
 UPSTREAM_TIMEOUT = httpx.Timeout(connect=30.0, read=600.0, write=60.0, pool=60.0)
 
 
@@ -251,6 +254,8 @@ class Gateway:
         if not isinstance(body, bytes):
             return body
         requested = requested_model(wire, rest, body)
+        recording = session.recorder.begin(wire, rest, body) if session.recorder is not None else None
+        exchange = Exchange(wire, recording)
         url = route.base_url.rstrip("/") + "/" + rest
         query: list[tuple[str, str | int | float | bool | None]] = [
             (k, route.key if k == "key" and route.key is not None else v) for k, v in request.query_params.multi_items()
@@ -266,10 +271,10 @@ class Gateway:
             assert failure is not None
             session.answered(route, 0, (time.monotonic() - started) * 1000)
             session.failed(failure)
+            _recorded(exchange, 0, started, failure.message)
             return _error(502, f"worktrial gateway: {failure.message}")
         status = answer.status_code
         out_headers = {k: v for k, v in answer.headers.items() if k.lower() not in _ANSWER_DROPPED}
-        exchange = Exchange(wire)
         streaming = "text/event-stream" in answer.headers.get("content-type", "")
         if streaming and status < 400:
             return StreamingResponse(
@@ -284,11 +289,13 @@ class Gateway:
             assert failure is not None
             session.answered(route, status, (time.monotonic() - started) * 1000)
             session.failed(failure)
+            _recorded(exchange, 0, started, failure.message)
             return _error(502, f"worktrial gateway: {failure.message}")
         finally:
             await answer.aclose()
         session.answered(route, status, (time.monotonic() - started) * 1000)
         self._settle(session, route, status, wire, requested, exchange, data)
+        _recorded(exchange, status, started, _error_said(data) if status >= 400 else "")
         return Response(data, status_code=status, headers=out_headers)
 
     async def _relay(
@@ -359,6 +366,10 @@ class Gateway:
     ) -> None:
         reader.close()
         session.answered(route, status, (time.monotonic() - started) * 1000)
+        said = f"the stream broke ({broken})" if broken is not None else ""
+        if not said and exchange.stream_error is not None:
+            said = f"an error event in the stream ({exchange.stream_error})"
+        _recorded(exchange, status, started, said)
         if broken is not None and exchange.tokens is None:
             failure = classify(route, None, True, requested, f"the stream broke ({broken})")
             assert failure is not None
@@ -425,6 +436,24 @@ async def _read_bounded(answer: httpx.Response) -> bytes:
             raise httpx.DecodingError("answer too large")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _recorded(exchange: Exchange, status: int, started: float, error: str) -> None:
+    """The trajectory recorder hears that a model call ended (the attempt records one: ``recorder.py``)."""
+    if isinstance(exchange.recording, Recording):
+        latency = (time.monotonic() - started) * 1000
+        exchange.recording.end(status, latency, model=exchange.model, tokens=exchange.tokens, error=error)
+
+
+def _error_said(data: bytes) -> str:
+    """What a provider's error answer says, in one short line (for the trajectory)."""
+    try:
+        body = json.loads(data[:MAX_ERROR_BODY])
+    except (ValueError, RecursionError):
+        return ""
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    return " ".join(message.split())[:300] if isinstance(message, str) else ""
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from worktrial.gateway.recorder import Recorder
 from worktrial.model.records import FATAL_ERRORS, ErrorCategory, Tokens, Usage
 from worktrial.util import public_url
 
@@ -149,6 +150,8 @@ class Session:
         self.run_spend = run_spend
         """The run's live spend against ``--max-cost`` (None: the run has no budget)."""
         self.used = False
+        self.recorder: Recorder | None = None
+        """Set when the run records trajectories: the gateway hands it every model call (``recorder.py``)."""
 
     # -- the agent's side ----------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from worktrial.model.records import Tokens
 
@@ -116,12 +116,20 @@ def gemini_tokens(usage: dict[str, Any]) -> Tokens:
     )
 
 
+class EventSink(Protocol):
+    """Hears every JSON body or stream event of an answer (the trajectory recorder, ``recorder.Recording``)."""
+
+    def event(self, event: Any) -> None: ...
+
+
 @dataclass
 class Exchange:
     """What one answer said, read as it streams: the usage (the last report wins, since streams repeat their
     running totals) and the model the provider answered with."""
 
     wire: Wire | None
+    recording: EventSink | None = None
+    """Set when the attempt records its trajectory: every event is handed on to it."""
     tokens: Tokens | None = None
     model: str | None = None
     stream_error: str | None = None
@@ -143,6 +151,8 @@ class Exchange:
         """One JSON body or one SSE event's data."""
         if not isinstance(event, dict):
             return
+        if self.recording is not None:
+            self.recording.event(event)
         if self.wire == "chat":
             self._model(event.get("model"))
             if isinstance(event.get("usage"), dict):

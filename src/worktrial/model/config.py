@@ -149,6 +149,13 @@ def _sha256_hex(value: str) -> str:
     return value
 
 
+class RunTable(Table):
+    """``[run]``: defaults for how runs are recorded (the flag of the same name wins)."""
+
+    trajectories: bool = False
+    """--trajectories: store each attempt's conversation with its model as a redacted ATIF trajectory."""
+
+
 class TrustConfig(Table):
     """``[trust]``, in the user's config only: project files the user reviewed, pinned by digest."""
 
@@ -173,6 +180,8 @@ class Config(Table):
     """``[sandbox]`` (user config only: a project cannot loosen its own containment)."""
     trust: TrustConfig = Field(default_factory=TrustConfig)
     """``[trust]`` (user config only: a project file cannot vouch for itself)."""
+    run: RunTable = Field(default_factory=RunTable)
+    """``[run]``: defaults for how runs are recorded."""
 
     @model_validator(mode="before")
     @classmethod

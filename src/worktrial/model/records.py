@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from worktrial.model.trajectory import TrajectoryRef
+
 Outcome = Literal["pass", "fail", "timeout", "error"]
 OUTCOMES: tuple[Outcome, ...] = ("pass", "fail", "timeout", "error")
 
@@ -206,6 +208,11 @@ class AttemptRecord(BaseModel):
     retries: int = 0
     """How many times an infrastructure error made this attempt run again (see --retry-errors)."""
     retry_reasons: list[str] = Field(default_factory=list)
+    trajectory: TrajectoryRef | None = Field(
+        default=None,
+        description="The attempt's stored ATIF trajectory (--trajectories): path, sha256, size and steps; absent "
+        "from records of runs without trajectories, which stay as they were.",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_absent_newer_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -218,5 +225,5 @@ class AttemptRecord(BaseModel):
         return data
 
 
-OMITTED_WHEN_ABSENT = ("rewards",)
+OMITTED_WHEN_ABSENT = ("rewards", "trajectory")
 """AttemptRecord fields absent from its JSON while None (see ``_omit_absent_newer_fields``)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic_core import PydanticUndefined
 
 from worktrial.model.suite import MAX_TIMEOUT_SECS, Environment, LoadedSuite
@@ -154,6 +154,19 @@ class RunConfig(BaseModel):
         description="What every task's limits were multiplied by.",
     )
     force_build: bool = measured("--force-build", False, description="Images built from Dockerfiles, not pulled.")
+    trajectories: bool = measured(
+        "--trajectories", False, description="Each attempt stores its redacted ATIF trajectory (docs/trajectories.md)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_newer_fields_at_their_default(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A run that uses none of the fields added since run.json was first signed stores the run.json it stored
+        before they existed."""
+        data: dict[str, Any] = handler(self)
+        for name in OMITTED_AT_DEFAULT:
+            if getattr(self, name) == RunConfig.model_fields[name].get_default(call_default_factory=True):
+                data.pop(name, None)
+        return data
 
     def differences(self, given: RunConfig, fields: set[str]) -> list[str]:
         """``--flag: stored X, given Y`` for every field in ``fields`` where ``given`` differs from this config."""
@@ -166,6 +179,10 @@ class RunConfig(BaseModel):
             if stored != now:
                 lines.append(f"{flag_of(RunConfig, name)}: stored {_show(stored)}, given {_show(now)}")
         return lines
+
+
+OMITTED_AT_DEFAULT = ("timeout_multipliers", "force_build", "trajectories")
+"""RunConfig fields left out of its JSON while they hold their default (``_omit_newer_fields_at_their_default``)."""
 
 
 def _sandbox_differences(stored: SandboxRequest | None, given: SandboxRequest | None) -> list[str]:

@@ -21,13 +21,17 @@ from worktrial.errors import BadInputError
 from worktrial.model.artifacts import AttemptArtifacts, last_lines
 from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
+from worktrial.model.trajectory import Trajectory
 from worktrial.render.format import budget_summary, ci, infrastructure_summary, num, p_value, usd
 from worktrial.render.naming import model_name, run_names
 from worktrial.render.svg import PALETTE, Bar, Series, bars_chart, curves_chart
+from worktrial.render.trajectory import is_error, shorten, shown_calls, step_facts
 
 # What one page shows of each text: enough to see why, small enough that a big run still opens quickly.
 MAX_DIFF_LINES = 3000
 MAX_LOG_LINES = 400
+MAX_TRAJECTORY_STEPS = 400
+VIEW_MESSAGE_CHARS = 3000
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class ViewRun:
     label: str
     envelope: Envelope
     artifacts: Mapping[tuple[str, int], AttemptArtifacts] = field(default_factory=dict)
+    trajectories: Mapping[tuple[str, int], Trajectory] = field(default_factory=dict)
+    """Each attempt's stored trajectory (``--trajectories``), when the run kept them and they check out."""
 
 
 def diff_lines(diff: str, limit: int = MAX_DIFF_LINES) -> list[tuple[str, str]]:
@@ -95,12 +101,45 @@ def _metrics_rows(envelope: Envelope) -> list[dict[str, Any]]:
     ]
 
 
-def _task_row(task: TaskReport, artifacts: Mapping[tuple[str, int], AttemptArtifacts]) -> dict[str, Any]:
+def trajectory_rows(trajectory: Trajectory) -> dict[str, Any]:
+    """What the page shows of a trajectory: its conversations, each step shortened (``worktrial show`` has more)."""
+
+    def steps(document: Trajectory) -> dict[str, Any]:
+        shown = [
+            {
+                "id": step.step_id,
+                "source": step.source,
+                "error": is_error(step),
+                "facts": step_facts(step),
+                "message": shorten(step.message, VIEW_MESSAGE_CHARS, 60),
+                "reasoning": shorten(step.reasoning_content or "", 1000, 12),
+                "calls": list(shown_calls(step)),
+            }
+            for step in document.steps[:MAX_TRAJECTORY_STEPS]
+        ]
+        more = max(0, len(document.steps) - MAX_TRAJECTORY_STEPS)
+        return {"id": document.trajectory_id, "steps": shown, "more": more}
+
+    return {
+        "agent": trajectory.agent,
+        "notes": trajectory.notes,
+        "main": steps(trajectory),
+        "sides": [steps(sub) for sub in trajectory.subagent_trajectories or []],
+        "count": sum(1 for _ in trajectory.all_steps()),
+    }
+
+
+def _task_row(
+    task: TaskReport,
+    artifacts: Mapping[tuple[str, int], AttemptArtifacts],
+    trajectories: Mapping[tuple[str, int], Trajectory] | None = None,
+) -> dict[str, Any]:
     counts = Counter(a.outcome for a in task.attempts)
     durations = [a.duration_secs for a in task.attempts]
     attempts = []
     for record in task.attempts:
         extra = artifacts.get((task.task_id, record.attempt))
+        trajectory = (trajectories or {}).get((task.task_id, record.attempt))
         failing = extra.first_failure() if extra else None
         attempts.append(
             {
@@ -113,6 +152,7 @@ def _task_row(task: TaskReport, artifacts: Mapping[tuple[str, int], AttemptArtif
                 "diff": diff_lines(extra.patch.diff) if extra and extra.patch else [],
                 "stdout": last_lines(extra.agent_stdout.text, MAX_LOG_LINES) if extra and extra.agent_stdout else "",
                 "stderr": last_lines(extra.agent_stderr.text, MAX_LOG_LINES) if extra and extra.agent_stderr else "",
+                "trajectory": trajectory_rows(trajectory) if trajectory is not None else None,
             }
         )
     return {
@@ -209,7 +249,7 @@ def render_html(runs: Sequence[ViewRun], *, title: str | None = None) -> str:
                 "infrastructure": infrastructure_summary(env.report),
                 "metrics": _metrics_rows(env),
                 "bars": Markup(_group_bars(run)),
-                "tasks": [_task_row(t, run.artifacts) for t in env.report.tasks],
+                "tasks": [_task_row(t, run.artifacts, run.trajectories) for t in env.report.tasks],
                 "has_artifacts": bool(run.artifacts),
             }
         )

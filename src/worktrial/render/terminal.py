@@ -152,7 +152,7 @@ def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> R
     parts: list[RenderableType] = [head, facts]
     if artifacts is None:
         parts.append(Text("no artifacts stored for this attempt", style="dim"))
-        return Group(*parts)
+        return Group(*parts, *_trajectory_hint(record))
     for command in artifacts.commands:
         status = "timed out" if command.timed_out else f"exit {command.exit_code}"
         style = "green" if command.ok else "red"
@@ -183,7 +183,14 @@ def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> R
         )
     if artifacts.redactions:
         parts.append(Text(f"{plural(artifacts.redactions, 'secret value')} redacted", style="dim"))
-    return Group(*parts)
+    return Group(*parts, *_trajectory_hint(record))
+
+
+def _trajectory_hint(record: AttemptRecord) -> list[RenderableType]:
+    if record.trajectory is None:
+        return []
+    steps = plural(record.trajectory.steps, "step")
+    return [Text(f"trajectory: {steps} (add --trajectory to see them)", style="dim")]
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,7 @@ from worktrial.errors import BadInputError
 from worktrial.model.envelope import Envelope
 from worktrial.model.records import AttemptRecord
 from worktrial.model.run_config import RunConfig
-from worktrial.state.artifacts import read_artifacts
-from worktrial.state.history import stored_envelope
-from worktrial.state.store import RunStore, runs_dir
+from worktrial.state.export.source import ExportOptions, ExportSource, prepare_output
 
 MIN_TRIALS_PER_TASK = 5
 """The leaderboard's rule: each task evaluated with at least five trials (Harbor's ``-k 5``)."""
@@ -65,14 +63,6 @@ def _yaml_str(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-@dataclass(frozen=True)
-class Exported:
-    job_dir: Path
-    trials: int
-    problems: list[str] = field(default_factory=list)
-    """The leaderboard rules the run breaks (written anyway with ``unchecked``)."""
-
-
 def leaderboard_problems(envelope: Envelope, config: RunConfig | None) -> list[str]:
     """Why this run cannot be submitted to the Terminal-Bench leaderboard (empty when it can)."""
     problems = []
@@ -93,45 +83,63 @@ def leaderboard_problems(envelope: Envelope, config: RunConfig | None) -> list[s
     return problems
 
 
-def export_harbor(
-    state_root: Path,
-    run_id: str,
-    out: Path,
-    metadata: LeaderboardMetadata | None,
-    *,
-    unchecked: bool = False,
-) -> Exported:
-    """Write run ``run_id`` under ``out`` as a Harbor job directory (and ``metadata.yaml`` when given)."""
-    envelope = stored_envelope(state_root, run_id)
-    store = RunStore.open(state_root, envelope.run.id)
-    config = store.meta().config
+def export_harbor(source: ExportSource, out: Path, options: ExportOptions) -> list[str]:
+    """Write the run as a Harbor job directory under ``out`` (and ``metadata.yaml`` when the options give its
+    fields); the lines to print."""
+    envelope, config = source.envelope, source.config
+    if source.run_dir is None:
+        raise BadInputError(
+            "--format harbor exports a stored run (its logs are in the run store), not an envelope file"
+        )
     problems = leaderboard_problems(envelope, config)
-    if problems and not unchecked:
+    if problems and not options.unchecked:
         raise BadInputError(
             f"run {envelope.run.id} cannot go to the Terminal-Bench leaderboard: {'; '.join(problems)} (pass "
             "--unchecked to write the directory anyway, not as a submission)"
         )
-    if out.exists() and any(out.iterdir()):
-        raise BadInputError(f"{out}: exists and is not empty; give a new directory")
-    job_name = f"worktrial-{envelope.run.id}"
-    job_dir = out / job_name
-    job_dir.mkdir(parents=True)
-    if metadata is not None:
-        (out / "metadata.yaml").write_text(metadata.yaml())
-    run_dir = runs_dir(state_root) / envelope.run.id
     agent = envelope.agent.get("name") if isinstance(envelope.agent, dict) else None
     agent_name = str(agent or (config.agent if config else "worktrial"))
-    model = envelope.model
+    metadata = _metadata(envelope, agent_name, options)
+    if metadata is None and not options.unchecked:
+        raise BadInputError("--agent-url and --agent-org are needed for the leaderboard's metadata.yaml")
+    prepare_output(out)
+    job_name = f"worktrial-{envelope.run.id}"
+    job_dir = out / job_name
+    job_dir.mkdir()
+    if metadata is not None:
+        (out / "metadata.yaml").write_text(metadata.yaml())
     multipliers = config.timeout_multipliers if config is not None else None
     job_config = _job_config(job_name, out, envelope, agent_name, multipliers)
-    trials = []
-    for task in envelope.report.tasks:
-        for record in task.attempts:
-            trial = _write_trial(job_dir, run_dir, envelope, record, agent_name, job_config)
-            trials.append(trial)
+    trials = [
+        _write_trial(job_dir, source, record, agent_name, job_config)
+        for task in envelope.report.tasks
+        for record in task.attempts
+    ]
     (job_dir / "config.json").write_text(json.dumps(job_config, indent=2) + "\n")
-    (job_dir / "result.json").write_text(json.dumps(_job_result(envelope, trials, agent_name, model), indent=2) + "\n")
-    return Exported(job_dir=job_dir, trials=len(trials), problems=problems)
+    result = _job_result(envelope, trials, agent_name, envelope.model)
+    (job_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [f"warning: not a leaderboard submission: {problem}" for problem in problems]
+    lines.append(f"{len(trials)} trial(s) written to {job_dir}")
+    if metadata is None:
+        lines.append("no metadata.yaml: give --agent-url and --agent-org for a submission")
+    return lines
+
+
+def _metadata(envelope: Envelope, agent: str, options: ExportOptions) -> LeaderboardMetadata | None:
+    if not (options.agent_url and options.agent_org):
+        return None
+    models: tuple[LeaderboardModel, ...] = ()
+    if envelope.model is not None:
+        provider = envelope.provider or ""
+        models = (
+            LeaderboardModel(
+                model_name=envelope.model,
+                model_provider=provider,
+                model_display_name=options.model_display_name or envelope.model,
+                model_org_display_name=options.model_org or provider,
+            ),
+        )
+    return LeaderboardMetadata(options.agent_url, options.agent_display_name or agent, options.agent_org, models)
 
 
 def _multiplier_fields(multipliers: Any) -> dict[str, Any]:
@@ -191,13 +199,9 @@ def _rewards(record: AttemptRecord) -> dict[str, float] | None:
 
 
 def _write_trial(
-    job_dir: Path,
-    run_dir: Path,
-    envelope: Envelope,
-    record: AttemptRecord,
-    agent: str,
-    job_config: dict[str, Any],
+    job_dir: Path, source: ExportSource, record: AttemptRecord, agent: str, job_config: dict[str, Any]
 ) -> dict[str, Any]:
+    envelope = source.envelope
     trial_id = _trial_id(envelope.run.id, record)
     trial_name = f"{record.task_id}__{trial_id.hex[:7]}"
     trial_dir = job_dir / trial_name
@@ -216,7 +220,9 @@ def _write_trial(
         "job_id": str(uuid.uuid5(_NAMESPACE, envelope.run.id)),
     }
     (trial_dir / "config.json").write_text(json.dumps(trial_config, indent=2) + "\n")
-    artifacts = read_artifacts(run_dir, record.task_id, record.attempt)
+    artifacts = source.artifacts.get((record.task_id, record.attempt))
+    if (trajectory := source.trajectory_files.get((record.task_id, record.attempt))) is not None:
+        (trial_dir / "agent" / "trajectory.json").write_bytes(trajectory)  # ATIF, where Harbor's agents keep it
     if artifacts is not None:
         if artifacts.agent_stdout is not None:
             (trial_dir / "agent" / "stdout.txt").write_text(artifacts.agent_stdout.text)
