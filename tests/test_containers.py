@@ -109,7 +109,8 @@ def test_a_command_agent_runs_inside_and_sees_neither_the_host_nor_the_tests(
     secret = tmp_path / "host-secret.txt"
     secret.write_text("do not read\n")
     probe = (
-        f"{{ pwd; id -u; test -e /tests && echo tests-visible; test -e {secret} && echo host-visible; "
+        f"{{ pwd; id -u; test -n \"$(ls -A /tests; ls -A /logs/verifier)\" && echo tests-visible; "
+        f"test -e {secret} && echo host-visible; "
         f"test -e {dataset} && echo suite-visible; cat /app/words.txt | wc -w; }} > /app/probe.txt; "
         "ls /sys/class/net > /app/net.txt; "
         "wc -w < /app/words.txt | tr -d ' ' > /app/count.txt"
@@ -219,28 +220,28 @@ def test_init_container_writes_a_suite_check_passes(cli, runtime, repo) -> None:
     assert "No problems found" in result.stdout
 
 
-def test_ending_an_attempt_s_containers_removes_one_whose_client_was_killed(runtime, tmp_path: Path) -> None:
-    """A killed `run` client leaves its container running (Docker's always, Podman's when only the client dies):
-    the attempt removes every container it started before its verifier starts, and at cleanup."""
-    from worktrial.isolation.container import ContainerEnv, ContainerPlan, ContainerSandbox, Mounts, find_runtime, probe
+def test_removing_an_attempt_s_container_ends_a_process_whose_client_was_killed(runtime, tmp_path: Path) -> None:
+    """A killed `exec` client leaves its process running in the container: removing the attempt's container (after
+    the agent, before a verifier of its own, and at cleanup) ends it with everything else in there."""
+    from worktrial.isolation.attempt_container import AttemptContainer, Mounts
+    from worktrial.isolation.container import ContainerEnv, ContainerPlan, find_runtime, probe
 
     rt = probe(find_runtime(runtime), BASE_IMAGE)
     worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
     worktree.mkdir()
-    sandbox = ContainerSandbox(
+    scratch.mkdir()
+    box = AttemptContainer(
         ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), Mounts(worktree, (), (), scratch), network="off"
     )
-    sandbox.prepare()
-    wrapped = sandbox.wrap(["/bin/sh", "-c", "touch /app/started; while :; do sleep 0.1; done"], worktree, {})
+    wrapped = box.wrap(["/bin/sh", "-c", "touch /app/started; while :; do sleep 0.1; done"], worktree, {})
     client = subprocess.Popen(wrapped.argv, env=wrapped.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    (name,) = sandbox.names
 
     def running() -> bool:
-        out = subprocess.run([runtime, "ps", "-q", "--filter", f"name={name}"], capture_output=True, text=True)
+        out = subprocess.run([runtime, "ps", "-q", "--filter", f"name={box.name}"], capture_output=True, text=True)
         return bool(out.stdout.strip())
 
     try:
-        for _ in range(600):  # the container is up once it has touched its file
+        for _ in range(600):  # the process is up once it has touched its file
             if (worktree / "started").exists():
                 break
             client.poll()
@@ -248,12 +249,12 @@ def test_ending_an_attempt_s_containers_removes_one_whose_client_was_killed(runt
         assert (worktree / "started").exists()
         client.kill()
         client.wait()
-        assert running()  # the client is gone, its container is not
-        sandbox.end_containers()
+        assert running()  # the client is gone, its container (and the process in it) is not
+        box.remove()
         assert not running()
-        assert sandbox.names == []
+        assert not box.running
     finally:
-        subprocess.run([runtime, "rm", "--force", name], capture_output=True)
+        subprocess.run([runtime, "rm", "--force", box.name], capture_output=True)
 
 
 def test_audit_checks_the_pinned_images_and_rewards(cli, runtime, workspace, dataset, tmp_path: Path) -> None:
@@ -298,24 +299,29 @@ def test_container_tasks_refuse_a_remote_executor(runtime, workspace, dataset) -
 
 
 def test_variables_reach_the_container_by_name_never_on_its_command_line(runtime, tmp_path: Path) -> None:
-    from worktrial.isolation.container import ContainerEnv, ContainerPlan, ContainerSandbox, Mounts, find_runtime, probe
+    from worktrial.isolation.attempt_container import AttemptContainer, Mounts
+    from worktrial.isolation.container import ContainerEnv, ContainerPlan, find_runtime, probe
 
     rt = probe(find_runtime(runtime), BASE_IMAGE)
     worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
     worktree.mkdir()
-    sandbox = ContainerSandbox(
-        ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), Mounts(worktree, (), (), scratch), network="off"
-    )
-    sandbox.prepare()
+    scratch.mkdir()
+    mounts = Mounts(worktree, (), (), scratch)
+    boxes = [AttemptContainer(ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), mounts, network="off")]
+    boxes.append(AttemptContainer(ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), mounts, network="off"))
     home = scratch / "home"
     home.mkdir()
     env = {"API_TOKEN": "s3cret-value", "HOME": str(home), "PATH": "/nowhere", "WHERE": str(worktree / "sub")}
     script = 'echo "$API_TOKEN"; echo "$HOME"; echo "$TMPDIR"; echo "$PATH"; echo "$WHERE"; pwd'
-    wrapped = sandbox.wrap(["/bin/sh", "-c", script], worktree, env)
-    assert not any("s3cret" in arg for arg in wrapped.argv)
-    out = subprocess.run(wrapped.argv, env=wrapped.env, capture_output=True, text=True, check=True)
-    sandbox.cleanup()
-    assert out.stdout.splitlines() == ["s3cret-value", str(home), "/tmp", "/bin", "/app/sub", "/app"]
+    try:
+        for box, last in zip(boxes, (False, True), strict=True):  # an exec into a started container; its own one
+            wrapped = box.wrap(["/bin/sh", "-c", script], worktree, env, last=last)
+            assert not any("s3cret" in arg for arg in wrapped.argv)
+            out = subprocess.run(wrapped.argv, env=wrapped.env, capture_output=True, text=True, check=True)
+            assert out.stdout.splitlines() == ["s3cret-value", str(home), "/tmp", "/bin", "/app/sub", "/app"]
+            assert wrapped.argv[1] == ("run" if last else "exec")
+    finally:
+        subprocess.run([runtime, "rm", "--force", *(b.name for b in boxes)], capture_output=True)
 
 
 def test_the_oracle_runs_solve_sh_beside_the_rest_of_its_solution(cli, runtime, workspace, dataset) -> None:

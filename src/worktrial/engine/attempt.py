@@ -21,6 +21,7 @@ from worktrial.agents.credentials import preset_credentials
 from worktrial.agents.prompt import prompt_file_env, write_prompt_file
 from worktrial.engine import containers, trajectory
 from worktrial.engine.checkout import Checkout, Room, open_checkout, suite_env
+from worktrial.engine.container_checkout import SetupFailed
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec
 from worktrial.engine.model_gateway import apply_report, open_session
 from worktrial.engine.verify import VerifyResult, run_verify
@@ -123,6 +124,8 @@ class Findings:
     agent: AgentRun | None = None
     patch: PatchData | None = None
     verify_secs: float = 0.0
+    verifier_room: str | None = None
+    """Where a container task's verifier ran (``shared``, ``separate``, ``fresh``); None for other tasks."""
 
 
 def run_attempt(
@@ -169,6 +172,8 @@ def _attempt(
     except EnvironmentSetupError as exc:
         fatal = AgentError(ErrorCategory.ENVIRONMENT, str(exc), fatal=True)
         return Findings(Verdict(reason=str(exc).splitlines()[0], error_category=ErrorCategory.ENVIRONMENT, fatal=fatal))
+    except SetupFailed as exc:  # the task's container never became ready for the agent (its healthcheck)
+        return Findings(Verdict(reason=f"setup failed: {exc}", error_category=ErrorCategory.SETUP))
     except (WorktrialError, OSError) as exc:
         return Findings(Verdict(reason=f"worktree creation failed: {exc}", error_category=ErrorCategory.WORKTREE))
     return _run_in(agent, job, checkout, room, env, on_phase, gateway)
@@ -199,7 +204,7 @@ def _run_in(
     # neither the patch nor the verifier's room keeps. Taken before verification, which may leave caches behind.
     change = checkout.change(PATCH_MAX_BYTES if job.spec.artifacts else None)
     verdict, decides = _judge(job, ran, room.sandbox.limit_hit())
-    found = Findings(verdict, commands, ran, change.patch)
+    found = Findings(verdict, commands, ran, change.patch, verifier_room=getattr(checkout, "verifier_mode", None))
     if decides is None:
         return found
     on_phase("verify")
@@ -348,6 +353,11 @@ def _judge(job: AttemptJob, ran: AgentRun, limit: str | None) -> tuple[Verdict, 
     if ran.capped is not None:
         # Spending past the cap is the agent's failure to solve the task within it, like a timeout is: no verdict.
         return Verdict("fail", ran.capped), None
+    if _reward_decides(job) and (result.error is None or not result.error.fatal):
+        # Harbor's rule (docs/environments.md): the tests run however the agent ended (no claim asked, a timeout or
+        # a failed agent graded too) and the reward alone decides.
+        timed_out = result.timed_out or ran.overran
+        return Verdict("pass", claimed=None if timed_out else result.claimed), True
     outcome, reason, decides = _decide(task, result, ran.overran)
     error = result.error if outcome == "error" else None
     verdict = Verdict(
@@ -361,6 +371,11 @@ def _judge(job: AttemptJob, ran: AgentRun, limit: str | None) -> tuple[Verdict, 
         return verdict, True
     diagnosed = job.spec.verify_always and outcome in ("fail", "timeout")
     return verdict, (False if (outcome == "timeout" and task.on_timeout == "verify") or diagnosed else None)
+
+
+def _reward_decides(job: AttemptJob) -> bool:
+    plan = job.spec.containers
+    return plan is not None and job.task.id in plan.tasks and plan.tasks[job.task.id].reward_decides
 
 
 def _verified(job: AttemptJob, checkout: Checkout, change: AgentChange, found: Findings, decides: bool) -> Findings:
@@ -444,6 +459,7 @@ def _result(
         agent_ended=ran.result.ended if ran is not None else None,
         reward=verdict.reward,
         rewards=verdict.rewards,
+        verifier_room=findings.verifier_room if findings.verdict.verified is not None else None,
     )
     artifacts = _artifacts(task.id, attempt, findings, redactor) if spec.artifacts else None
     return AttemptResult(

@@ -10,8 +10,11 @@ attempt (``engine/attempt.py``) tells its story over these four calls and never 
 - ``SlotCheckout`` over a ``CopyingSlot`` (the attempt works in the slot's checkout, restored in O(the change)
   afterwards) or an ``OverlaySlot`` (the attempt works in an overlay room over the slot's pristine checkout).
 
-A new kind (a container that holds setup, agent and verification, with the verifier in it or in a fresh one) is a
-new class here and a line in ``open_checkout``: the checkout decides where every phase runs and returns the room.
+- ``ContainerCheckout`` (``engine/container_checkout.py``): a container task's attempt, one of the above for its
+  files and one container for its phases, the verifier in it or in a new one (docs/environments.md).
+
+A new kind is a new class and a line in ``open_checkout``: the checkout decides where every phase runs and returns
+the room.
 """
 
 from __future__ import annotations
@@ -19,12 +22,11 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from worktrial.agents.base import Agent
-from worktrial.engine import containers
 from worktrial.engine.executor import AttemptJob, AttemptSpec, TaskBase
 from worktrial.isolation import childenv, overlay, ownership, proc, safefs, verifier
 from worktrial.isolation.alternates import read_alternates
@@ -32,6 +34,7 @@ from worktrial.isolation.change import AgentChange
 from worktrial.isolation.copying_slot import CopyingSlot
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import ENV_OBJECTS, run_setup
+from worktrial.isolation.overlay import Layers
 from worktrial.isolation.overlay_slot import OverlaySlot
 from worktrial.isolation.patch import agent_patch
 from worktrial.isolation.pool import AdminSnapshot, Slot, admin_snapshot
@@ -93,6 +96,18 @@ class Checkout(Protocol):
 
 
 @dataclass(frozen=True)
+class VerifierFiles:
+    """The files verification runs on: a worktree (an overlay room's ``layers`` where it is one) and the host
+    paths its programs must see besides (the suite's files, the agent's git objects)."""
+
+    worktree: Path
+    layers: Layers | None
+    shown: tuple[Path, ...]
+    rebuilt: bool
+    """Put back to files only by the harness (False: the worktree as the agent left it)."""
+
+
+@dataclass(frozen=True)
 class Start:
     """Where an attempt's worktree started: the commit (after environment setup) and the store its objects are in
     (with the checkout's own ``env-objects``), as the harness knows them, never as the agent's repository says."""
@@ -106,11 +121,20 @@ class Start:
 def open_checkout(
     job: AttemptJob, source: SourceRepo, work_root: Path, slot: Slot[Any] | None, scope: proc.ProcessScope
 ) -> Checkout:
-    """The attempt's checkout: its job's slot, or a fresh one of its own under ``work_root``."""
+    """The attempt's checkout: its job's slot, or a fresh one of its own under ``work_root``; for a container task,
+    that holds its files and one container its phases."""
+    files: FreshCheckout | SlotCheckout
     if slot is not None:
-        return SlotCheckout(job, source, scope, slot)
-    root = work_root / f"{trace_filename(job.task.id, job.attempt)[:-5]}-{uuid.uuid4().hex[:8]}"
-    return FreshCheckout(job, source, scope, root)
+        files = SlotCheckout(job, source, scope, slot)
+    else:
+        root = work_root / f"{trace_filename(job.task.id, job.attempt)[:-5]}-{uuid.uuid4().hex[:8]}"
+        files = FreshCheckout(job, source, scope, root)
+    plan = job.spec.containers
+    if plan is not None and job.task.id in plan.tasks:
+        from worktrial.engine.container_checkout import ContainerCheckout  # it builds on this module's checkouts
+
+        return ContainerCheckout(files, job, scope, work_root)
+    return files
 
 
 def new_slot(
@@ -171,22 +195,6 @@ def attempt_sandbox(spec: AttemptSpec, ws: AttemptWorkspace, source: SourceRepo 
     )
     decision = spec.sandbox_decision or decide(spec.sandbox)
     return open_sandbox(spec.sandbox, decision, view)
-
-
-def _task_sandbox(job: AttemptJob, ws: AttemptWorkspace, source: SourceRepo | None) -> Sandbox:
-    """A container task's sandbox (its image, the run's network and limits: docs/environments.md), else the
-    attempt's own. Not yet prepared."""
-    settings = job.spec.sandbox
-    found = containers.container_sandbox(
-        job.spec.containers,
-        job.task,
-        ws,
-        source,
-        network=settings.network,
-        max_memory=settings.limits.max_memory,
-        max_procs=settings.limits.max_procs,
-    )
-    return found or attempt_sandbox(job.spec, ws, source)
 
 
 def harness_scope(scope: proc.ProcessScope | None, sandbox: Sandbox, spec: AttemptSpec) -> proc.ProcessScope:
@@ -259,8 +267,14 @@ class _HostCheckout:
         self._sandbox: Sandbox | None = None
         self._start: Start | None = None
 
+    @property
+    def workspace(self) -> AttemptWorkspace:
+        """The attempt's checkout, once ``prepare`` made it."""
+        assert self._ws is not None
+        return self._ws
+
     def _open_sandbox(self, ws: AttemptWorkspace) -> Sandbox:
-        self._sandbox = _task_sandbox(self.job, ws, self.source)
+        self._sandbox = attempt_sandbox(self.spec, ws, self.source)
         self._sandbox.prepare()
         return self._sandbox
 
@@ -276,14 +290,25 @@ class _HostCheckout:
         raise NotImplementedError
 
     def verifier_room(self, change: AgentChange) -> Room:
+        """The agent's worktree put back to files only (``verifier_files``), in the attempt's sandbox."""
+        ws, sandbox = self._ws, self._sandbox
+        assert ws is not None and sandbox is not None
+        files = self.verifier_files(change)
+        if files.worktree == ws.worktree and files.layers is None and not files.rebuilt:
+            return self._room(ws, sandbox)
+        in_room = sandbox.in_room(ws.worktree, files.worktree, files.layers).widened(files.shown)
+        return Room(files.worktree, ws.root / "scratch", in_room, self.run_scope.confined(in_room))
+
+    def verifier_files(self, change: AgentChange) -> VerifierFiles:
         """The agent's worktree put back to files only (``verifier.enter``: its repository as the harness left it,
         the agent's commits and files kept as data), unless the task verifies in the worktree as the agent left it
-        (``verify_in``); a container task's tests and reward directory added."""
-        ws, sandbox, start = self._ws, self._sandbox, self._start
-        assert ws is not None and sandbox is not None and start is not None
+        (``verify_in``)."""
+        ws, start = self._ws, self._start
+        assert ws is not None and start is not None
+        shown = tuple(Path(p) for p in (self.spec.suite_dir,) if p)
         if self.job.task.verify_in == "worktree" or start.snapshot is None:
             self._ran_in_place()
-            return self._with_reward(self._room(ws, sandbox))
+            return VerifierFiles(ws.worktree, None, shown, rebuilt=False)
         head = verifier.agent_head(ws, start.snapshot.admin)
         room = self._verifier_checkout(change)
         owner = sandbox_owner(self.spec)
@@ -293,13 +318,7 @@ class _HostCheckout:
         )
         self._left_index(index)
         self._ran_in_place()
-        shown = [Path(p) for p in (self.spec.suite_dir, ws.root / verifier.AGENT_OBJECTS) if p]
-        in_room = sandbox.in_room(ws.worktree, room.worktree, room.layers).widened(shown)
-        return self._with_reward(Room(room.worktree, ws.root / "scratch", in_room, self.run_scope.confined(in_room)))
-
-    def _with_reward(self, room: Room) -> Room:
-        scope, reward_dir = containers.verifier_scope(room.scope, self.spec.suite_dir, room.scratch)
-        return replace(room, scope=scope, reward_dir=reward_dir)
+        return VerifierFiles(room.worktree, room.layers, (*shown, ws.root / verifier.AGENT_OBJECTS), rebuilt=True)
 
     def _verifier_checkout(self, change: AgentChange) -> AttemptWorkspace:
         raise NotImplementedError

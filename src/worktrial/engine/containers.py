@@ -1,5 +1,6 @@
-"""A run's container environments: find the runtime, build or find each task's image once, pin its digest, and give
-each container task's attempt its container sandbox."""
+"""A run's container environments: find the runtime, build or find each task's image once, pin its digest, and
+resolve each container task's environment (where its verifier runs, its network, users, variables), read by the
+attempt's container checkout (``engine/container_checkout.py``)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,21 @@ import math
 import os
 import shutil
 import stat
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from worktrial.errors import BadInputError
-from worktrial.isolation import container_tools, ownership
+from worktrial.isolation import container_tools
+from worktrial.isolation.attempt_container import host_tool
 from worktrial.isolation.container import (
     TOOLS_VOLUME,
     ContainerEnv,
     ContainerPlan,
     ContainerRuntime,
-    ContainerSandbox,
-    Mounts,
     RuntimeChoice,
+    VerifierRoom,
     build_image,
     find_runtime,
     image_workdir,
@@ -32,28 +32,37 @@ from worktrial.isolation.container import (
     sweep_orphans,
 )
 from worktrial.isolation.container_tools import python_tool
-from worktrial.isolation.proc import ProcessScope
 from worktrial.isolation.sandbox import NetworkMode
-from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo
 from worktrial.model.harbor_config import resolve_templates
-from worktrial.model.suite import Environment, LoadedSuite, Task
+from worktrial.model.suite import Environment, LoadedSuite
 
 __all__ = [
-    "ContainerSandbox",
-    "container_sandbox",
+    "combined_network",
     "image_differences",
+    "network_warning",
     "plan_containers",
     "read_reward",
     "with_agent_tools",
 ]
 
+VerifierRoomChoice = Literal["task", "fresh"]
+"""``--verifier-room``: where each task says its verifier runs (Harbor's ``environment_mode``; worktrial's fresh
+room for its own suites), or worktrial's fresh room for every task."""
+
 
 def plan_containers(
-    loaded: LoadedSuite, choice: RuntimeChoice, warn: Callable[[str], None], *, force_build: bool = False
+    loaded: LoadedSuite,
+    choice: RuntimeChoice,
+    warn: Callable[[str], None],
+    *,
+    force_build: bool = False,
+    verifier_room: VerifierRoomChoice = "task",
 ) -> ContainerPlan | None:
     """The run's container plan, or None when no task of the suite has a container environment. Pulls each named
     image that is absent and builds each Dockerfile once (``force_build``: also where an image is named too, as
-    Harbor's ``--force-build``; an earlier run's build of the same inputs is reused), and probes the runtime once."""
+    Harbor's ``--force-build``; an earlier run's build of the same inputs is reused), and probes the runtime once.
+    ``verifier_room``: ``task`` verifies each Harbor task where it says (``shared`` by default, as Harbor does) and
+    worktrial's own suites in a fresh room; ``fresh`` verifies every task in worktrial's fresh room."""
     suite = loaded.suite
     wanted = {t.id: env for t in suite.tasks if (env := suite.environment_for(t)) is not None and env.container}
     if not wanted:
@@ -77,6 +86,16 @@ def plan_containers(
         workdir = env.workdir
         if harbor is not None and harbor.workdir_from_image:
             workdir = image_workdir(runtime, image) or env.workdir
+        mode: VerifierRoom = harbor.verifier_mode if harbor is not None and verifier_room == "task" else "fresh"
+        verifier_network: NetworkMode | None = None
+        if harbor is not None and harbor.verifier_network is not None:
+            if mode == "shared":
+                raise BadInputError(
+                    f"task {task_id}: task.toml field [verifier] network_mode: {harbor.verifier_network!r} differs "
+                    "from the agent's network, and its verifier shares the agent's container (environment_mode "
+                    "'shared'); set environment_mode = 'separate', or run with --verifier-room fresh"
+                )
+            verifier_network = "off" if harbor.verifier_network == "no-network" else "on"
         tasks[task_id] = ContainerEnv(
             image=image,
             digest=image,
@@ -90,8 +109,40 @@ def plan_containers(
             env=resolve_templates(harbor.env, host, task_id, "[environment] env") if harbor else {},
             verifier_env=resolve_templates(harbor.verifier_env, host, task_id, "[verifier] env") if harbor else {},
             image_home=harbor is not None,
+            reward_decides=harbor is not None,
+            verifier_mode=mode,
+            verifier_user=harbor.verifier_user if harbor is not None else None,
+            verifier_network=verifier_network,
+            healthcheck=harbor.healthcheck if harbor is not None else None,
+            artifacts=tuple(harbor.artifacts) if harbor is not None else (),
+            solution_env=dict(harbor.solution_env) if harbor is not None else {},
         )
     return ContainerPlan(runtime=runtime, tasks=tasks)
+
+
+def combined_network(task: NetworkMode | None, run: NetworkMode) -> NetworkMode:
+    """A container's network from its task's (a Harbor task's ``allow_internet`` / ``network_mode``; None: the task
+    says nothing) and the run's ``--network``: a task without network never gets one; the run's ``off`` or ``host``
+    is honoured for a task with network too (``network_warning`` says so before the run)."""
+    if task == "off" or run == "off":
+        return "off"
+    return run if task is None or run == "host" else task
+
+
+def network_warning(plan: ContainerPlan | None, run: NetworkMode) -> str | None:
+    """One line when the run's ``--network off`` takes away a network the suite's container tasks declare (every
+    Terminal-Bench verifier installs its test tools from the network)."""
+    if plan is None or run != "off":
+        return None
+    wanting = sorted(task_id for task_id, env in plan.tasks.items() if env.network == "on")
+    if not wanting:
+        return None
+    named = ", ".join(wanting[:3]) + (f" and {len(wanting) - 3} more" if len(wanting) > 3 else "")
+    return (
+        f"--network off: {len(wanting)} container task(s) declare network access ({named}; Harbor's allow_internet "
+        "or network_mode = 'public') and run without it; a verifier that installs its test tools from the network "
+        "will fail"
+    )
 
 
 def _image_key(env: Environment) -> str:
@@ -117,15 +168,30 @@ def _image(
 def with_agent_tools(
     plan: ContainerPlan | None, description: Mapping[str, Any], say: Callable[[str], None]
 ) -> ContainerPlan | None:
-    """The plan with the agent's CLI installed into each image, when the agent is a preset whose CLI is a Python
-    console script on this host (a native executable is mounted as it is)."""
+    """The plan for this agent: the oracle's ``[solution] env`` templates filled from this host's environment (one
+    line naming the task when a variable is missing); a preset's CLI installed into each image when it is a Python
+    console script on this host, or mounted from this host when it is a native executable."""
+    if plan is None:
+        return None
+    if description.get("name") == "oracle":
+        host = dict(os.environ)
+        tasks = {
+            task_id: replace(
+                env, solution_env=resolve_templates(dict(env.solution_env), host, task_id, "[solution] env")
+            )
+            for task_id, env in plan.tasks.items()
+        }
+        return replace(plan, tasks=tasks)
     binary = description.get("binary")
-    if plan is None or not description.get("preset") or not isinstance(binary, str):
+    if not description.get("preset") or not isinstance(binary, str):
         return plan
     program = shutil.which(binary)
     tool = python_tool(Path(os.path.realpath(program))) if program else None
-    if program is None or tool is None:
+    if program is None:
         return plan
+    if tool is None:
+        native = host_tool(program)
+        return replace(plan, host_tool=str(native)) if native is not None else plan
     tools: dict[str, dict[str, str]] = {}
     for image in sorted({env.image for env in plan.tasks.values()}):
         say(
@@ -146,47 +212,9 @@ def image_differences(plan: ContainerPlan | None, stored: dict[str, str]) -> lis
     ]
 
 
-def container_sandbox(
-    plan: ContainerPlan | None,
-    task: Task,
-    ws: AttemptWorkspace,
-    source: SourceRepo | None,
-    *,
-    network: NetworkMode,
-    max_memory: int | None,
-    max_procs: int | None,
-) -> ContainerSandbox | None:
-    """The attempt's container sandbox when its task has a container environment, else None."""
-    if plan is None or task.id not in plan.tasks:
-        return None
-    env = plan.tasks[task.id]
-    readonly = tuple(p for p in ([source.objects_dir] if source is not None else []) if p.is_dir())
-    mounts = Mounts(worktree=ws.worktree, writable=(ws.git_dir,), readonly=readonly, scratch=ws.root / "scratch")
-    return ContainerSandbox(plan, env, mounts, network=network, max_memory=max_memory, max_procs=max_procs)
-
-
 MAX_REWARD_BYTES = 64 * 1024
 MAX_REWARD_KEYS = 100
 _REWARD_FILES = ("reward.txt", "reward.json")
-
-
-def verifier_scope(scope: ProcessScope, suite_dir: str | None, scratch: Path) -> tuple[ProcessScope, Path | None]:
-    """The verifier's containers of a container task: its ``tests/`` copied in now (after the agent ended) at
-    ``/tests`` and a fresh ``/logs/verifier``; with the directory the reward file will be in (None for a task
-    that verifies by exit status alone)."""
-    sandbox = scope.sandbox
-    if not isinstance(sandbox, ContainerSandbox) or sandbox.env.tests_dir is None or not suite_dir:
-        return scope, None
-    room = scratch / f"verifier-{uuid.uuid4().hex[:12]}"
-    tests, logs = room / "tests", room / "logs"
-    shutil.copytree(Path(suite_dir) / sandbox.env.tests_dir, tests)
-    logs.mkdir(parents=True)
-    for path in (tests, logs):  # the copy of a read-only bundle is read-only: the verifier may write in both
-        for entry in (path, *path.rglob("*")):
-            entry.chmod(entry.stat().st_mode | stat.S_IWUSR)
-    if sandbox.uid is not None:
-        ownership.hand_over(room, sandbox.uid)
-    return scope.confined(sandbox.with_verifier_files(tests, logs)), logs
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,8 @@
-"""Container environments: the Docker or Podman CLI (one code path, no daemon of worktrial's own) runs a task's
-setup, agent and verify commands inside its image.
+"""Container environments: the Docker or Podman CLI (one code path, no daemon of worktrial's own) finds or builds a
+task's image, pins its id, and probes once what this machine's runtime needs to start a container.
 
-Each command the attempt runs is one ``run --rm`` of the task's image, so every phase starts from the image plus
-the attempt's files: what an agent installed outside the worktree is gone for the verifier, which always runs in a
-fresh container once every agent container is gone. What a container sees of the host (docs/environments.md):
-
-- the attempt's worktree at ``environment.workdir`` (default ``/app``, Terminal-Bench's), its current directory;
-- the attempt's private git directory, borrowed git objects (read-only) and scratch directory (its HOME, the
-  prompt file) at the same paths as on the host, so the worktree's ``.git`` file and the harness's environment
-  variables resolve;
-- for setup and verify only, the suite's declared files read-only (``$WORKTRIAL_SUITE_DIR``), and for a Harbor
-  task its ``tests/`` copied in at ``/tests`` and a fresh ``/logs/verifier`` for the reward file.
-
-Nothing else of the host is mounted. The container's user is a non-root uid unless the task names one
-(``environment.user``; Harbor tasks keep their image's ``USER``), its network is ``none`` with ``--network off`` (or
-the task's ``allow_internet = false``), and CPU, memory and process limits come from the task and the run.
+An attempt's containers themselves (one per attempt, every phase exec'd into it) are ``attempt_container.py``'s;
+what they see of the host is described there and in docs/environments.md.
 """
 
 from __future__ import annotations
@@ -23,22 +11,23 @@ import hashlib
 import logging
 import os
 import shutil
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 import psutil
 
-from worktrial.errors import BadInputError, WorktrialError
-from worktrial.isolation import ownership, proc
-from worktrial.isolation.sandbox import AGENT_UIDS, NetworkMode, Sandbox, Wrapped, agent_uid
+from worktrial.errors import BadInputError
+from worktrial.isolation import proc
+from worktrial.isolation.sandbox import NetworkMode
+from worktrial.model.harbor_config import Artifact, Healthcheck
 from worktrial.safe_text import one_line
 
 log = logging.getLogger(__name__)
 
 RuntimeChoice = Literal["auto", "docker", "podman"]
+VerifierRoom = Literal["shared", "separate", "fresh"]
 RUNTIME_CHOICES: tuple[RuntimeChoice, ...] = ("auto", "docker", "podman")
 IMAGE_TAG_PREFIX = "localhost/worktrial-env"
 """Built images are tagged ``<prefix>:<first 24 hex of the build inputs' digest>``: the cache across runs."""
@@ -130,6 +119,24 @@ class ContainerEnv:
     image_home: bool = False
     """The container's HOME is the image user's own (a Harbor task's test.sh sources ``$HOME/.local/bin/env``), not
     the attempt's scratch directory; a preset's CLI keeps the scratch HOME its configuration is written to."""
+    reward_decides: bool = False
+    """The verifier's reward decides the outcome however the agent ended (Harbor's rule: its tests run after a
+    timed-out or failed agent too, and no claim is asked of it); else worktrial's claim-and-verify rule."""
+    verifier_mode: VerifierRoom = "fresh"
+    """Where the task's verifier runs (docs/environments.md, "Where the verifier runs"): in the agent's own
+    container once the agent ended (``shared``, Harbor's default), in a new one of the image with the agent's
+    worktree (``separate``), or in a new one with the agent's files rebuilt from the base (``fresh``, worktrial's)."""
+    verifier_user: str | None = None
+    """The verifier's own user (a Harbor task's ``[verifier] user``); None: the container's."""
+    verifier_network: NetworkMode | None = None
+    """The verifier's own network where it has a container of its own (``[verifier] network_mode``)."""
+    healthcheck: Healthcheck | None = None
+    """A command that must pass in the container before the agent starts (``[environment] healthcheck``)."""
+    artifacts: tuple[Artifact, ...] = ()
+    """Paths collected from the agent's container into the run store once the agent ended (``artifacts``)."""
+    solution_env: Mapping[str, str] = field(default_factory=dict)
+    """The oracle's own variables (a Harbor task's ``[solution] env``, templates filled when the agent is the
+    oracle)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,9 @@ class ContainerPlan:
     tasks: Mapping[str, ContainerEnv] = field(default_factory=dict)
     tools: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Image -> {host program -> that program installed in the image's tools volume} (a preset's Python CLI)."""
+    host_tool: str | None = None
+    """The real path of the agent's native executable on this host (a preset's CLI), whose directory every
+    container of the run mounts read-only at ``TOOLS_DIR``."""
 
     def images(self) -> dict[str, str]:
         """Task id -> image digest, for the envelope."""
@@ -306,250 +316,3 @@ def image_workdir(runtime: ContainerRuntime, image: str) -> str | None:
     return (
         text if result.ok and text.startswith("/") and ":" not in text and not any(c.isspace() for c in text) else None
     )
-
-
-RUNTIME_ENV = frozenset(
-    {
-        "PATH",
-        "HOME",
-        "USER",
-        "LOGNAME",
-        "TMPDIR",
-        "XDG_RUNTIME_DIR",
-        "XDG_CONFIG_HOME",
-        "XDG_DATA_HOME",
-        "DOCKER_HOST",
-        "DOCKER_CONFIG",
-        "DOCKER_CONTEXT",
-        "CONTAINER_HOST",
-        "CONTAINER_CONNECTION",
-        "CONTAINERS_CONF",
-        "CONTAINERS_STORAGE_CONF",
-        "CONTAINERS_REGISTRIES_CONF",
-    }
-)
-"""The runtime CLI's own environment, always the harness's (rootless Podman and Docker find their storage, socket
-and configuration through it)."""
-_INLINE = ("HOME", "USER", "LOGNAME", "TMPDIR")
-"""The container's own values of variables the runtime reads too: given on its command line (they are no secrets)."""
-
-
-_SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/etc/", "/proc/", "/dev/", "/sys/")
-
-
-def _host_tool(program: str) -> Path | None:
-    """The real path of ``program`` when it names an executable of this host outside the system's directories
-    (those the image has its own of): what the container needs mounted to run it. A node or Python script whose
-    interpreter the image lacks still fails, with its own error (docs/environments.md)."""
-    if not os.path.isabs(program) or program.startswith(_SYSTEM_PREFIXES):
-        return None
-    real = Path(os.path.realpath(program))
-    if str(real).startswith(_SYSTEM_PREFIXES) or not real.is_file() or not os.access(real, os.X_OK):
-        return None
-    return real
-
-
-@dataclass(frozen=True)
-class Mounts:
-    """The host paths one attempt's containers see."""
-
-    worktree: Path
-    writable: tuple[Path, ...]
-    readonly: tuple[Path, ...]
-    scratch: Path
-    extra: tuple[tuple[Path, str, bool], ...] = ()
-    """(host path, container path, writable) mounted at a path of their own (``/tests``, ``/logs/verifier``)."""
-
-
-class ContainerSandbox(Sandbox):
-    """Every command of one attempt as a container of the task's image (see the module docstring)."""
-
-    kind = "container"
-    own_pid_namespace = True
-    reaches_gateway = False
-    """A task's container has no forwarder of its own yet: its agents call their providers directly."""
-
-    def __init__(
-        self,
-        plan: ContainerPlan,
-        env: ContainerEnv,
-        mounts: Mounts,
-        *,
-        network: NetworkMode,
-        max_memory: int | None = None,
-        max_procs: int | None = None,
-    ) -> None:
-        self.plan, self.env, self.mounts = plan, env, mounts
-        self.network = env.network or network
-        self.max_memory, self.max_procs = max_memory, max_procs
-        self.names: list[str] = []
-        self.uid = self._container_uid()
-
-    def _container_uid(self) -> int | None:
-        """The host uid the attempt's containers run as when the harness picks it (root harness, no task user)."""
-        if self.env.user is not None:
-            return None
-        if os.geteuid() == 0:
-            return agent_uid() or AGENT_UIDS.start
-        return os.geteuid()
-
-    def prepare(self) -> None:
-        self.mounts.scratch.mkdir(parents=True, exist_ok=True)
-        if self.env.seed_workdir:
-            self._seed()
-
-    def _seed(self) -> None:
-        """Copy what the image holds at its workdir into the worktree, which is mounted over it (a Harbor task's
-        files are in its image). Nothing there is not an error."""
-        rt = self.plan.runtime
-        name = f"worktrial-seed-{uuid.uuid4().hex[:12]}"
-        created = proc.run(
-            [rt.program, "create", "--name", name, self.env.image, "/bin/true"], cwd="/", timeout=120, sweep=False
-        )
-        if not created.ok:
-            detail = created.stderr_tail.decode("utf-8", "replace").strip()
-            raise WorktrialError(f"{rt.name} create of {self.env.image} failed: {detail[-300:]}")
-        try:
-            source = f"{name}:{self.env.workdir.rstrip('/')}/."
-            proc.run([rt.program, "cp", source, str(self.mounts.worktree)], cwd="/", timeout=600, sweep=False)
-        finally:
-            proc.run([rt.program, "rm", "--force", name], cwd="/", timeout=120, sweep=False)
-        ownership.strip_privileges(self.mounts.worktree)  # the image's files, copied out as they are
-
-    def widened(self, readonly: Iterable[Path]) -> Sandbox:
-        mounts = replace(self.mounts, readonly=(*self.mounts.readonly, *readonly))
-        widened = ContainerSandbox(
-            self.plan, self.env, mounts, network=self.network, max_memory=self.max_memory, max_procs=self.max_procs
-        )
-        widened.names = self.names  # one list: ending the attempt's containers ends the verifier's too
-        return widened
-
-    def with_verifier_files(self, tests: Path | None, logs: Path) -> ContainerSandbox:
-        """The verifier's containers: the task's tests at ``/tests`` and a fresh reward directory at
-        ``/logs/verifier``, both made after the agent ended, and the task's verifier variables."""
-        extra = [(logs, "/logs/verifier", True)]
-        if tests is not None:
-            extra.append((tests, "/tests", True))
-        mounts = replace(self.mounts, extra=(*self.mounts.extra, *extra))
-        env = replace(self.env, env={**self.env.env, **self.env.verifier_env}) if self.env.verifier_env else self.env
-        widened = ContainerSandbox(
-            self.plan, env, mounts, network=self.network, max_memory=self.max_memory, max_procs=self.max_procs
-        )
-        widened.names = self.names
-        return widened
-
-    def limit_hit(self) -> str | None:
-        return None
-
-    def end_containers(self) -> None:
-        """Remove every container this attempt started that is still there (a killed ``run`` leaves its container
-        running): after the agent, before the verifier, and at cleanup. Then what they wrote is made inert on this
-        host (``strip_privileges``): the files have crossed back."""
-        if not self.names:
-            return
-        names, self.names[:] = list(self.names), []
-        rt = self.plan.runtime
-        proc.run([rt.program, "rm", "--force", "--time", "0", *names], cwd="/", timeout=120, sweep=False)
-        self.files_returned()
-
-    def files_returned(self) -> None:
-        """Every tree a container of this attempt could write, made inert: no set-uid or set-gid bit, no file
-        capability, no device node (a root container user writes them as this host's root)."""
-        for path in (self.mounts.worktree, *self.mounts.writable, self.mounts.scratch):
-            try:
-                ownership.strip_privileges(path)
-            except OSError as exc:
-                log.warning("%s: what a container wrote could not be checked for set-uid files: %s", path, exc)
-
-    def end_processes(self) -> None:
-        self.end_containers()
-
-    def cleanup(self) -> None:
-        self.end_containers()
-
-    def _map(self, text: str) -> str:
-        """A host path inside the worktree as the container sees it."""
-        root = str(self.mounts.worktree)
-        if text == root:
-            return self.env.workdir
-        if text.startswith(root + "/"):
-            return self.env.workdir + text[len(root) :]
-        return text
-
-    def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Wrapped:
-        rt = self.plan.runtime
-        name = f"worktrial-{uuid.uuid4().hex[:16]}"
-        self.names.append(name)
-        args = [rt.program, "run", "--rm", "--name", name, "--interactive", *rt.run_options]
-        args += ["--label", f"{HARNESS_LABEL}={harness_id()}"]  # found again if this harness is killed (-9)
-        args += ["--network", {"off": "none", "on": "bridge", "host": "host"}[self.network]]
-        # Never more privileges than it started with; a user worktrial picked gets no capabilities either (a task's
-        # own user, root in most Harbor images, keeps the runtime's default set: its verifiers install packages).
-        args += ["--security-opt", "no-new-privileges"]
-        args += [*self._user_args(), *self._limit_args(), *self._volume_args()]
-        tool_args, argv = self._tool(list(argv))
-        args += tool_args
-        host_program = bool(tool_args)  # a preset's CLI keeps the scratch HOME its configuration is written to
-        # What the runtime itself reads (where its storage and configuration are) is the harness's; the container
-        # gets its own values of those it needs, which are no secrets, on the command line, and the image's PATH.
-        # Every other variable goes by name only: its value travels in the runtime's environment, never on a
-        # command line.
-        own_home = self.env.image_home and not host_program
-        inline = {k: self._map(env[k]) for k in _INLINE if k in env and not (own_home and k != "TMPDIR")}
-        inline["TMPDIR"] = "/tmp"
-        child = {k: self._map(v) for k, v in env.items() if k not in RUNTIME_ENV}
-        child.update({k: v for k, v in self.env.env.items() if k not in RUNTIME_ENV})
-        args += [arg for k, v in sorted(inline.items()) for arg in ("--env", f"{k}={v}")]
-        args += [arg for k in sorted(child) for arg in ("--env", k)]
-        args += ["--workdir", self._map(str(cwd)), self.env.image, *(self._map(a) for a in argv)]
-        host_env = {**child, **{k: v for k, v in os.environ.items() if k in RUNTIME_ENV}}
-        host_env.setdefault("PATH", os.defpath)
-        return Wrapped(args, host_env)
-
-    def _user_args(self) -> list[str]:
-        """Who the container runs as: a uid worktrial picked (no capabilities), or the task's own user."""
-        if self.uid is not None and os.geteuid() == 0:
-            for path in (self.mounts.worktree, *self.mounts.writable, self.mounts.scratch):
-                ownership.hand_over(path, self.uid, only_foreign=True)
-            return ["--cap-drop", "ALL", "--user", f"{self.uid}:{self.uid}"]
-        if self.uid is not None:
-            # An unprivileged harness: the container runs as its own uid, which owns the attempt's files. Rootless
-            # Podman maps container uids into the user's subordinate range unless told to keep this one.
-            keep = ["--userns", "keep-id"] if self.plan.runtime.name == "podman" else []
-            return ["--cap-drop", "ALL", *keep, "--user", f"{self.uid}:{os.getegid()}"]
-        return ["--user", str(self.env.user)] if self.env.user not in (None, "image") else []
-
-    def _limit_args(self) -> list[str]:
-        args = ["--cpus", f"{self.env.cpus:g}"] if self.env.cpus is not None else []
-        limits = [m for m in (self.env.memory_mb * 2**20 if self.env.memory_mb else None, self.max_memory) if m]
-        if limits:
-            args += ["--memory", str(min(limits))]
-        if self.max_procs is not None:
-            args += ["--pids-limit", str(self.max_procs)]
-        return args
-
-    def _volume_args(self) -> list[str]:
-        # Podman mounts what the attempt writes nosuid,nodev: a root container user cannot leave a set-uid program
-        # on this host (Docker's --volume has no such option).
-        rw = "rw,nosuid,nodev" if self.plan.runtime.name == "podman" else "rw"
-        args = ["--volume", f"{self.mounts.worktree}:{self.env.workdir}:{rw}"]
-        for path in (*self.mounts.writable, self.mounts.scratch):
-            if path.exists():
-                args += ["--volume", f"{path}:{path}:{rw}"]
-        for path in self.mounts.readonly:
-            if path.exists():
-                args += ["--volume", f"{path}:{path}:ro"]
-        for host, inside, writable in self.mounts.extra:
-            args += ["--volume", f"{host}:{inside}:{rw if writable else 'ro'}"]
-        return args
-
-    def _tool(self, argv: list[str]) -> tuple[list[str], list[str]]:
-        """The agent's CLI inside the container: installed into the image's tools volume, or the host's own."""
-        installed = self.plan.tools.get(self.env.image, {})
-        if argv and argv[0] in installed:
-            return ["--volume", f"{TOOLS_VOLUME}:{TOOLS_VOLUME_DIR}:ro"], [installed[argv[0]], *argv[1:]]
-        if argv and (tool := _host_tool(argv[0])) is not None:
-            # A program the harness found on this host (a preset's pinned CLI): its directory, read-only, where any
-            # user can reach it (the host's may lie under a home no other user may enter, such as /root).
-            return ["--volume", f"{tool.parent}:{TOOLS_DIR}:ro"], [f"{TOOLS_DIR}/{tool.name}", *argv[1:]]
-        return [], argv

@@ -388,6 +388,7 @@ def _supervise(
         ended = _end(
             proc, spawn, scope, pumps, grace=term_grace if polite else 0.0, sweep=spawn.sweep or polite or interrupted
         )
+        spawn.exited = ended == "exit" and not (polite or interrupted or waited.limit)
     return waited.result(proc, spawn, scope, out, err, ended, time.monotonic() - start)
 
 
@@ -407,6 +408,10 @@ class _Spawn:
     sweep: bool
     argv: tuple[str, ...] = ()
     tracked: bool = False
+    on_release: Callable[[bool], None] | None = None
+    """What the sandbox's ``wrap`` took for this program, given back once it has ended (``Wrapped.release``)."""
+    exited: bool = False
+    """The program exited by itself (no deadline, cancel, limit or interrupt ended it)."""
 
     @classmethod
     def plan(
@@ -430,7 +435,7 @@ class _Spawn:
     def refused(self) -> ProcResult | None:
         """bwrap and the cgroup's shell would report a missing program as their own failure: keep "not found" and
         "permission denied" the same inside and out."""
-        if self.sandbox is None and self.cgroup is None:
+        if (self.sandbox is None and self.cgroup is None) or (self.sandbox and not self.sandbox.host_programs):
             return None
         return _unstartable(self.args, self.cwd, self.env)
 
@@ -439,6 +444,7 @@ class _Spawn:
         if self.sandbox is not None:
             wrapped = self.sandbox.wrap(self.args, Path(self.cwd), self.env)
             self.argv, self.env, self.link = tuple(wrapped.argv), wrapped.env, wrapped.link
+            self.on_release = wrapped.release
         if self.cgroup is not None and self.own_cgroup:  # outermost: the sandbox and all in it start inside the cgroup
             self.argv = (*_JOIN_CGROUP, str(self.cgroup / "cgroup.procs"), *self.argv)
 
@@ -472,6 +478,9 @@ class _Spawn:
             cgroups.remove(self.cgroup)
         if self.link is not None:
             self.link.release()
+        if self.on_release is not None:
+            release, self.on_release = self.on_release, None
+            release(self.exited)
 
 
 def _not_started(args: tuple[str, ...], exc: OSError, secs: float) -> ProcResult:

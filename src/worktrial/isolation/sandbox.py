@@ -32,7 +32,7 @@ import shutil
 import stat
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -273,6 +273,9 @@ class Wrapped:
     env: dict[str, str]
     link: netstack.Link | None = None
     """The network to bring up once bubblewrap has started (``--network on``)."""
+    release: Callable[[bool], None] | None = None
+    """Called once the program and everything it started are gone, told whether it exited by itself: gives back
+    what ``wrap`` took for this one program (files put where a container sees them, a container to remove)."""
 
 
 class Sandbox(ABC):
@@ -283,6 +286,9 @@ class Sandbox(ABC):
     """Whether every process started in it lives in a PID namespace of its own, which ends with its first process."""
     reaches_gateway = True
     """Whether an agent in it can reach the run's model gateway (its socket shown read-only)."""
+    host_programs = True
+    """Whether the programs it runs are this host's (so a missing one is reported before anything starts); a
+    container's are its image's."""
 
     @abstractmethod
     def prepare(self) -> None:

@@ -233,6 +233,11 @@ class Tracker:
         self._ambiguous: dict[int, tuple[float, set[str]]] = {}
         """Orphans that could belong to several roots: pid -> (create time, candidate roots), see ``_orphans``."""
         self._sampler: threading.Thread | None = None
+        self._windows: list[float] = []
+        """Start times of the open ``foreign_births`` blocks: orphans born since the earliest are nobody's yet."""
+        self._foreign: dict[int, float] = {}
+        """A container runtime's monitors (pid -> create time), adopted in a ``foreign_births`` block: never an
+        attempt's orphan, nor anything of their sessions while they live (see ``foreign_births``)."""
 
     # -- spawning ------------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -245,6 +250,43 @@ class Tracker:
         """The spawner has waited for its child: the pid may now be reused."""
         with self.spawn_lock:
             self._spawned.discard(pid)
+
+    @contextlib.contextmanager
+    def foreign_births(self) -> Iterator[Callable[[int], None]]:
+        """``with tracker.foreign_births() as adopt: ...start a container...; adopt(monitor_pid)``.
+
+        Podman has no daemon: each container's monitor (conmon) double-forks out of the command that started it
+        and, the harness being a subreaper, becomes the harness's orphan, born while other attempts' processes
+        run. Taken for one of theirs, it would be killed when they end, and the container with it. Orphans born
+        while such a block is open are nobody's until it closes; the adopted one (and the processes of its
+        session, such as its cleanup command, while it lives) is never an attempt's, and is reaped when it ends.
+        """
+        opened = time.time()
+        with self._lock:
+            self._windows.append(opened)
+        try:
+            yield self._adopt
+        finally:
+            with self._lock:
+                self._windows.remove(opened)
+
+    def _adopt(self, pid: int) -> None:
+        try:
+            create_time = psutil.Process(pid).create_time()
+        except psutil.Error:
+            return
+        with self._lock:
+            self._foreign[pid] = create_time
+            for root in self._roots.values():  # a sampler that ran before the adoption may have taken it
+                root.members.pop(pid, None)
+
+    def _is_foreign(self, pid: int, entry: _Entry, table: dict[int, _Entry]) -> bool:
+        """An adopted monitor, a process of its session while it lives, or an orphan born in an open block."""
+        if pid in self._foreign or (
+            entry.sid in self._foreign and _same(table.get(entry.sid), self._foreign[entry.sid])
+        ):
+            return True
+        return bool(self._windows) and entry.create_time + _CTIME_SLACK >= min(self._windows)
 
     # -- roots ---------------------------------------------------------------------------------------------
     def start(
@@ -285,13 +327,14 @@ class Tracker:
 
     def signal(self, token: str, sig: signal.Signals, *, exclude: frozenset[int] = frozenset()) -> None:
         """Send ``sig`` to every process of the root but ``exclude`` (the polite first step before a deadline's
-        SIGKILL)."""
+        SIGKILL), and to every process carrying its token (a command exec'd into a container runs under the
+        runtime's monitor, outside the harness's tree)."""
         with self._lock:
             root = self._roots.get(token)
         if root is None:
             return
         table = _table()
-        for pid in self._collect(root, table):
+        for pid in self._collect(root, table) | (set(pids_with_token([token])) & set(table)):
             if pid not in exclude and not table[pid].zombie:
                 with contextlib.suppress(OSError):
                     os.kill(pid, sig)
@@ -377,6 +420,8 @@ class Tracker:
         for pid, entry in table.items():
             if entry.ppid != me or entry.sid == own_sid or pid in spawned or pid in claimed:
                 continue
+            if self._is_foreign(pid, entry, table):
+                continue
             roots = {r.token for r in self._roots.values() if r.create_time <= entry.create_time + _CTIME_SLACK}
             if roots:
                 found[pid] = roots
@@ -434,11 +479,16 @@ class Tracker:
         with self._lock, self.spawn_lock:
             spawned = set(self._spawned)
             members = {pid for root in self._roots.values() for pid in root.members}
+            foreign = set(self._foreign)
             for pid, entry in table.items():
-                if entry.ppid == me and entry.zombie and pid not in spawned and (pid in members or pid in self._reap):
+                ours = pid in members or pid in self._reap or pid in foreign or entry.sid in foreign
+                if entry.ppid == me and entry.zombie and pid not in spawned and ours:
                     with contextlib.suppress(ChildProcessError, OSError):
                         os.waitpid(pid, os.WNOHANG)
                     self._reap.discard(pid)
+            for pid in foreign:  # reaped (here or by init), or its pid is gone: no longer anyone's session
+                if not _same(table.get(pid), self._foreign[pid]) or table[pid].zombie:
+                    self._foreign.pop(pid, None)
 
     def reap_killed(self, pids: Iterable[int]) -> None:
         """Wait for killed orphans now re-parented to the harness (ignoring children someone else waits for)."""

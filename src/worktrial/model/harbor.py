@@ -11,9 +11,10 @@ one task directory or a directory of them (a dataset). The mapping (docs/environ
   ``memory_mb`` (or ``memory = "4G"``) its limits; ``allow_internet = false`` its network off;
 - ``tests/`` is put at ``/tests`` only for the verifier, which runs ``bash /tests/test.sh`` and passes when the
   reward is 1;
-- ``solution/solve.sh`` is the oracle's solution, run from the suite's read-only copy (``$WORKTRIAL_SUITE_DIR``).
+- ``solution/solve.sh`` is the oracle's solution, put at ``/solution`` from the suite's read-only copy
+  (``$WORKTRIAL_SUITE_DIR``).
 
-A compose environment (``environment/docker-compose.yaml``) is refused: worktrial runs one container per command.
+A compose environment (``environment/docker-compose.yaml``) is refused: worktrial runs a task in one container.
 The bundle digest covers every file of every task directory; the suite digest is that of the suite these files make.
 """
 
@@ -29,7 +30,7 @@ from typing import Any
 
 from worktrial.errors import SuiteError
 from worktrial.model.bundle import bundle_digest, collect_bundle
-from worktrial.model.harbor_config import check_config, parse_task_config, template_names
+from worktrial.model.harbor_config import check_config, parse_task_config
 from worktrial.model.suite import SUITE_DIR_ENV, LoadedSuite, parse_suite
 
 MAX_TASK_FILE_BYTES = 1024 * 1024
@@ -106,27 +107,21 @@ def harbor_task(task_dir: Path, suite_root: Path) -> dict[str, Any]:
     if config.verifier.timeout_sec is not None:
         task["verify_timeout_secs"] = max(1, round(config.verifier.timeout_sec))
     if (task_dir / "solution" / "solve.sh").is_file():
-        task["solution"] = [{"sh": _solution_line(rel, config.solution.env, task_id)}]
+        task["solution"] = [{"sh": _solution_line(rel)}]
     return task
 
 
-def _solution_line(rel: str, env: dict[str, str], task_id: str) -> str:
+def _solution_line(rel: str) -> str:
     """The oracle's command: ``solution/`` is put at ``/solution`` (as Harbor does) from the suite's read-only copy
-    (``$WORKTRIAL_SUITE_DIR``), then ``solve.sh`` runs with the task's ``[solution] env``."""
-    if names := template_names(env):
-        raise SuiteError(
-            f"task {task_id}: task.toml field [solution] env reads the host's ${{{names[0]}}}; templates in the "
-            "solution's environment are not supported yet"
-        )
+    (``$WORKTRIAL_SUITE_DIR``), then ``solve.sh`` runs (with the task's ``[solution] env``, which the attempt's
+    container gives the oracle, its ``${VAR}`` templates filled from this host's environment)."""
     source = shlex.quote(f"{rel}/solution")
-    assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
     # /solution is where Harbor puts it; where the container's user cannot create it, the script still runs from
     # the suite's copy, where "$(dirname "$0")" finds the rest of solution/.
     return (
         f'if mkdir -p /solution 2>/dev/null && cp -R "${SUITE_DIR_ENV}"/{source}/. /solution/ 2>/dev/null; '
         f'then dir=/solution; else dir="${SUITE_DIR_ENV}"/{source}; fi; '
-        + (f"env {assignments} " if assignments else "")
-        + 'bash "$dir/solve.sh"'
+        'bash "$dir/solve.sh"'
     )
 
 

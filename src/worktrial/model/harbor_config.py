@@ -3,9 +3,9 @@ honoured by worktrial or refused in one line naming the task and the field.
 
 The models mirror the field names of Harbor's schema (``harbor/models/task/config.py``); unlike Harbor they forbid
 unknown keys in its tables, so a misspelt field is refused instead of silently ignored. ``[metadata]`` stays free
-form, as in Harbor. What the one-container-per-attempt checkout will honour later (the verifier's environment mode,
-a healthcheck, phase network policies, MCP servers) is carried on the task as :class:`HarborRuntime` and refused
-now only where today's container path cannot honour it (docs/environments.md lists every field).
+form, as in Harbor. What the attempt's container needs beyond the suite's own environment fields (the verifier's
+environment mode, user and network, a healthcheck, artifacts, the phases' variables) is carried on the task as
+:class:`HarborRuntime`; what worktrial cannot honour is refused (docs/environments.md lists every field).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 Seconds = Field(default=None, gt=0)
 _OWN_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "TMPDIR"})
+_RELATIVE = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.(?:/|$))[^\0]+$")
 
 
 class _Table(BaseModel):
@@ -175,6 +176,12 @@ class HarborRuntime(_Table):
     solution_env: dict[str, str] = Field(default_factory=dict, description="[solution] env (templates kept).")
     storage_mb: StrictInt | None = Field(default=None, description="The task's disk size (recorded; see docs).")
     network_mode: NetworkMode = "public"
+    verifier_user: str | None = Field(default=None, description="[verifier] user, where it is not the agent's.")
+    verifier_network: NetworkMode | None = Field(
+        default=None, description="[verifier] network_mode, where it is not the agent's (a verifier's own container)."
+    )
+    healthcheck: Healthcheck | None = Field(default=None, description="[environment] healthcheck: before the agent.")
+    artifacts: list[Artifact] = Field(default_factory=list, description="artifacts: collected after the agent.")
     workdir_from_image: bool = Field(
         default=False, description="task.toml names no workdir: the image's WORKDIR is the agent's directory."
     )
@@ -255,36 +262,30 @@ def check_config(config: TaskConfig, task: str) -> tuple[HarborRuntime, dict[str
         raise _refuse(task, "[environment] tpu", "this task needs a TPU slice; worktrial runs on this machine only")
     if env.skills_dir is not None:
         raise _refuse(task, "[environment] skills_dir", "agent skills are not installed by worktrial yet")
-    if env.healthcheck is not None:
-        raise _refuse(
-            task,
-            "[environment] healthcheck",
-            "a healthcheck needs the container that outlives each command (one container per attempt), which "
-            "worktrial's container path does not have yet",
-        )
     if env.mcp_servers:
-        raise _refuse(task, "[environment] mcp_servers", "MCP servers are not given to agents by worktrial yet")
+        raise _refuse(
+            task, "[environment] mcp_servers", "no agent preset of worktrial's is given MCP servers yet (Harbor's are)"
+        )
     if config.steps:
         raise _refuse(
             task,
             "[[steps]]",
-            "multi-step tasks run their steps in one container, which worktrial's container path does not have yet",
+            "multi-step tasks (an instruction and a verifier per step in one container) are not run by worktrial yet",
         )
     if config.multi_step_reward_strategy is not None:
         raise _refuse(task, "multi_step_reward_strategy", "only multi-step tasks have one, and they are refused")
-    if config.artifacts:
-        raise _refuse(
-            task,
-            "artifacts",
-            "artifacts are collected from the attempt's container after verification, which worktrial's "
-            "container path removes after each command; not supported yet",
-        )
+    artifacts = tuple(Artifact(source=a) if isinstance(a, str) else a for a in config.artifacts)
+    for artifact in artifacts:
+        if artifact.service not in (None, "main"):
+            raise _refuse(task, "artifacts", f"{artifact.service!r}: compose services are refused; only 'main'")
+        if not artifact.source.startswith("/"):
+            raise _refuse(task, "artifacts", f"{artifact.source!r}: a source must be an absolute path")
+        if artifact.destination is not None and not _RELATIVE.match(artifact.destination):
+            raise _refuse(task, "artifacts", f"{artifact.destination!r}: a destination must be a relative path")
     if verifier.environment is not None:
         raise _refuse(task, "[verifier.environment]", "a verifier image of its own is not supported yet")
     if verifier.collect:
         raise _refuse(task, "[[verifier.collect]]", "collect hooks run in compose services, which are refused")
-    if verifier.environment_mode == "shared" and verifier.environment is not None:
-        raise _refuse(task, "[verifier] environment_mode", "'shared' and [verifier.environment] contradict")
     for name, values in (("[environment] env", env.env), ("[verifier] env", verifier.env)):
         for key in values:
             if not _ENV_NAME.match(key):
@@ -294,30 +295,22 @@ def check_config(config: TaskConfig, task: str) -> tuple[HarborRuntime, dict[str
     for key in config.solution.env:
         if not _ENV_NAME.match(key):
             raise _refuse(task, "[solution] env", f"{key!r} is not a variable name")
+        if key in _OWN_VARIABLES:
+            raise _refuse(task, "[solution] env", f"{key} comes from the image and the container runtime")
     base = _network(env, env.allow_internet) or "public"
-    if base == "allowlist" or env.allowed_hosts:
-        raise _refuse(
-            task,
-            "[environment] allowed_hosts",
-            "an egress allowlist cannot be enforced by worktrial's container runtime yet",
-        )
-    for phase, table in (("agent", agent), ("verifier", verifier)):
-        mode = _network(table, None)
-        if mode is not None and mode != base:
+    for where, table in (("environment", env), ("agent", agent), ("verifier", verifier)):
+        if table.network_mode == "allowlist" or table.allowed_hosts:
             raise _refuse(
                 task,
-                f"[{phase}] network_mode",
-                f"{mode!r} differs from the environment's {base!r}; a per-phase network is not supported yet",
+                f"[{where}] allowed_hosts",
+                "an egress allowlist needs a filtering proxy the container runtime does not give; not enforced by "
+                "worktrial, so refused",
             )
-    fields["network"] = "off" if base == "no-network" else "on"
+    agent_network = _network(agent, None) or base
+    verifier_network = _network(verifier, None)
+    fields["network"] = "off" if agent_network == "no-network" else "on"
     agent_user = None if agent.user is None else str(agent.user)
     verifier_user = None if verifier.user is None else str(verifier.user)
-    if verifier_user is not None and verifier_user != agent_user:
-        raise _refuse(
-            task,
-            "[verifier] user",
-            f"{verifier_user!r} differs from the agent's user; a user per phase is not supported yet",
-        )
     fields["user"] = agent_user if agent_user is not None else "image"
     if env.cpus is not None:
         fields["cpus"] = float(env.cpus)
@@ -341,6 +334,10 @@ def check_config(config: TaskConfig, task: str) -> tuple[HarborRuntime, dict[str
         fields["workdir"] = env.workdir
     runtime = HarborRuntime(
         verifier_mode=verifier.environment_mode or "shared",
+        verifier_user=verifier_user if verifier_user != agent_user else None,
+        verifier_network=None if verifier_network in (None, agent_network) else verifier_network,
+        healthcheck=env.healthcheck,
+        artifacts=list(artifacts),
         verifier_mode_declared=verifier.environment_mode is not None,
         env=dict(env.env),
         verifier_env=dict(verifier.env),

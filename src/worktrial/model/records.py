@@ -200,6 +200,12 @@ class AttemptRecord(BaseModel):
     rewards: dict[str, float] | None = Field(
         default=None, description="Every key of a reward.json with several (null otherwise): nothing is dropped."
     )
+    verifier_room: Literal["shared", "separate", "fresh"] | None = Field(
+        default=None,
+        description="Where a container task's verifier ran: in the agent's own container once it ended (shared, "
+        "Harbor's default: the agent can shape its verdict), in a new one on the worktree as the agent left it "
+        "(separate), or in a new one on the agent's files rebuilt from the base (fresh); absent for other tasks.",
+    )
     sandbox: int | None = Field(
         default=None,
         description="Which of the run's containments (run.sandboxes, when a resumed run used more than one) the "
@@ -225,5 +231,5 @@ class AttemptRecord(BaseModel):
         return data
 
 
-OMITTED_WHEN_ABSENT = ("rewards", "trajectory")
+OMITTED_WHEN_ABSENT = ("rewards", "trajectory", "verifier_room")
 """AttemptRecord fields absent from its JSON while None (see ``_omit_absent_newer_fields``)."""
