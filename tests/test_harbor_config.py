@@ -58,15 +58,21 @@ HONOURED: dict[str, tuple[str, Any]] = {
     "task.keywords": ('[task]\nname = "o/t"\nkeywords = ["x"]\n', lambda t: t.id == "t1"),
     "agent.timeout_sec": ("[agent]\ntimeout_sec = 90.4\n", lambda t: t.timeout_secs == 90),
     "agent.user": ('[agent]\nuser = "app"\n', lambda t: _env(t).user == "app"),
-    "agent.network_mode": ('[agent]\nnetwork_mode = "public"\n', lambda t: _env(t).network == "on"),
+    "agent.network_mode": ('[agent]\nnetwork_mode = "no-network"\n', lambda t: _env(t).network == "off"),
     "verifier.timeout_sec": ("[verifier]\ntimeout_sec = 30\n", lambda t: t.verify_timeout_secs == 30),
     "verifier.env": ('[verifier.env]\nMODE = "strict"\n', lambda t: _env(t).harbor.verifier_env == {"MODE": "strict"}),
-    "verifier.user": ('[agent]\nuser = "1000"\n[verifier]\nuser = 1000\n', lambda t: _env(t).user == "1000"),
+    "verifier.user": (
+        '[agent]\nuser = "1000"\n[verifier]\nuser = "root"\n',
+        lambda t: _env(t).user == "1000" and _env(t).harbor.verifier_user == "root",
+    ),
     "verifier.environment_mode": (
         '[verifier]\nenvironment_mode = "separate"\n',
         lambda t: _env(t).harbor.verifier_mode == "separate" and _env(t).harbor.verifier_mode_declared,
     ),
-    "verifier.network_mode": ('[verifier]\nnetwork_mode = "public"\n', lambda t: _env(t).network == "on"),
+    "verifier.network_mode": (
+        '[verifier]\nnetwork_mode = "no-network"\n',
+        lambda t: _env(t).network == "on" and _env(t).harbor.verifier_network == "no-network",
+    ),
     "environment.build_timeout_sec": (
         "[environment]\nbuild_timeout_sec = 77\n",
         lambda t: _env(t).build_timeout_secs == 77,
@@ -93,8 +99,19 @@ HONOURED: dict[str, tuple[str, Any]] = {
     ),
     "environment.allow_internet": ("[environment]\nallow_internet = false\n", lambda t: _env(t).network == "off"),
     "environment.network_mode": ('[environment]\nnetwork_mode = "no-network"\n', lambda t: _env(t).network == "off"),
-    "solution.env": ('[solution.env]\nLEVEL = "2"\n', lambda t: "env LEVEL=2 bash" in str(t.solution[0])),
-    "artifacts": ("artifacts = []\n", lambda t: t.id == "t1"),
+    "solution.env": (
+        '[solution.env]\nLEVEL = "2"\nKEY = "${SECRET:-none}"\n',
+        lambda t: _env(t).harbor.solution_env == {"LEVEL": "2", "KEY": "${SECRET:-none}"},
+    ),
+    "artifacts": (
+        'artifacts = ["/app/out.log", {source = "/var/log", destination = "logs", exclude = ["*.gz"]}]\n',
+        lambda t: [(a.source, a.destination) for a in _env(t).harbor.artifacts]
+        == [("/app/out.log", None), ("/var/log", "logs")],
+    ),
+    "environment.healthcheck": (
+        '[environment.healthcheck]\ncommand = "test -f /ready"\nretries = 2\n',
+        lambda t: _env(t).harbor.healthcheck.command == "test -f /ready" and _env(t).harbor.healthcheck.retries == 2,
+    ),
     "steps": ("", lambda t: t.id == "t1"),  # none: a single-step task
 }
 
@@ -104,10 +121,8 @@ REFUSED: dict[str, tuple[str, str]] = {
         "[environment] allowed_hosts",
     ),
     "environment.allowed_hosts": ('[environment]\nnetwork_mode = "allowlist"\n', "[environment] allowed_hosts"),
-    "agent.network_mode (per phase)": ('[agent]\nnetwork_mode = "no-network"\n', "[agent] network_mode"),
-    "verifier.network_mode (per phase)": ('[verifier]\nnetwork_mode = "no-network"\n', "[verifier] network_mode"),
-    "verifier.allowed_hosts": ('[verifier]\nnetwork_mode = "allowlist"\n', "[verifier] network_mode"),
-    "verifier.user (differs)": ('[verifier]\nuser = "root"\n', "[verifier] user"),
+    "agent.network_mode (allowlist)": ('[agent]\nnetwork_mode = "allowlist"\n', "[agent] allowed_hosts"),
+    "verifier.allowed_hosts": ('[verifier]\nallowed_hosts = ["pypi.org"]\n', "[verifier] allowed_hosts"),
     "verifier.environment": ('[verifier.environment]\ndocker_image = "x"\n', "[verifier.environment]"),
     "verifier.collect": ('[[verifier.collect]]\ncommand = "true"\n', "[[verifier.collect]]"),
     "environment.os": ('[environment]\nos = "windows"\n', "[environment] os"),
@@ -119,14 +134,18 @@ REFUSED: dict[str, tuple[str, str]] = {
         "[environment] mcp_servers",
     ),
     "environment.skills_dir": ('[environment]\nskills_dir = "/skills"\n', "[environment] skills_dir"),
-    "environment.healthcheck": ('[environment.healthcheck]\ncommand = "true"\n', "[environment] healthcheck"),
     "environment.env (reserved)": ('[environment.env]\nPATH = "/x"\n', "[environment] env"),
     "environment.workdir (relative)": ('[environment]\nworkdir = "app"\n', "[environment] workdir"),
     "environment.memory (bad size)": ('[environment]\nmemory = "lots"\n', "[environment] memory"),
     "steps": ('[[steps]]\nname = "one"\n', "[[steps]]"),
     "multi_step_reward_strategy": ('multi_step_reward_strategy = "mean"\n', "multi_step_reward_strategy"),
-    "artifacts": ('artifacts = ["/app/out.log"]\n', "field artifacts"),
-    "solution.env (template)": ('[solution.env]\nKEY = "${SECRET}"\n', "[solution] env"),
+    "artifacts (relative source)": ('artifacts = ["out.log"]\n', "field artifacts"),
+    "artifacts (escaping destination)": (
+        'artifacts = [{source = "/app", destination = "../up"}]\n',
+        "field artifacts",
+    ),
+    "artifacts (a compose service)": ('artifacts = [{source = "/x", service = "db"}]\n', "field artifacts"),
+    "solution.env (reserved)": ('[solution.env]\nHOME = "/x"\n', "[solution] env"),
     "unknown field": ("[environment]\ncpu = 2\n", "field [environment] cpu is not in Harbor's task schema"),
     "unknown table": ("[verifer]\ntimeout_sec = 1\n", "field verifer is not in Harbor's task schema"),
     "wrong type": ('[agent]\ntimeout_sec = "long"\n', "field [agent] timeout_sec:"),
@@ -193,12 +212,13 @@ def test_terminal_bench_2_s_own_task_toml_loads(tmp_path: Path) -> None:
     assert _env(_task(tmp_path, new)).image == "a/b:1"
 
 
-def test_a_solution_runs_from_slash_solution_with_its_env(tmp_path: Path) -> None:
+def test_a_solution_runs_from_slash_solution(tmp_path: Path) -> None:
     task = _task(tmp_path, '[solution.env]\nB = "two words"\nA = "1"\n')
     assert task.solution is not None
     (command,) = task.solution
     assert isinstance(command, ShCommand)
-    assert "/solution/" in command.sh and "env A=1 'B=two words' bash \"$dir/solve.sh\"" in command.sh
+    assert "/solution/" in command.sh and command.sh.endswith('bash "$dir/solve.sh"')
+    assert "two words" not in command.sh  # its variables are the container's to give, by name
 
 
 def test_env_templates_resolve_from_the_host_or_say_which_variable() -> None:

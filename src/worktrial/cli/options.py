@@ -164,6 +164,14 @@ harbor_run_options = apply(
         is_flag=True,
         help="Build a container task's image from its Dockerfile even where it names an image to pull (Harbor's).",
     ),
+    click.option(
+        "--verifier-room",
+        type=click.Choice(["task", "fresh"]),
+        default="task",
+        show_default=True,
+        help="Where container tasks verify: where each says (a Harbor task's environment_mode, 'shared' by default: "
+        "in the agent's own container), or worktrial's fresh room for every one (docs/environments.md).",
+    ),
     _multiplier("--timeout-multiplier", "every task's agent, verifier and image-build limits"),
     _multiplier("--agent-timeout-multiplier", "the agent's limit (over --timeout-multiplier)"),
     _multiplier("--verifier-timeout-multiplier", "the verifier's limit (over --timeout-multiplier)"),

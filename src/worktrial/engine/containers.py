@@ -26,18 +26,22 @@ from worktrial.isolation.container import (
     VerifierRoom,
     build_image,
     find_runtime,
+    image_config,
     image_workdir,
     named_image,
     probe,
     sweep_orphans,
 )
 from worktrial.isolation.container_tools import python_tool
+from worktrial.isolation.limits import Limits
 from worktrial.isolation.sandbox import NetworkMode
+from worktrial.model.envelope import SandboxInfo
 from worktrial.model.harbor_config import resolve_templates
 from worktrial.model.suite import Environment, LoadedSuite
 
 __all__ = [
     "combined_network",
+    "containment",
     "image_differences",
     "network_warning",
     "plan_containers",
@@ -84,6 +88,7 @@ def plan_containers(
         image = images[_image_key(env)]
         harbor = env.harbor
         workdir = env.workdir
+        image_user = image_config(runtime, image, "User") if env.user == "image" else None
         if harbor is not None and harbor.workdir_from_image:
             workdir = image_workdir(runtime, image) or env.workdir
         mode: VerifierRoom = harbor.verifier_mode if harbor is not None and verifier_room == "task" else "fresh"
@@ -109,6 +114,7 @@ def plan_containers(
             env=resolve_templates(harbor.env, host, task_id, "[environment] env") if harbor else {},
             verifier_env=resolve_templates(harbor.verifier_env, host, task_id, "[verifier] env") if harbor else {},
             image_home=harbor is not None,
+            image_user=image_user or None,
             reward_decides=harbor is not None,
             verifier_mode=mode,
             verifier_user=harbor.verifier_user if harbor is not None else None,
@@ -127,6 +133,38 @@ def combined_network(task: NetworkMode | None, run: NetworkMode) -> NetworkMode:
     if task == "off" or run == "off":
         return "off"
     return run if task is None or run == "host" else task
+
+
+def containment(plan: ContainerPlan | None, run: NetworkMode, limits: Limits) -> dict[str, SandboxInfo]:
+    """How each container task's attempts are contained, for ``run.sandboxes`` (the runtime, the container's user
+    and network, the limits): what the envelope records for them instead of the run's sandbox."""
+    if plan is None:
+        return {}
+    rt = plan.runtime
+    found: dict[str, SandboxInfo] = {}
+    for task_id, env in plan.tasks.items():
+        network = combined_network(env.network, run)
+        if env.user is None:
+            uid = "a uid worktrial picks (no account), no capabilities" if os.geteuid() == 0 else "worktrial's uid"
+        elif env.user == "image":
+            uid = f"the image's user ({env.image_user or 'root'}), the runtime's default capabilities"
+        else:
+            uid = f"user {env.user}, the runtime's default capabilities"
+        found[task_id] = SandboxInfo(
+            kind="container",
+            version=f"{rt.name} {rt.version}",
+            network=network,
+            network_detail={"off": "none (loopback only)", "on": "bridge (outbound)", "host": "the host's"}[network],
+            max_memory=limits.max_memory,
+            max_procs=limits.max_procs,
+            limits="container" if limits.any or env.memory_mb or env.cpus else None,
+            uid=uid,
+            shown=[
+                f"the image {env.digest[:19]}, the worktree at {env.workdir}, the private git dir and scratch",
+                f"the verifier: {env.verifier_mode}",
+            ],
+        )
+    return found
 
 
 def network_warning(plan: ContainerPlan | None, run: NetworkMode) -> str | None:

@@ -28,7 +28,6 @@ from worktrial.engine.session import (
     run_session,
     state_root_for,
     task_bases,
-    with_session,
 )
 from worktrial.errors import BadInputError, SuiteError
 from worktrial.isolation.container import ContainerPlan
@@ -103,7 +102,13 @@ def _resume(
     ws = resolve_workspace(loaded, Path(meta.workspace))
     bases = task_bases(loaded, ws)
     loaded = config.timeout_multipliers.apply(loaded)
-    containers = plan_containers(loaded, options.container_runtime, observer.warning, force_build=config.force_build)
+    containers = plan_containers(
+        loaded,
+        options.container_runtime,
+        observer.warning,
+        force_build=config.force_build,
+        verifier_room=config.verifier_room,
+    )
     _refuse_changes(run_id, meta, options, loaded, ws, {t: b.commit for t, b in bases.items()}, containers)
     end_previous(ws.state_root, observer, own=store.dir)
     if meta.work_root:
@@ -128,8 +133,8 @@ def _resume(
             "retry_errors": options.retry_errors or meta.retry_errors,
             "agent_description": start.description,
             "work_root": str(start.work_root),
-            "sandbox": meta.sandbox or start.sandbox.info,
-            "sandboxes": with_session(earlier, start.sandbox.info),
+            "sandbox": meta.sandbox or start.main_sandbox(),
+            "sandboxes": start.sandboxes(earlier),
             "lifted": False,  # the config is stored from now on, as this session runs it
         }
         updated = meta.model_copy(update=update)

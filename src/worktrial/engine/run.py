@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from worktrial.agents import AgentOptions, create_agent
 from worktrial.agents.base import Agent
@@ -109,6 +109,8 @@ class RunOptions:
     """--runtime: the container CLI for tasks with a container environment (docker, podman, auto)."""
     force_build: bool = False
     """--force-build: a task that names an image and has a Dockerfile builds it instead of pulling it (Harbor's)."""
+    verifier_room: Literal["task", "fresh"] = "task"
+    """--verifier-room: container tasks verify where each says (Harbor's environment_mode), or all in a fresh room."""
     timeout_multipliers: TimeoutMultipliers = field(default_factory=TimeoutMultipliers)
     """--timeout-multiplier and the per-phase ones: every task's limits multiplied for the whole run."""
     trajectories: bool | None = None
@@ -209,7 +211,13 @@ def run_suite(
             f"{ws.base_commit[:12]} that every attempt starts from"
         )
     bases = task_bases(loaded, ws)
-    containers = plan_containers(loaded, options.container_runtime, observer.warning, force_build=options.force_build)
+    containers = plan_containers(
+        loaded,
+        options.container_runtime,
+        observer.warning,
+        force_build=options.force_build,
+        verifier_room=options.verifier_room,
+    )
     end_previous(ws.state_root, observer)
     session = Session(
         new_run_id(), loaded, ws, bases, config, ref, options.sandbox, containers, jobs, options.executor,
@@ -252,8 +260,8 @@ def _new_meta(session: Session, options: RunOptions, selection: Selection | None
         retry_errors=options.retry_errors,
         work_root=str(start.work_root),
         selection=selection,
-        sandbox=start.sandbox.info,
-        sandboxes=[start.sandbox.info],
+        sandbox=start.main_sandbox(),
+        sandboxes=start.sandboxes([]),
         environment_images=start.containers.images() if start.containers is not None else {},
         budget=start.budget.info(),
         config=session.config.model_copy(update={"sandbox": start.sandbox.request}),

@@ -20,7 +20,7 @@ import signal
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -36,7 +36,7 @@ from worktrial.engine.confine import (
     unreadable_objects,
     unwritable_shared,
 )
-from worktrial.engine.containers import with_agent_tools
+from worktrial.engine.containers import containment, network_warning, with_agent_tools
 from worktrial.engine.executor import (
     AgentRef,
     AttemptJob,
@@ -285,6 +285,8 @@ class RunSettings:
     """Task id -> where its attempts start (repository, commit, environment)."""
     sandbox_index: int = 0
     """This session's containment in ``meta.sandboxes``, recorded in each of its attempts."""
+    task_sandbox: Mapping[str, int] = field(default_factory=dict)
+    """A container task's own containment in ``meta.sandboxes`` (its runtime, user and network)."""
 
 
 def _source_of(ws: ResolvedWorkspace) -> RepoSource:
@@ -410,8 +412,12 @@ def session_settings(
         spec=spec,
         keep_worktrees=keep_worktrees,
         bases=bases,
-        sandbox_index=session_index(meta.sandboxes, sandbox.info),
+        sandbox_index=session_index(meta.sandboxes, sandbox.info) if _has(meta.sandboxes, sandbox.info) else 0,
     )
+
+
+def _has(sandboxes: list[SandboxInfo], info: SandboxInfo) -> bool:
+    return any(same_containment(s, info) for s in sandboxes)
 
 
 def session_index(sandboxes: list[SandboxInfo], info: SandboxInfo) -> int:
@@ -563,7 +569,8 @@ def _persist(
         trace_ref = os.path.relpath(trace_path, settings.state_root)
     except ValueError:
         trace_ref = str(trace_path)
-    update: dict[str, Any] = {"trace": trace_ref, "sandbox": settings.sandbox_index}
+    index = settings.task_sandbox.get(job.task.id, settings.sandbox_index)
+    update: dict[str, Any] = {"trace": trace_ref, "sandbox": index}
     if retry_reasons:
         update |= {"retries": len(retry_reasons), "retry_reasons": retry_reasons}
     if result.trajectory is not None:
@@ -642,6 +649,27 @@ class SessionStart:
     """The run's container plan with the agent's tools in its images."""
     stack: contextlib.ExitStack
     """Closes what the record opened (a new run's store) when the session ends."""
+    containment: Mapping[str, SandboxInfo] = field(default_factory=dict)
+    """How each container task's attempts are contained (the run's sandbox is for the others)."""
+
+    def main_sandbox(self) -> SandboxInfo:
+        """``run.sandbox``: the container's when every task runs in one and alike, else the run's sandbox."""
+        found = list(self.containment.values())
+        if len(found) == self.tasks and found and all(same_containment(found[0], f) for f in found):
+            return found[0]
+        return self.sandbox.info
+
+    def sandboxes(self, earlier: list[SandboxInfo]) -> list[SandboxInfo]:
+        """The run's containments with this session's added where new: the sandbox (when a task runs in it) and
+        each container task's."""
+        infos = list(self.containment.values())
+        found = earlier
+        for info in ([self.sandbox.info] if len(infos) < self.tasks else []) + infos:
+            found = with_session(found, info)
+        return found or [self.sandbox.info]
+
+    tasks: int = 0
+    """How many tasks the session runs."""
 
 
 Record = Callable[[SessionStart], tuple[RunStore, RunMeta, list[AttemptRecord]]]
@@ -658,9 +686,16 @@ def run_session(session: Session, observer: RunObserver, record: Record) -> RunR
         containers = with_agent_tools(session.containers, description, observer.warning)
         base_url = session.ref.options.base_url
         sandbox = resolve_run_sandbox(session.sandbox, base_url, session.ref, session.ws, root, session.bases, observer)
+        if (line := network_warning(containers, sandbox.settings.network)) is not None:
+            observer.warning(line)
         budget = new_budget(session.max_cost, session.allow_unpriced, session.config, description)
-        store, meta, done = record(SessionStart(root, description, sandbox, budget, containers, stack))
+        contained = containment(containers, sandbox.settings.network, sandbox.settings.limits)
+        tasks = len(session.loaded.suite.tasks)
+        start = SessionStart(root, description, sandbox, budget, containers, stack, contained, tasks)
+        store, meta, done = record(start)
         settings = session_settings(
             session.loaded, meta, session.ws, session.ref, root, keep, session.bases, store.dir, sandbox, containers
         )
+        indices = {task_id: session_index(meta.sandboxes, info) for task_id, info in contained.items()}
+        settings = replace(settings, task_sandbox=indices)
         return execute(settings, executor, store, observer, done=done, budget=budget)

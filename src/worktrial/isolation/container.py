@@ -119,6 +119,8 @@ class ContainerEnv:
     image_home: bool = False
     """The container's HOME is the image user's own (a Harbor task's test.sh sources ``$HOME/.local/bin/env``), not
     the attempt's scratch directory; a preset's CLI keeps the scratch HOME its configuration is written to."""
+    image_user: str | None = None
+    """The image's own ``USER`` where the task runs as it (for the record of the containment)."""
     reward_decides: bool = False
     """The verifier's reward decides the outcome however the agent ended (Harbor's rule: its tests run after a
     timed-out or failed agent too, and no claim is asked of it); else worktrial's claim-and-verify rule."""
@@ -302,6 +304,18 @@ def named_image(runtime: ContainerRuntime, image: str, say: Callable[[str], None
             "(a Harbor task with environment/Dockerfile: --force-build)"
         )
     return pulled
+
+
+def image_config(runtime: ContainerRuntime, image: str, key: str) -> str:
+    """One field of the image's config (``User``, ``WorkingDir``), as text ("" when it sets none)."""
+    result = proc.run(
+        [runtime.program, "image", "inspect", "--format", "{{.Config." + key + "}}", image],
+        cwd="/",
+        timeout=60,
+        sweep=False,
+    )
+    text = result.stdout_tail.decode("utf-8", "replace").strip()
+    return text.splitlines()[0][:100] if result.ok and text else ""
 
 
 def image_workdir(runtime: ContainerRuntime, image: str) -> str | None:

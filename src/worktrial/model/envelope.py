@@ -172,7 +172,10 @@ class SuiteFileInfo(BaseModel):
 class SandboxInfo(BaseModel):
     """Which sandbox a run's attempts ran in (``run.sandbox``); runs stored before sandboxes have none."""
 
-    kind: Literal["bubblewrap", "none"] = Field(description="'none': attempts ran unsandboxed.")
+    kind: Literal["bubblewrap", "none", "container"] = Field(
+        description="'none': attempts ran unsandboxed; 'container': in a container of their task's image (version "
+        "names the runtime, uid the container's user, network_detail its network)."
+    )
     version: str | None = None
     network: Literal["on", "off", "host"] = Field(
         default="on",
@@ -198,12 +201,14 @@ class SandboxInfo(BaseModel):
 
     def weakness(self) -> tuple[int, int]:
         """Orders containments from the weakest (no sandbox, then the host's network) to the strongest."""
-        return (1 if self.kind == "bubblewrap" else 0, {"host": 0, "on": 1, "off": 2}[self.network])
+        return (1 if self.kind in ("bubblewrap", "container") else 0, {"host": 0, "on": 1, "off": 2}[self.network])
 
     def summary(self) -> str:
         """One line for reports and compare, e.g. ``bubblewrap 0.8.0, network off, max-procs 64``."""
-        head = f"bubblewrap {self.version or ''}".strip() if self.kind == "bubblewrap" else "none"
+        head = f"{self.kind} {self.version or ''}".strip() if self.kind != "none" else "none"
         parts = [head, f"network {self.network}"]
+        if self.kind == "container" and self.uid:
+            parts.insert(1, self.uid)
         if self.max_memory is not None:
             parts.append(f"max-memory {self.max_memory // (1024 * 1024)}M")
         if self.max_procs is not None:
@@ -308,7 +313,7 @@ class Envelope(BaseModel):
                         counts[attempt.sandbox] = counts.get(attempt.sandbox, 0) + 1
             if len(counts) > 1:
                 parts = [f"{n} attempt(s) under {run.sandboxes[i].summary()}" for i, n in sorted(counts.items())]
-                return "mixed (the run was resumed under other containment): " + "; ".join(parts)
+                return "mixed: " + "; ".join(parts)
         return run.sandbox.summary() if run.sandbox is not None else None
 
     def containers_summary(self) -> str | None:

@@ -154,6 +154,11 @@ class RunConfig(BaseModel):
         description="What every task's limits were multiplied by.",
     )
     force_build: bool = measured("--force-build", False, description="Images built from Dockerfiles, not pulled.")
+    verifier_room: Literal["task", "fresh"] = measured(
+        "--verifier-room",
+        "task",
+        description="Where container tasks verified: where each says (task), or in worktrial's fresh room (fresh).",
+    )
     trajectories: bool = measured(
         "--trajectories", False, description="Each attempt stores its redacted ATIF trajectory (docs/trajectories.md)."
     )
@@ -181,7 +186,7 @@ class RunConfig(BaseModel):
         return lines
 
 
-OMITTED_AT_DEFAULT = ("timeout_multipliers", "force_build", "trajectories")
+OMITTED_AT_DEFAULT = ("timeout_multipliers", "force_build", "trajectories", "verifier_room")
 """RunConfig fields left out of its JSON while they hold their default (``_omit_newer_fields_at_their_default``)."""
 
 
