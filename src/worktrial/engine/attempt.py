@@ -249,7 +249,8 @@ def _run_agent(
     started = time.monotonic()
     deadline = started + task.timeout_secs  # the agent's timeout starts now, after every setup
     cancel = threading.Event()
-    session = open_session(gateway, spec, cancel) if gateway is not None and room.sandbox.reaches_gateway else None
+    reached = gateway is not None and room.sandbox.reaches_gateway
+    session = open_session(gateway, spec, cancel, room.sandbox) if gateway is not None and reached else None
     # The gateway's unix socket (and the forwarder next to it) is what a sandbox with a network of its own reaches
     # the model through: shown read-only to the agent's processes, useless without the attempt's token.
     shown = [session.socket_dir] if session is not None and session.socket_dir else []

@@ -16,7 +16,7 @@ from worktrial.agents.presets import PRESETS
 from worktrial.agents.pricing import cost_usd, resolve_price
 from worktrial.engine.executor import AttemptSpec
 from worktrial.gateway import Gateway, GatewayReport, PriceFn, Session
-from worktrial.isolation.sandbox import decide
+from worktrial.isolation.sandbox import Sandbox, decide
 from worktrial.model.records import GatewayCounts, Tokens
 
 COST_TOLERANCE = 1e-6
@@ -51,13 +51,17 @@ def own_network(spec: AttemptSpec) -> bool:
     return decision.kind == "bubblewrap" and decision.network in ("off", "on")
 
 
-def open_session(gateway: Gateway, spec: AttemptSpec, cancel: threading.Event) -> Session:
-    return gateway.open(
+def open_session(gateway: Gateway, spec: AttemptSpec, cancel: threading.Event, sandbox: Sandbox) -> Session:
+    """The attempt's session; an agent in a container reaches it through a forwarder the container gets from the
+    host (``Sandbox.reach_gateway``), one in a bubblewrap sandbox of its own network through its socket."""
+    session = gateway.open(
         cancel,
         price=gateway_price(spec.agent.options),
         cost_cap=spec.max_cost_per_attempt,
-        own_network=own_network(spec),
+        own_network=own_network(spec) and sandbox.kind != "container",
     )
+    sandbox.reach_gateway(gateway.forward_target)
+    return session
 
 
 def apply_report(result: AgentResult, report: GatewayReport, agent: str) -> None:

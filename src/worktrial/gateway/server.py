@@ -229,6 +229,13 @@ class Gateway:
             prefix = (sys.executable, "-I", "-S", str(script), str(self.port), str(self.socket_path), "--")
         return f"http://127.0.0.1:{self.port}", prefix
 
+    def forward_target(self) -> tuple[int, str, str] | None:
+        """Where a forwarder entered into a container's network namespace from this host relays to: the gateway's
+        port, its unix socket and the forwarding script (None until the gateway listens)."""
+        if self.port is None or self.socket_path is None or self._dir is None:
+            return None
+        return self.port, str(self.socket_path), str(self._dir / forward.SCRIPT_NAME)
+
     def load(self) -> dict[str, int]:
         """What clients make the gateway hold right now: requests in flight, body bytes, open connections."""
         return self._load.snapshot()

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -77,6 +80,15 @@ and configuration through it)."""
 _INLINE = ("HOME", "USER", "LOGNAME", "TMPDIR")
 """The container's own values of variables the runtime reads too: given on its command line (they are no secrets)."""
 _SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/etc/", "/proc/", "/dev/", "/sys/")
+
+
+NSENTER = "/usr/bin/nsenter"
+FORWARD_READY_SECS = 30
+
+
+def can_forward() -> bool:
+    """Whether a forwarder can be entered into a container's network namespace here (root, with nsenter)."""
+    return os.geteuid() == 0 and os.access(NSENTER, os.X_OK)
 
 
 class ContainerStartError(Exception):
@@ -132,6 +144,9 @@ class AttemptContainer:
         """A ``run --rm`` of it that did not exit by itself may have left it behind."""
         self.uid = self._container_uid()
         self._staged: dict[Path, int] = {}
+        self.gateway: Callable[[], tuple[int, str, str] | None] | None = None
+        """Where the run's model gateway is, for the forwarder into the container's network (``forward_gateway``)."""
+        self._forwarder: subprocess.Popen[bytes] | None = None
 
     def _container_uid(self) -> int | None:
         """The host uid the container runs as when the harness picks it (root harness, no task user)."""
@@ -170,6 +185,9 @@ class AttemptContainer:
     def remove(self) -> None:
         """Remove the container and every process in it (nothing to do when it never started, or when its only
         command ran it with ``--rm`` and exited by itself); then what it wrote is made inert on this host."""
+        if self._forwarder is not None:
+            forwarder, self._forwarder = self._forwarder, None
+            proc.reap_helper(forwarder, grace=0, background=True)
         if self.running or self.leftover:
             rt = self.plan.runtime
             proc.run(
@@ -216,10 +234,45 @@ class AttemptContainer:
             args += ["--entrypoint", argv[0], self.env.image, *(self._map(a) for a in argv[1:])]
             return Wrapped(args, host_env, release=self._ran_last)
         self.start()
+        self._forward_gateway()
         args = [rt.program, "exec", "--interactive", *env_args, *workdir]
         if user is not None:
             args += ["--user", user]
         return Wrapped([*args, self.name, *(self._map(a) for a in argv)], host_env)
+
+    def _forward_gateway(self) -> None:
+        """The run's model gateway at the same ``127.0.0.1`` port inside the container's own network as on this
+        host: a forwarder from the host, entered into the container's network namespace (``nsenter --net``),
+        relays to the gateway's unix socket. It listens before the command that needs it starts."""
+        if self.gateway is None or self._forwarder is not None or self.network == "host":
+            return
+        target = self.gateway()
+        if target is None:
+            return
+        port, socket_path, script = target
+        rt = self.plan.runtime
+        found = proc.run(
+            [rt.program, "inspect", "--format", "{{.State.Pid}}", self.name], cwd="/", timeout=60, sweep=False
+        )
+        pid = found.stdout_tail.decode("utf-8", "replace").strip()
+        if not found.ok or not pid.isdigit() or pid == "0":
+            log.warning("the model gateway cannot be forwarded into container %s: no pid", self.name)
+            return
+        read, write = os.pipe()
+        try:
+            argv = [NSENTER, f"--net=/proc/{pid}/ns/net", "--", sys.executable, "-I", "-S", script]
+            self._forwarder = proc.spawn_helper(
+                [*argv, str(port), socket_path, "--ready", str(write)], pass_fds=(write,)
+            )
+            os.close(write)
+            write = -1
+            ready, _, _ = select.select([read], [], [], FORWARD_READY_SECS)
+            if not ready or not os.read(read, 1):
+                log.warning("the model gateway's forwarder into container %s did not start", self.name)
+        finally:
+            os.close(read)
+            if write >= 0:
+                os.close(write)
 
     def _ran_last(self, exited: bool) -> None:
         if exited:  # `run --rm` removed it before its client exited
@@ -379,8 +432,6 @@ class ContainerView(Sandbox):
     kind = "container"
     own_pid_namespace = True
     host_programs = False
-    reaches_gateway = False
-    """Set where the run's gateway is forwarded into the container's network (``engine/container_checkout.py``)."""
 
     def __init__(
         self,
@@ -390,14 +441,17 @@ class ContainerView(Sandbox):
         extra_env: Mapping[str, str] | None = None,
         shown: tuple[Path, ...] = (),
         last: bool = False,
-        gateway: bool = False,
     ) -> None:
         self.box, self.user, self.extra_env, self.shown, self.last = box, user, dict(extra_env or {}), shown, last
-        self.reaches_gateway = gateway
+        self.reaches_gateway = box.network == "host" or can_forward()
+        """An agent inside reaches the run's model gateway: on the host's network as it is, else through a
+        forwarder entered into the container's network from this host (root, nsenter)."""
+
+    def reach_gateway(self, target: Callable[[], tuple[int, str, str] | None]) -> None:
+        self.box.gateway = target
 
     def _copy(self, **changes: object) -> ContainerView:
         view = ContainerView(self.box, user=self.user, extra_env=self.extra_env, shown=self.shown, last=self.last)
-        view.reaches_gateway = self.reaches_gateway
         for name, value in changes.items():
             setattr(view, name, value)
         return view

@@ -306,6 +306,11 @@ class Sandbox(ABC):
         """The same sandbox with the worktree ``old`` replaced by another room's (the verifier's)."""
         return self
 
+    def reach_gateway(self, target: Callable[[], tuple[int, str, str] | None]) -> None:
+        """Make the run's model gateway reachable where it is not by itself (a container's own network): ``target``
+        says, once the gateway listens, its port, unix socket and forwarding script. Nothing to do elsewhere."""
+        return None
+
     def limits_cgroup(self) -> Path | None:
         """The attempt's cgroup v2 of limits that each unsandboxed command joins (and is ended with), if any."""
         return None
