@@ -112,6 +112,53 @@ def _codex_static(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return found[0]
 
 
+SOLVE_AND_DUMP = (
+    "mkdir -p notes && echo hi > notes/hello.txt && env > notes/env.txt && ls /sys/class/net > notes/net.txt"
+)
+
+
+def codex_dumping_its_env(served: Served) -> Callable[[Request], Sse | Plain]:
+    def respond(request: Request) -> Sse | Plain:
+        if request.method != "POST" or not request.path.split("?")[0].endswith("/responses"):
+            return Plain(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
+        model = str(request.body.get("model"))
+        if not has_tool_result(request.body.get("input", [])):
+            served.add(model, Tokens(input=900, cached_input=300, output=60, reasoning=20, cache_creation=0))
+            call = responses_function_call("exec_command", {"cmd": SOLVE_AND_DUMP})
+            return responses_stream(model, [call], responses_usage(900, 300, 60, 20))
+        served.add(model, Tokens(input=1100, cached_input=800, output=15, reasoning=5, cache_creation=0))
+        return responses_stream(model, [responses_message("Done.")], responses_usage(1100, 800, 15, 5))
+
+    return respond
+
+
+def test_codex_in_a_container_without_network_reaches_its_model_through_the_gateway(
+    cli,
+    runtime,  # noqa: F811
+    repo,
+    tmp_path: Path,
+    monkeypatch,
+) -> None:
+    """The container has no network but its loopback: the run's gateway is forwarded into it from the host, and
+    Codex holds only the attempt's gateway token, never the key (the gateway adds it outside)."""
+    _codex_static(tmp_path, monkeypatch)
+    _isolated_home(tmp_path, monkeypatch)
+    key = "sk-openai-never-inside-0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    served = Served()
+    with CliServer(codex_dumping_its_env(served)) as server:
+        route = ["--agent", "codex", "--model", "openai/gpt-5", "--base-url", f"{server.url}/v1"]
+        envelope = _run(cli, runtime, repo, _suite(tmp_path, BASE_IMAGE), *route, network="off")
+        assert all(key in r.headers.get("authorization", "") for r in server.requests if r.method == "POST")
+    attempt = _only_attempt(envelope)
+    assert attempt["outcome"] == "pass", attempt
+    assert attempt["tokens"] == served.tokens.model_dump()
+    notes = Path(str(attempt["worktree"])) / "notes"
+    assert (notes / "net.txt").read_text().split() == ["lo"]  # no network of its own but its loopback
+    seen = (notes / "env.txt").read_text()
+    assert key not in seen and "wt-gw-" in seen  # the attempt's gateway token, worthless once it ended
+
+
 def claude_in_container(served: Served) -> Callable[[Request], Sse | Plain]:
     """Bash once, then a final message (Anthropic's Messages API); side calls without tools get a short answer."""
 
@@ -159,7 +206,7 @@ def mini_in_container(served: Served) -> Callable[[Request], Sse | Plain]:
     return respond
 
 
-def _run(cli, program: str, repo: Path, suite: Path, *args: str) -> dict[str, object]:
+def _run(cli, program: str, repo: Path, suite: Path, *args: str, network: str = "host") -> dict[str, object]:
     result = cli(
         [
             "eval",
@@ -172,7 +219,7 @@ def _run(cli, program: str, repo: Path, suite: Path, *args: str) -> dict[str, ob
             "--runtime",
             program,
             "--network",
-            "host",
+            network,
             "--keep-worktrees",
             *args,
         ],

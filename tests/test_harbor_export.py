@@ -35,6 +35,7 @@ TRIAL_CONFIG_REQUIRED = {"task"}
 TRIAL_RESULT_REQUIRED = {"task_name", "trial_name", "trial_uri", "task_id", "task_checksum", "config", "agent_info"}
 TRIAL_RESULT_KNOWN = TRIAL_RESULT_REQUIRED | {
     "schema_version",
+    "verifier_environment_mode",
     "id",
     "source",
     "agent_result",

@@ -323,7 +323,14 @@ class Envelope(BaseModel):
             return None
         shown = ", ".join(f"{task_id} {digest[:19]}…" for task_id, digest in list(images.items())[:3])
         more = f" and {len(images) - 3} more" if len(images) > 3 else ""
-        return f"{len(images)} task(s) ran in container images instead of the sandbox: {shown}{more}"
+        line = f"{len(images)} task(s) ran in container images instead of the sandbox: {shown}{more}"
+        shared = sum(a.verifier_room == "shared" for t in self.report.tasks for a in t.attempts)
+        if shared:
+            line += (
+                f"; {shared} attempt(s) verified in the agent's own container (Harbor's shared mode), where what the "
+                "agent left running could shape its verdict (docs/security.md)"
+            )
+        return line
 
     @property
     def bundle_digest(self) -> str:

@@ -263,6 +263,8 @@ def _write_trial(
         "verifier_result": {"rewards": rewards} if rewards is not None else None,
         "exception_info": _exception(record, envelope),
     }
+    if record.verifier_room in ("shared", "separate"):  # Harbor's modes; worktrial's fresh room has no name there
+        result["verifier_environment_mode"] = record.verifier_room
     (trial_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
