@@ -109,7 +109,7 @@ def test_a_command_agent_runs_inside_and_sees_neither_the_host_nor_the_tests(
     secret = tmp_path / "host-secret.txt"
     secret.write_text("do not read\n")
     probe = (
-        f"{{ pwd; id -u; test -n \"$(ls -A /tests; ls -A /logs/verifier)\" && echo tests-visible; "
+        f'{{ pwd; id -u; test -n "$(ls -A /tests; ls -A /logs/verifier)" && echo tests-visible; '
         f"test -e {secret} && echo host-visible; "
         f"test -e {dataset} && echo suite-visible; cat /app/words.txt | wc -w; }} > /app/probe.txt; "
         "ls /sys/class/net > /app/net.txt; "

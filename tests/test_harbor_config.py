@@ -105,8 +105,10 @@ HONOURED: dict[str, tuple[str, Any]] = {
     ),
     "artifacts": (
         'artifacts = ["/app/out.log", {source = "/var/log", destination = "logs", exclude = ["*.gz"]}]\n',
-        lambda t: [(a.source, a.destination) for a in _env(t).harbor.artifacts]
-        == [("/app/out.log", None), ("/var/log", "logs")],
+        lambda t: (
+            [(a.source, a.destination) for a in _env(t).harbor.artifacts]
+            == [("/app/out.log", None), ("/var/log", "logs")]
+        ),
     ),
     "environment.healthcheck": (
         '[environment.healthcheck]\ncommand = "test -f /ready"\nretries = 2\n',
