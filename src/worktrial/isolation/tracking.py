@@ -311,6 +311,11 @@ class Tracker:
         if on_change is not None:
             on_change()
 
+    def alive_roots(self) -> int:
+        """How many tracked processes are running now."""
+        with self._lock:
+            return len(self._roots)
+
     def tracked(self, token: str) -> bool:
         with self._lock:
             return token in self._roots
