@@ -160,7 +160,7 @@ def containment(plan: ContainerPlan | None, run: NetworkMode, limits: Limits) ->
             limits="container" if limits.any or env.memory_mb or env.cpus else None,
             uid=uid,
             shown=[
-                f"the image {env.digest[:19]}, the worktree at {env.workdir}, the private git dir and scratch",
+                f"the task's image (environment_images), the worktree at {env.workdir}, the private git dir, scratch",
                 f"the verifier: {env.verifier_mode}",
             ],
         )

@@ -653,11 +653,9 @@ class SessionStart:
     """How each container task's attempts are contained (the run's sandbox is for the others)."""
 
     def main_sandbox(self) -> SandboxInfo:
-        """``run.sandbox``: the container's when every task runs in one and alike, else the run's sandbox."""
+        """``run.sandbox``: the weakest container's when every task runs in one, else the run's sandbox."""
         found = list(self.containment.values())
-        if len(found) == self.tasks and found and all(same_containment(found[0], f) for f in found):
-            return found[0]
-        return self.sandbox.info
+        return min(found, key=SandboxInfo.weakness) if found and len(found) == self.tasks else self.sandbox.info
 
     def sandboxes(self, earlier: list[SandboxInfo]) -> list[SandboxInfo]:
         """The run's containments with this session's added where new: the sandbox (when a task runs in it) and
