@@ -159,6 +159,10 @@ def test_codex_in_a_container_without_network_reaches_its_model_through_the_gate
     assert key not in seen and "wt-gw-" in seen  # the attempt's gateway token, worthless once it ended
 
 
+NO_CACHE = {"cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+"""What the provider says of its cache: the gateway, which counts from the answers, records what they say."""
+
+
 def claude_in_container(served: Served) -> Callable[[Request], Sse | Plain]:
     """Bash once, then a final message (Anthropic's Messages API); side calls without tools get a short answer."""
 
@@ -171,7 +175,7 @@ def claude_in_container(served: Served) -> Callable[[Request], Sse | Plain]:
         model = str(body.get("model"))
         if "Bash" not in {t.get("name") for t in body.get("tools", []) if isinstance(t, dict)}:
             served.add(model, Tokens(input=50, output=7, cached_input=0, cache_creation=0))
-            usage = {"input_tokens": 50, "output_tokens": 7, "cache_read_input_tokens": 0}
+            usage = {"input_tokens": 50, "output_tokens": 7, **NO_CACHE}
             text = [{"type": "text", "text": "Notes"}]
             if body.get("stream"):
                 return anthropic_stream(model, text, usage, "end_turn")
@@ -179,10 +183,11 @@ def claude_in_container(served: Served) -> Callable[[Request], Sse | Plain]:
         if not has_tool_result(body.get("messages", [])):
             served.add(model, Tokens(input=1200, output=40, cached_input=0, cache_creation=0))
             call = {"type": "tool_use", "id": "toolu_solve", "name": "Bash", "input": {"command": SOLVE_AND_LOOK}}
-            return anthropic_stream(model, [call], {"input_tokens": 1200, "output_tokens": 40}, "tool_use")
+            usage = {"input_tokens": 1200, "output_tokens": 40, **NO_CACHE}
+            return anthropic_stream(model, [call], usage, "tool_use")
         served.add(model, Tokens(input=1500, output=12, cached_input=0, cache_creation=0))
         done = [{"type": "text", "text": "Created notes/hello.txt."}]
-        return anthropic_stream(model, done, {"input_tokens": 1500, "output_tokens": 12}, "end_turn")
+        return anthropic_stream(model, done, {"input_tokens": 1500, "output_tokens": 12, **NO_CACHE}, "end_turn")
 
     return respond
 
