@@ -82,7 +82,7 @@ ray-tools:
 # base image built offline from Debian's busybox-static (no registry is contacted), and the presets' tests on a
 # Debian image mmdebstrap makes from the package mirror (about a minute to 8, cached in ~/.cache/worktrial-images).
 containers:
-	$(call ensure,containers,podman runc busybox docker-registry,podman runc busybox-static docker-registry,the container tests will be skipped)
+	$(call ensure,containers,podman runc busybox docker-registry catatonit,podman runc busybox-static docker-registry catatonit,the container tests will be skipped)
 	@! command -v podman >/dev/null || examples/harbor/build-base-image.sh podman \
 		|| echo "make: warning: the example base image could not be built; the container tests will be skipped"
 	$(call ensure,debian-image tools,mmdebstrap,mmdebstrap,the preset-in-a-container tests will be skipped)

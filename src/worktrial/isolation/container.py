@@ -190,7 +190,7 @@ def find_runtime(choice: RuntimeChoice) -> ContainerRuntime:
     wanted = "podman or docker" if choice == "auto" else choice
     raise BadInputError(
         f"this suite has container tasks and {wanted} is not installed; install one (Debian/Ubuntu: apt-get install "
-        "podman runc; macOS: Docker Desktop or `brew install podman`)"
+        "podman runc catatonit; macOS: Docker Desktop or `brew install podman`)"
     )
 
 
@@ -218,11 +218,28 @@ def probe(runtime: ContainerRuntime, image: str) -> ContainerRuntime:
     options: list[str] = []
     notes: list[str] = []
     for _ in range(len(_FIXES) + 1):
-        argv = [runtime.program, "run", "--rm", "--network", "none", *options, image, "/bin/sh", "-c", "exit 0"]
+        argv = [
+            runtime.program,
+            "run",
+            "--rm",
+            "--init",
+            "--network",
+            "none",
+            *options,
+            image,
+            "/bin/sh",
+            "-c",
+            "exit 0",
+        ]
         result = proc.run(argv, cwd="/", timeout=300, sweep=False)
         if result.ok:
             return replace(runtime, run_options=tuple(options), notes=tuple(notes))
         detail = result.stderr_tail.decode("utf-8", "replace")
+        if "init binary" in detail or "catatonit" in detail:
+            raise BadInputError(
+                f"{runtime.name} has no init for an attempt's container (its PID 1, which reaps orphans): install "
+                "catatonit (Debian/Ubuntu: apt-get install catatonit; Docker brings its own docker-init)"
+            )
         fix = next((f for f in _FIXES if f[0] in detail and f[1][0] not in options), None)
         if fix is None:
             last = detail.strip().splitlines()[-1] if detail.strip() else result.describe_failure(runtime.name)
