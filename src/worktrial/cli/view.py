@@ -45,10 +45,14 @@ def _load(ref: str, workspace: Path | None) -> tuple[LoadedEnvelope, ViewRun]:
 @click.argument("task", required=False)
 @click.argument("attempt", required=False, type=int)
 @workspace_option()
-def show_cmd(run: str | None, task: str | None, attempt: int | None, workspace: Path | None) -> None:
+@click.option(
+    "--full-patch", is_flag=True, help="Show every file of an attempt's patch, ignored build files (__pycache__) too."
+)
+def show_cmd(run: str | None, task: str | None, attempt: int | None, workspace: Path | None, full_patch: bool) -> None:
     """Show a run (default: the latest), one task's attempts, or one attempt's logs and patch.
 
-    RUN is a stored run id or an envelope file; TASK a task id; ATTEMPT the attempt number.
+    RUN is a stored run id or an envelope file; TASK a task id; ATTEMPT the attempt number. Files of the patch the
+    repository ignores (build output such as __pycache__) are collapsed into one line unless --full-patch.
     """
     _, view = _load(run or _latest_run_id(workspace), workspace)
     console = Console(highlight=False, soft_wrap=False)
@@ -67,7 +71,7 @@ def show_cmd(run: str | None, task: str | None, attempt: int | None, workspace: 
     if record is None:
         numbers = ", ".join(str(a.attempt) for a in found.attempts) or "none ran"
         raise BadInputError(f"task {task!r} has no attempt {attempt} in this run (attempts: {numbers})")
-    console.print(attempt_view(record, view.artifacts.get((task, attempt))))
+    console.print(attempt_view(record, view.artifacts.get((task, attempt)), full_patch=full_patch))
 
 
 @click.command("view")

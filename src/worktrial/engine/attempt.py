@@ -302,6 +302,8 @@ def run_attempt(
     progress = _Progress()
     workspace: AttemptWorkspace | None = None
     sandbox: Sandbox | None = None
+    on_phase = on_phase or (lambda _phase: None)
+    on_phase("setup")  # everything before the agent is setup: the checkout, the environment, setup_commands
     try:
         try:
             if slot is not None:
@@ -333,7 +335,7 @@ def run_attempt(
                 progress,
                 scope,
                 sandbox,
-                on_phase or (lambda _phase: None),
+                on_phase,
                 slot,
                 origin,
                 gateway,
@@ -464,6 +466,7 @@ def _artifacts(task_id: str, attempt: int, progress: _Progress, redactor: Redact
             total_bytes=patch.total_bytes,
             truncated=patch.truncated,
             files=[clean(f) for f in patch.files],
+            ignored=[clean(f) for f in patch.ignored],
         )
         if patch
         else None,
@@ -490,7 +493,6 @@ def _run_in(
     scratch = workspace.root / "scratch"
     scope = _harness_scope(run_scope, sandbox, job.spec)
     if task.setup_commands:
-        on_phase("setup")
         harness_env = suite_env(job.spec, workspace.root)
         try:
             for i, command in enumerate(task.setup_commands, start=1):

@@ -282,7 +282,13 @@ class Slot:
                 inside = tuple(f"{root}/" for root in nested)
                 present = [p for p in present if not p.startswith(inside)]
                 untracked = [p for p in untracked if not p.startswith(inside)]
-                ignored = _ignored(stage_path, new_fd, untracked, lower_fd if self.overlay else None, hidden)
+                # With a patch to make, the tracked files too: a changed file the rules ignore is build output the
+                # environment's setup committed into the base (``__pycache__``), shown collapsed in the patch.
+                asked = untracked if max_bytes is None else present
+                matched = _ignored(stage_path, new_fd, asked, lower_fd if self.overlay else None, hidden)
+                new = set(untracked)
+                ignored = [p for p in matched if p in new]
+                ignored_tracked = [p for p in matched if p not in new]
                 ignored += odd  # FIFOs, sockets: not file contents, in neither the patch nor the verifier's room
                 if max_bytes is None:
                     return AgentChange(None, ignored, untouched=False)
@@ -295,6 +301,8 @@ class Slot:
                 patch = staged_patch(stage_path, max_bytes)
                 if patch is not None and nested:
                     patch = _with_gitlinks(patch, {root: _nested_head(new_fd, root) for root in nested}, max_bytes)
+                if patch is not None and ignored_tracked:
+                    patch = replace(patch, ignored=sorted(ignored_tracked))
                 return AgentChange(patch, ignored, untouched=False)
         except (OSError, WorktrialError) as exc:
             log.info("slot %s: the agent's change could not be staged: %s", self.root, exc)
