@@ -260,6 +260,11 @@ class RunInfo(BaseModel):
         default_factory=dict,
         description="Task id -> the commit its attempts started from, when tasks are pinned to their own commits.",
     )
+    paths_redacted: bool | None = Field(
+        default=None,
+        description="True in an envelope made for publishing (`report --redact-paths`): local absolute paths are "
+        "relative to the state root (`.` for the root itself) or salted hashes (`redacted:<hex>`).",
+    )
 
 
 class Envelope(BaseModel):
