@@ -68,6 +68,7 @@ _LAZY = {
     "show": ("worktrial.cli.view", "show_cmd"),
     "view": ("worktrial.cli.view", "view_cmd"),
     "init": ("worktrial.cli.init", "init_cmd"),
+    "gc": ("worktrial.cli.gc", "gc_cmd"),
 }
 """Commands imported only when they run (or are listed): what they import (the HTML view and jinja2, compare,
 leaderboards, the statistics of power) is not on the way of ``eval``'s first attempt."""
