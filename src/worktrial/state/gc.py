@@ -188,7 +188,10 @@ def _runs(state_root: Path, options: GcOptions, now: datetime, report: GcReport)
             report.notes.append(f"no runs stored under {state_root}")
             return
         for run, why in _chosen(_listed(runs_fd, report), options, now):
-            _one_run(runs_fd, traces_fd, state_root, run, why, options.dry_run, report)
+            try:
+                _one_run(runs_fd, traces_fd, state_root, run, why, options.dry_run, report)
+            except (OSError, WorkspaceError) as exc:  # gone meanwhile, or a file that cannot be removed
+                report.kept.append(Item("run", run.id, detail=why, why_kept=f"could not be removed: {exc}"))
 
 
 def _one_run(
