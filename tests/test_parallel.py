@@ -65,7 +65,7 @@ def test_run_store_holds_every_attempt(cli, repo: Path, write_suite) -> None:
     lines = (run_dir / "attempts.jsonl").read_text().splitlines()
     assert len(lines) == 10
     meta = json.loads((run_dir / "run.json").read_text())
-    assert meta["suite_sha256"] == envelope["suite_sha256"] and meta["agent"] == "command"
+    assert meta["suite_sha256"] == envelope["suite_sha256"] and meta["config"]["agent"] == "command"
     assert meta["base_commit"] == git(repo, "rev-parse", "HEAD")
     assert json.loads((run_dir / "envelope.json").read_text()) == envelope
 
