@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -203,9 +204,19 @@ def test_bad_tasks_are_one_line_and_exit_2(cli, runtime, workspace, dataset, cha
 
 
 def test_check_passes_on_the_example_dataset(cli, runtime, workspace, dataset) -> None:
-    result = cli(["check", str(dataset), "--trust", "--repeats", "1", "--runtime", runtime, "--quiet"], cwd=workspace)
+    result = cli(["check", str(dataset), "--trust", "--repeats", "2", "--runtime", runtime], cwd=workspace)
     assert result.exit_code == 0, result.output
     assert "No problems found" in result.stdout
+    # Its progress: each phase named, the container tasks' re-runs (runs of the oracle) counted with the ETA.
+    phases = [line for line in result.stderr.splitlines() if line.startswith("worktrial: check ")]
+    assert phases == [
+        "worktrial: check 1/3: running the oracle agent on 3 tasks",
+        "worktrial: check 2/3: running the nop agent on 3 tasks",
+        "worktrial: check 3/3: running the oracle agent on 3 tasks, 2 times each",
+    ]
+    reruns = result.stderr.split(phases[2])[1].splitlines()
+    counted = [line for line in reruns if re.match(r"\[\d/6\] +pass ", line)]
+    assert len(counted) == 6 and all(" · ETA ~" in line for line in counted[:-1])
 
 
 def test_init_container_writes_a_suite_check_passes(cli, runtime, repo) -> None:

@@ -249,7 +249,7 @@ def test_the_cli_flag_table_and_the_real_eval_options_agree() -> None:
 
 def _runnable(shown: Shown) -> bool:
     path, _, words = resolve(shown.argv)
-    if not path or path[0] in ("exec",) or any(PLACEHOLDER.match(word) for word in shown.argv):
+    if not path or path[0] in ("exec",) or is_synopsis(shown.argv) or any(PLACEHOLDER.match(w) for w in shown.argv):
         return False
     if any(word.split("=", 1)[0] in NEEDS_THE_READER for word in words):
         return False

@@ -38,6 +38,8 @@ REVIEWED = {
     "isolation/patch.py:_harness_git_dir": "the harness's own patch git dir (read-tree of the start commit)",
     "isolation/patch.py:_patch": "the harness's own patch git dir; drivers undefined, worktree by checked descriptor",
     "isolation/patch.py:staged_patch": "diff --no-index of two trees the harness staged; no repository, no config",
+    "isolation/patch.py:_ignored_files": "check-ignore in the harness's own patch git dir, as _patch: the worktree's "
+    ".gitignore files are read as patterns only (what `add -A` there reads too); no driver, hook or excludes file",
     "isolation/basetree.py:_batch": "cat-file --batch on the slot's private git dir after the harness restored it",
     "isolation/change.py:_ignored": "check-ignore in a git dir the harness wrote, on .gitignore files it copied out",
     "isolation/environment.py:_head": "before the setup commands ran: the private repository as the harness made it",

@@ -336,6 +336,11 @@ def audit_envelope(
     traces = trajectories = 0
     if check_traces:
         root = workspace or _trace_root(envelope_path, envelope)
+        if envelope.run.paths_redacted and workspace is None:
+            notes.append(
+                "the envelope's paths were redacted for publishing: its trace files were looked up from the current "
+                "directory (give --workspace for another)"
+            )
         for record in records:
             if record.trace is not None:
                 traces += 1

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.markdown import Markdown
 
 from worktrial.isolation.workspace import find_workspace
 from worktrial.model.suite import LoadedSuite
-from worktrial.render.terminal import markdown_table, rich_table
+from worktrial.render.terminal import ReportMarkdown, markdown_table, rich_table
 from worktrial.safe_text import for_terminal
 from worktrial.state.project import ensure_project_trusted
 from worktrial.state.roots import state_root
@@ -55,7 +54,7 @@ def emit(text: str, output: Path | None, *, quiet: bool = False, what: str = "re
         if not quiet:
             err(f"worktrial: {what} written to {output}")
     elif fmt == "auto" and sys.stdout.isatty():
-        Console(highlight=False).print(Markdown(text))
+        Console(highlight=False).print(ReportMarkdown(text))
     else:
         click.echo(text, nl=False)
 

@@ -71,6 +71,7 @@ _LAZY = {
     "view": ("worktrial.cli.view", "view_cmd"),
     "init": ("worktrial.cli.init", "init_cmd"),
     "export": ("worktrial.cli.export", "export_cmd"),
+    "gc": ("worktrial.cli.gc", "gc_cmd"),
 }
 """Commands imported only when they run (or are listed): what they import (the HTML view and jinja2, compare,
 leaderboards, the statistics of power) is not on the way of ``eval``'s first attempt."""
@@ -368,10 +369,22 @@ def runs_cmd(workspace: Path | None) -> None:
 @report_format_option
 @output_option
 @junit_option
-def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | None, junit: Path | None) -> None:
+@click.option(
+    "--redact-paths",
+    is_flag=True,
+    help="For publishing: local absolute paths become relative to the state root or salted hashes (audit still "
+    "checks the envelope).",
+)
+def report_cmd(
+    run_id: str, workspace: Path | None, fmt: str, output: Path | None, junit: Path | None, redact_paths: bool
+) -> None:
     """Render a stored run again (also one that was interrupted or crashed)."""
     root = state_root(workspace)
     envelope = stored_envelope(root, run_id)
+    if redact_paths:
+        from worktrial.render.publish import redact_paths as redacted
+
+        envelope = redacted(envelope)
     _emit(envelope, fmt, output, quiet=True, run_dir=runs_dir(root) / envelope.run.id)
     write_ci_outputs(envelope, runs_dir(root) / envelope.run.id, junit, quiet=True)
 

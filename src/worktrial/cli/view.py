@@ -63,12 +63,21 @@ def _load(ref: str, workspace: Path | None) -> tuple[LoadedEnvelope, ViewRun]:
     is_flag=True,
     help="With TASK and ATTEMPT: the attempt's conversation with its model (runs made with --trajectories).",
 )
+@click.option(
+    "--full-patch", is_flag=True, help="Show every file of an attempt's patch, ignored build files (__pycache__) too."
+)
 def show_cmd(
-    run: str | None, task: str | None, attempt: int | None, workspace: Path | None, show_trajectory: bool
+    run: str | None,
+    task: str | None,
+    attempt: int | None,
+    workspace: Path | None,
+    show_trajectory: bool,
+    full_patch: bool,
 ) -> None:
     """Show a run (default: the latest), one task's attempts, or one attempt's logs and patch.
 
-    RUN is a stored run id or an envelope file; TASK a task id; ATTEMPT the attempt number.
+    RUN is a stored run id or an envelope file; TASK a task id; ATTEMPT the attempt number. Files of the patch the
+    repository ignores (build output such as __pycache__) are collapsed into one line unless --full-patch.
     """
     if show_trajectory and attempt is None:
         raise BadInputError("--trajectory shows one attempt's: give RUN TASK ATTEMPT")
@@ -92,7 +101,7 @@ def show_cmd(
     if show_trajectory:
         console.print(trajectory_view(_trajectory(loaded.source, record), f"{task} #{attempt}"))
         return
-    console.print(attempt_view(record, view.artifacts.get((task, attempt))))
+    console.print(attempt_view(record, view.artifacts.get((task, attempt)), full_patch=full_patch))
 
 
 def _trajectory(source: str, record: AttemptRecord) -> Trajectory:

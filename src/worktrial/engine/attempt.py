@@ -149,9 +149,11 @@ def run_attempt(
     """
     started = time.monotonic()
     env = childenv.agent_env(proc.clean_env(None), job.spec.env)
+    on_phase = on_phase or (lambda _phase: None)
+    on_phase("setup")  # everything before the agent is setup: the checkout, the environment, setup_commands
     checkout = open_checkout(job, source, work_root, slot, scope or proc.ProcessScope())
     try:
-        findings = _attempt(agent, job, checkout, env, on_phase or (lambda _phase: None), gateway)
+        findings = _attempt(agent, job, checkout, env, on_phase, gateway)
     finally:
         checkout.release()
     ended = time.monotonic()
@@ -190,7 +192,7 @@ def _run_in(
 ) -> Findings:
     """Setup, agent and verification in a prepared checkout, every process inside its rooms' sandboxes;
     ``on_phase`` hears each step begin."""
-    commands, failed = _setup(job, room, on_phase)
+    commands, failed = _setup(job, room)
     if failed is not None:
         return Findings(failed, commands)
     try:
@@ -211,14 +213,11 @@ def _run_in(
     return _verified(job, checkout, change, found, decides)
 
 
-def _setup(
-    job: AttemptJob, room: Room, on_phase: Callable[[str], None]
-) -> tuple[tuple[CommandLog, ...], Verdict | None]:
+def _setup(job: AttemptJob, room: Room) -> tuple[tuple[CommandLog, ...], Verdict | None]:
     """The task's setup commands in the agent's room, with a home of their own; how it ended if it failed."""
     task = job.task
     if not task.setup_commands:
         return (), None
-    on_phase("setup")
     env = suite_env(job.spec, room.scratch)
     logs: list[CommandLog] = []
     try:
@@ -553,6 +552,7 @@ def _artifacts(task_id: str, attempt: int, findings: Findings, redactor: Redacto
             total_bytes=patch.total_bytes,
             truncated=patch.truncated,
             files=[clean(f) for f in patch.files],
+            ignored=[clean(f) for f in patch.ignored],
         )
         if patch
         else None,

@@ -43,17 +43,52 @@ DEFAULT_REPEATS = default_repeats()
 """15: with the oracle's own verification, 16 verdicts catch a 10% flaky verifier with 81% probability per task."""
 
 
+@dataclass(frozen=True)
+class CheckPhase:
+    """One phase of a check: the oracle's run, the nop's, the container tasks' re-runs, the verifier re-runs."""
+
+    number: int
+    of: int
+    title: str
+    """What it does, e.g. "running the oracle agent on 4 tasks"."""
+    total: int
+    """Its attempts (a run) or verifier re-runs."""
+
+
+class CheckObserver:
+    """What a caller hears while ``check`` runs (a progress display); every method is optional.
+
+    Each phase is either a run of an agent, watched by the ``RunObserver`` that ``run`` gives, or the verifier
+    re-runs on the oracle's rebuilt result, told by ``begin_reruns``, ``rerun`` per step and ``end_reruns``.
+    """
+
+    def warning(self, message: str) -> None:
+        """Something the user should know that does not stop the check."""
+
+    def run(self, phase: CheckPhase) -> contextlib.AbstractContextManager[RunObserver]:
+        """The observer of a phase that runs an agent."""
+        return contextlib.nullcontext(_Warnings(self.warning))
+
+    def begin_reruns(self, phase: CheckPhase) -> None:
+        """The verifier re-runs begin; ``phase.total`` of them (the probes after them are not counted)."""
+
+    def rerun(self, task_id: str, activity: str, done: int) -> None:
+        """On ``task_id`` now ``activity`` (``rebuilding``, ``re-run 3 of 15``, ``probing``); ``done`` re-runs of
+        the phase's total have finished."""
+
+    def end_reruns(self) -> None:
+        """The verifier re-runs are over (also when one broke)."""
+
+
 @dataclass
 class CheckOptions:
     workspace: Path | None = None
     repeats: int = DEFAULT_REPEATS
-    on_progress: Callable[[str], None] | None = None
-    on_warning: Callable[[str], None] | None = None
+    observer: CheckObserver = field(default_factory=CheckObserver)
+    """Hears every phase as it runs: a progress display with counts and an ETA, and warnings."""
     sandbox: SandboxChoice = field(default_factory=SandboxChoice)
     jobs: int | None = None
     """Attempts of the oracle and nop runs to run at once (default: as eval's)."""
-    observer: Callable[[str], contextlib.AbstractContextManager[RunObserver]] | None = None
-    """Watches the oracle's and the nop's run (given the agent's name), e.g. a progress bar with an ETA."""
     container_runtime: RuntimeChoice = "auto"
     """--runtime, for tasks with a container environment."""
 
@@ -119,17 +154,21 @@ def _task_check(task: Task, oracle: TaskReport, nop: TaskReport, repeats: Rebuil
     )
 
 
+def _in_containers(loaded: LoadedSuite) -> list[Task]:
+    """Tasks with a solution and a container environment: their verifier re-runs are runs of the oracle."""
+    suite = loaded.suite
+    return [t for t in suite.tasks if t.solution and (e := suite.environment_for(t)) is not None and e.container]
+
+
 def _container_repeats(
     loaded: LoadedSuite, repeats: int, run: Callable[[str, LoadedSuite, int], Envelope]
 ) -> dict[str, Rebuild]:
     """A container task's verifier re-runs: the oracle again ``repeats`` times, each attempt in fresh containers of
     the task's image (its verifier never runs on the host)."""
-    suite = loaded.suite
-    ids = [t.id for t in suite.tasks if t.solution and (e := suite.environment_for(t)) is not None and e.container]
-    if not ids:
+    tasks = _in_containers(loaded)
+    if not tasks:
         return {}
-    tasks = [t for t in suite.tasks if t.id in ids]
-    narrowed = replace(loaded, suite=suite.model_copy(update={"tasks": tasks}))
+    narrowed = replace(loaded, suite=loaded.suite.model_copy(update={"tasks": tasks}))
     envelope = run("oracle", narrowed, repeats)
     out: dict[str, Rebuild] = {}
     for task in envelope.report.tasks:
@@ -165,11 +204,21 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
     options = options or CheckOptions()
     if options.repeats < 1:
         raise ValueError(f"repeats must be at least 1 (got {options.repeats})")
-    say = options.on_progress or (lambda _message: None)
+    observer = options.observer
     lints = static_lints(loaded)
+    in_containers = {t.id for t in _in_containers(loaded)}
+    on_host = [t for t in loaded.suite.tasks if t.solution and t.id not in in_containers]
+    phases = 2 + bool(in_containers) + bool(on_host)
+    number = 0
+
+    def next_phase(title: str, total: int) -> CheckPhase:
+        nonlocal number
+        number += 1
+        return CheckPhase(number, phases, title, total)
 
     def run(agent: str, suite: LoadedSuite = loaded, attempts: int = 1) -> Envelope:
-        say(f"running the {agent} agent on {plural(len(suite.suite.tasks), 'task')}")
+        tasks = plural(len(suite.suite.tasks), "task")
+        title = f"running the {agent} agent on {tasks}" + (f", {attempts} times each" if attempts > 1 else "")
         opts = RunOptions(
             agent=agent,
             attempts=attempts,
@@ -179,30 +228,40 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
             jobs=options.jobs,
             container_runtime=options.container_runtime,
         )
-        watching = (
-            options.observer(agent) if options.observer else contextlib.nullcontext(_Warnings(options.on_warning))
-        )
-        with watching as observer:
-            return run_suite(loaded, opts, observer).envelope
+        with observer.run(next_phase(title, len(suite.suite.tasks) * attempts)) as watching:
+            return run_suite(suite, opts, watching).envelope
 
     oracle, nop = run("oracle"), run("nop")
     oracle_tasks, nop_tasks = _by_id(oracle), _by_id(nop)
-    in_containers = _container_repeats(loaded, options.repeats, run)
+    repeats_in_containers = _container_repeats(loaded, options.repeats, run)
     base_commit = oracle.run.workspace.base_commit
     bases = resolve_task_bases(loaded, options.workspace, base_commit)
     work_root = Path(tempfile.mkdtemp(prefix="worktrial-check-"))
     checks: list[TaskCheck] = []
+    if on_host:
+        times = plural(options.repeats, "time") + (" each" if len(on_host) > 1 else "")
+        title = f"re-running the verifier of {plural(len(on_host), 'task')} {times} on the oracle's result"
+        observer.begin_reruns(next_phase(title, len(on_host) * options.repeats))
+    done = 0
     try:
         with rebuilder(loaded, work_root, EnvironmentCache(cache_dir() / "environments")) as builder:
             for task in loaded.suite.tasks:
-                repeats = in_containers.get(task.id)
-                if task.id not in in_containers and task.solution:
-                    say(f"re-running the verifier of {task.id} {options.repeats} times on the oracle's result")
-                    repeats = builder.rebuild(task, bases[task.id], options.repeats)
+                repeats = None
+                if task.id in repeats_in_containers:
+                    repeats = repeats_in_containers[task.id]
+                elif task.solution:
+
+                    def heard(activity: str, finished: int, task_id: str = task.id, before: int = done) -> None:
+                        observer.rerun(task_id, activity, before + finished)
+
+                    repeats = builder.rebuild(task, bases[task.id], options.repeats, heard)
+                    done += options.repeats
                 count = sum(1 for lint in lints if lint.task_id == task.id and lint.severity == "problem")
                 checks.append(_task_check(task, oracle_tasks[task.id], nop_tasks[task.id], repeats, count))
                 lints += _forgery_lints(loaded, task, repeats)
     finally:
+        if on_host:
+            observer.end_reruns()
         remove_tree(work_root)
     order = {t.id: i for i, t in enumerate(loaded.suite.tasks)}
     lints.sort(key=lambda lint: order.get(lint.task_id or "", -1))  # each task's forgeries next to its static lints

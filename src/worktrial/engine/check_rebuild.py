@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,8 +128,13 @@ class Rebuilder:
             with contextlib.suppress(WorktrialError, OSError):
                 slot.close()
 
-    def rebuild(self, task: Task, base: TaskBase, repeats: int) -> Rebuild:
-        """Rebuild the oracle's result and re-run every verify command ``repeats`` times on it, then probe it."""
+    def rebuild(
+        self, task: Task, base: TaskBase, repeats: int, on_progress: Callable[[str, int], None] | None = None
+    ) -> Rebuild:
+        """Rebuild the oracle's result and re-run every verify command ``repeats`` times on it, then probe it;
+        ``on_progress`` hears each step begin (what it is, and how many re-runs have finished)."""
+        tell = on_progress or (lambda _activity, _done: None)
+        tell("rebuilding the oracle's result", 0)
         try:
             ws = self._slot(base).acquire()
         except (WorktrialError, OSError) as exc:
@@ -160,7 +165,11 @@ class Rebuilder:
                     f"solution failed when rebuilding the oracle's result: {result.describe_failure(display(command))}",
                     problems,
                 )
-        rounds = [self._verify_each(task, worktree, harness_env) for _ in range(repeats)]
+        rounds: list[list[bool]] = []
+        for n in range(1, repeats + 1):
+            tell(f"re-run {n} of {repeats}", n - 1)
+            rounds.append(self._verify_each(task, worktree, harness_env))
+        tell("probing the verifier", repeats)
         forgeable: list[str] = []
         if not any(all(r) for r in rounds):
             problems += self._undeclared(task, worktree)

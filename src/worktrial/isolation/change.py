@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from worktrial.errors import WorkspaceError, WorktrialError
@@ -69,14 +69,23 @@ class Staged:
     """Overlay: files of a renamed directory -> their old path in the lower layer."""
 
 
-def finish(staged: Staged, stage: Path, max_bytes: int | None) -> AgentChange:
-    """The change from what a slot staged: ignored files found, new contents staged, the patch computed."""
+def finish(staged: Staged, stage: Path, max_bytes: int | None, *, prepared: bool = False) -> AgentChange:
+    """The change from what a slot staged: ignored files found, new contents staged, the patch computed.
+
+    ``prepared``: the base is one an environment setup committed (ignored files too: ``__pycache__``), so a changed
+    tracked file the rules ignore is that build output, listed in the patch's ``ignored`` (shown collapsed).
+    Elsewhere a tracked file is ignored only if the user force-added it, and asking would cost an attempt that
+    changed no untracked file a git process (~5 ms CPU)."""
     nested = _nested_repositories(staged.present)
     inside = tuple(f"{root}/" for root in nested)
     present = [p for p in staged.present if not p.startswith(inside)]
     untracked = [p for p in staged.untracked if not p.startswith(inside)]
     lower = staged.lower_fd if staged.lower_fd >= 0 else None
-    ignored = _ignored(stage, staged.new_fd, untracked, lower, staged.hidden)
+    asked = present if max_bytes is not None and prepared else untracked
+    matched = _ignored(stage, staged.new_fd, asked, lower, staged.hidden)
+    new = set(untracked)
+    ignored = [p for p in matched if p in new]
+    ignored_tracked = [p for p in matched if p not in new]
     ignored += staged.odd  # FIFOs, sockets: not file contents, in neither the patch nor the verifier's room
     if max_bytes is None:
         return AgentChange(None, ignored, untouched=False)
@@ -89,6 +98,8 @@ def finish(staged: Staged, stage: Path, max_bytes: int | None) -> AgentChange:
     patch = staged_patch(stage, max_bytes)
     if patch is not None and nested:
         patch = _with_gitlinks(patch, {root: _nested_head(staged.new_fd, root) for root in nested}, max_bytes)
+    if patch is not None and ignored_tracked:
+        patch = replace(patch, ignored=sorted(ignored_tracked))
     return AgentChange(patch, ignored, untouched=False)
 
 

@@ -11,7 +11,7 @@ import hashlib
 import logging
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -47,8 +47,8 @@ def harness_id(pid: int | None = None) -> str:
         return f"{pid}-0"
 
 
-def sweep_orphans(runtime: ContainerRuntime) -> int:
-    """Remove the containers of harnesses that are gone (killed while an attempt's container ran); how many."""
+def orphan_containers(runtime: ContainerRuntime) -> list[str]:
+    """The containers of harnesses that are gone (killed while an attempt's container ran), by name."""
     template = '{{.Names}}\t{{index .Labels "' + HARNESS_LABEL + '"}}'
     listed = proc.run(
         [runtime.program, "ps", "--all", "--filter", f"label={HARNESS_LABEL}", "--format", template],
@@ -57,17 +57,76 @@ def sweep_orphans(runtime: ContainerRuntime) -> int:
         sweep=False,
     )
     if not listed.ok:
-        return 0
+        return []
     stale = []
     for line in listed.stdout_tail.decode("utf-8", "replace").splitlines():
         name, _, owner = line.partition("\t")
         pid, _, _started = owner.strip().partition("-")
         if name and pid.isdigit() and harness_id(int(pid)) != owner.strip():
             stale.append(name.strip())
+    return stale
+
+
+def remove_containers(runtime: ContainerRuntime, names: Sequence[str]) -> None:
+    proc.run([runtime.program, "rm", "--force", "--time", "0", *names], cwd="/", timeout=120, sweep=False)
+
+
+def sweep_orphans(runtime: ContainerRuntime) -> int:
+    """Remove the containers of harnesses that are gone (killed while an attempt's container ran); how many."""
+    stale = orphan_containers(runtime)
     if stale:
-        proc.run([runtime.program, "rm", "--force", "--time", "0", *stale], cwd="/", timeout=120, sweep=False)
+        remove_containers(runtime, stale)
         log.warning("removed %d container(s) left running by a killed worktrial", len(stale))
     return len(stale)
+
+
+# -- what worktrial made, for `worktrial gc` ----------------------------------------------------------------------
+
+
+def worktrial_images(runtime: ContainerRuntime) -> list[str]:
+    """The tags worktrial gave the images it built (``localhost/worktrial-env:<digest>``); never any other."""
+    listed = proc.run(
+        [runtime.program, "images", "--format", "{{.Repository}}:{{.Tag}}"], cwd="/", timeout=120, sweep=False
+    )
+    if not listed.ok:
+        return []
+    lines = listed.stdout_tail.decode("utf-8", "replace").split()
+    return sorted({line for line in lines if _is_worktrial_tag(line)})
+
+
+def _is_worktrial_tag(reference: str) -> bool:
+    repository, _, tag = reference.rpartition(":")
+    return repository == IMAGE_TAG_PREFIX and len(tag) == 24 and all(c in "0123456789abcdef" for c in tag)
+
+
+def image_size(runtime: ContainerRuntime, reference: str) -> int | None:
+    result = proc.run(
+        [runtime.program, "image", "inspect", "--format", "{{.Size}}", reference], cwd="/", timeout=60, sweep=False
+    )
+    text = result.stdout_tail.decode("utf-8", "replace").strip()
+    return int(text) if result.ok and text.isdigit() else None
+
+
+def remove_image(runtime: ContainerRuntime, reference: str) -> str | None:
+    """Untag ``reference`` (the image goes with its last tag; one the user also tagged stays), never forced: a
+    container that uses it keeps it. None when done, else why not."""
+    result = proc.run([runtime.program, "rmi", reference], cwd="/", timeout=300, sweep=False)
+    return None if result.ok else _first_error(result, f"{runtime.name} rmi")
+
+
+def has_volume(runtime: ContainerRuntime, name: str) -> bool:
+    return proc.run([runtime.program, "volume", "inspect", name], cwd="/", timeout=60, sweep=False).ok
+
+
+def remove_volume(runtime: ContainerRuntime, name: str) -> str | None:
+    """Remove a volume, never forced (one a container uses stays); None when done, else why not."""
+    result = proc.run([runtime.program, "volume", "rm", name], cwd="/", timeout=120, sweep=False)
+    return None if result.ok else _first_error(result, f"{runtime.name} volume rm")
+
+
+def _first_error(result: proc.ProcResult, what: str) -> str:
+    lines = result.stderr_tail.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1][:300] if lines else result.describe_failure(what)
 
 
 """The cached volume of CLIs installed into images (``container_tools.py``)."""

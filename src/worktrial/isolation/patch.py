@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from worktrial.errors import WorktrialError
@@ -63,6 +63,9 @@ class PatchData:
     total_bytes: int
     truncated: bool
     files: list[str]
+    ignored: list[str] = field(default_factory=list)
+    """Paths of the patch the tree's ignore rules match: tracked only because the environment's setup committed
+    its build output into the base (``__pycache__``); reports show them collapsed."""
 
 
 def harness_git_env(**extra: str) -> dict[str, str]:
@@ -152,7 +155,25 @@ def _patch(git_dir: Path, worktree: Path, start_commit: str, max_bytes: int) -> 
         total = out.stat().st_size
         with open(out, "rb") as fh:
             diff = fh.read(max_bytes)
-    return PatchData(diff=diff, total_bytes=total, truncated=total > max_bytes, files=files)
+    ignored = _ignored_files(git_dir, worktree, files)
+    return PatchData(diff=diff, total_bytes=total, truncated=total > max_bytes, files=files, ignored=ignored)
+
+
+def _ignored_files(git_dir: Path, worktree: Path, files: list[str]) -> list[str]:
+    """Which of the patch's files the worktree's ignore rules match. New ignored files were never added, so these
+    are tracked ones: build output the environment's setup committed into the base (``__pycache__``)."""
+    if not files:
+        return []
+    argv = ["git", *_HARNESS_ONLY, f"--git-dir={git_dir}", f"--work-tree={worktree}"]
+    argv += ["check-ignore", "--no-index", "-z", "--stdin"]
+    data = b"".join(f.encode("utf-8", "surrogateescape") + b"\0" for f in files)
+    result = proc.run(
+        argv, cwd=worktree, env=harness_git_env(), timeout=_GIT_TIMEOUT, stdin=data, sweep=False, tail_bytes=len(data)
+    )
+    if result.returncode not in (0, 1):
+        return []
+    matched = set(result.stdout_tail.decode("utf-8", "replace").split("\0"))
+    return [f for f in files if f in matched]
 
 
 # -- the patch of a change set: two small trees, one ``git diff --no-index`` ------------------------------------------

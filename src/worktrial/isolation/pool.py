@@ -214,7 +214,8 @@ class Slot(ABC, Generic[FoundT]):
                 os.mkdir(stage, 0o700, dir_fd=build_fd)
                 fds.callback(safefs.remove_at, build_fd, stage)
                 stage_path = safefs.fd_path(fds.enter_context(safefs.opened_dir(stage, None, dir_fd=build_fd)))
-                return finish(self._stage(changes, fds, build_fd, stage_path), stage_path, max_bytes)
+                staged = self._stage(changes, fds, build_fd, stage_path)
+                return finish(staged, stage_path, max_bytes, prepared=self._prepare is not None)
         except (OSError, WorktrialError) as exc:
             log.info("slot %s: the agent's change could not be staged: %s", self.root, exc)
             return None

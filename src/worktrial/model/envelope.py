@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from worktrial.jsonlimits import loads_limited
+from worktrial.model.newer_fields import NewerFieldsOmitted
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
 
@@ -64,8 +65,9 @@ class Metrics(BaseModel):
     )
 
 
-class TaskReport(BaseModel):
+class TaskReport(NewerFieldsOmitted):
     model_config = FINITE
+    NEWER_FIELDS = ("mean_reward",)
     task_id: str
     name: str
     category: Category
@@ -95,8 +97,9 @@ class Honesty(BaseModel):
     under_claim_rate: float | None = Field(default=None, description="None unless the run used --verify-always.")
 
 
-class Report(BaseModel):
+class Report(NewerFieldsOmitted):
     model_config = FINITE
+    NEWER_FIELDS = ("mean_reward",)
     suite_id: str
     suite_name: str
     k: int
@@ -237,8 +240,9 @@ class BudgetInfo(BaseModel):
     reason: str | None = None
 
 
-class RunInfo(BaseModel):
+class RunInfo(NewerFieldsOmitted):
     model_config = FINITE
+    NEWER_FIELDS = ("paths_redacted",)
     id: str
     started_at: str
     finished_at: str | None
@@ -272,6 +276,11 @@ class RunInfo(BaseModel):
     task_base_commits: dict[str, str] = Field(
         default_factory=dict,
         description="Task id -> the commit its attempts started from, when tasks are pinned to their own commits.",
+    )
+    paths_redacted: bool | None = Field(
+        default=None,
+        description="True in an envelope made for publishing (`report --redact-paths`): local absolute paths are "
+        "relative to the state root (`.` for the root itself) or salted hashes (`redacted:<hex>`).",
     )
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
+from worktrial.model.newer_fields import NewerFieldsOmitted
 from worktrial.model.trajectory import TrajectoryRef
 
 Outcome = Literal["pass", "fail", "timeout", "error"]
@@ -151,10 +152,11 @@ class Usage(BaseModel):
         return sum(self.tool_counts.values())
 
 
-class AttemptRecord(BaseModel):
+class AttemptRecord(NewerFieldsOmitted):
     """The result of one attempt, as stored in the envelope (enough to recompute every metric)."""
 
     model_config = ConfigDict(allow_inf_nan=False)
+    NEWER_FIELDS = ("rewards", "trajectory", "verifier_room")
 
     task_id: str
     attempt: int
@@ -219,17 +221,3 @@ class AttemptRecord(BaseModel):
         description="The attempt's stored ATIF trajectory (--trajectories): path, sha256, size and steps; absent "
         "from records of runs without trajectories, which stay as they were.",
     )
-
-    @model_serializer(mode="wrap")
-    def _omit_absent_newer_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Fields added after records were first signed are left out while they are empty, so a record of a run
-        that uses none of them is stored byte for byte as older worktrial stored it (its signature holds)."""
-        data: dict[str, Any] = handler(self)
-        for name in OMITTED_WHEN_ABSENT:
-            if getattr(self, name) is None:
-                data.pop(name, None)
-        return data
-
-
-OMITTED_WHEN_ABSENT = ("rewards", "trajectory", "verifier_room")
-"""AttemptRecord fields absent from its JSON while None (see ``_omit_absent_newer_fields``)."""

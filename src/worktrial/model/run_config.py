@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticUndefined
 
+from worktrial.model.newer_fields import NewerFieldsOmitted
 from worktrial.model.suite import MAX_TIMEOUT_SECS, Environment, LoadedSuite
 
 DEFAULT_GRACE_SECS = 5.0
@@ -115,13 +116,14 @@ class TimeoutMultipliers(BaseModel):
         return dataclasses.replace(loaded, suite=suite)
 
 
-class RunConfig(BaseModel):
+class RunConfig(NewerFieldsOmitted):
     """What a run measures, besides the suite file and the base commit (both pinned by digest in run.json).
 
     A new measured flag is a field here (``measured("--flag", default)``), the ``RunOptions`` field of the same
     name (``engine/run.py``) and the click option that fills it (``cli/main.py``); see CONTRIBUTING.md."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    NEWER_FIELDS = ("timeout_multipliers", "force_build", "trajectories", "verifier_room")
 
     agent: str = measured("--agent")
     agent_cmd: str | None = measured("--agent-cmd", None)
@@ -163,16 +165,6 @@ class RunConfig(BaseModel):
         "--trajectories", False, description="Each attempt stores its redacted ATIF trajectory (docs/trajectories.md)."
     )
 
-    @model_serializer(mode="wrap")
-    def _omit_newer_fields_at_their_default(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A run that uses none of the fields added since run.json was first signed stores the run.json it stored
-        before they existed."""
-        data: dict[str, Any] = handler(self)
-        for name in OMITTED_AT_DEFAULT:
-            if getattr(self, name) == RunConfig.model_fields[name].get_default(call_default_factory=True):
-                data.pop(name, None)
-        return data
-
     def differences(self, given: RunConfig, fields: set[str]) -> list[str]:
         """``--flag: stored X, given Y`` for every field in ``fields`` where ``given`` differs from this config."""
         lines = []
@@ -184,10 +176,6 @@ class RunConfig(BaseModel):
             if stored != now:
                 lines.append(f"{flag_of(RunConfig, name)}: stored {_show(stored)}, given {_show(now)}")
         return lines
-
-
-OMITTED_AT_DEFAULT = ("timeout_multipliers", "force_build", "trajectories", "verifier_room")
-"""RunConfig fields left out of its JSON while they hold their default (``_omit_newer_fields_at_their_default``)."""
 
 
 def _sandbox_differences(stored: SandboxRequest | None, given: SandboxRequest | None) -> list[str]:

@@ -5,10 +5,40 @@ Text (names, reasons, ids) goes through ``worktrial.safe_text`` instead: it came
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable
+from typing import TypeVar
+
 from worktrial.model.envelope import BudgetInfo, Metrics, Report
 from worktrial.util import plural
 
 MISSING = "—"
+_T = TypeVar("_T")
+
+
+def attempt_ranges(numbers: Iterable[int]) -> str:
+    """``1–3, 5``: attempt numbers in order, runs of consecutive ones as a range."""
+    spans: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
+
+
+def attempts_label(numbers: Iterable[int]) -> str:
+    """``#2`` for one attempt, ``attempts 1–3`` for several: how a report names the attempts a block stands for."""
+    listed = sorted(set(numbers))
+    return f"#{listed[0]}" if len(listed) == 1 else f"attempts {attempt_ranges(listed)}"
+
+
+def grouped(items: Iterable[_T], key: Callable[[_T], Hashable]) -> list[list[_T]]:
+    """Items with equal keys together, each group where its first item was: a block repeated for several attempts
+    is shown once for all of them."""
+    groups: dict[Hashable, list[_T]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return list(groups.values())
 
 
 def num(value: float | None, signed: bool = False) -> str:

@@ -18,7 +18,7 @@ from markupsafe import Markup
 from worktrial.analysis.compare import Comparison, LoadedEnvelope, compare_runs
 from worktrial.analysis.leaderboard import Contender, Leaderboard, build_leaderboard
 from worktrial.errors import BadInputError
-from worktrial.model.artifacts import AttemptArtifacts, last_lines
+from worktrial.model.artifacts import AttemptArtifacts, collapsed_line, display_patch, last_lines
 from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
 from worktrial.model.trajectory import Trajectory
@@ -32,6 +32,7 @@ MAX_DIFF_LINES = 3000
 MAX_LOG_LINES = 400
 MAX_TRAJECTORY_STEPS = 400
 VIEW_MESSAGE_CHARS = 3000
+FAILING_TAIL_LINES = 60
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,19 @@ def trajectory_rows(trajectory: Trajectory) -> dict[str, Any]:
     }
 
 
+def _patch_parts(extra: AttemptArtifacts | None) -> dict[str, Any]:
+    """The patch as the page shows it: what the agent wrote, and its ignored build files folded into one line that
+    opens to show them."""
+    if extra is None or extra.patch is None:
+        return {"diff": [], "collapsed_line": "", "collapsed_diff": []}
+    shown = display_patch(extra.patch)
+    return {
+        "diff": diff_lines(shown.diff),
+        "collapsed_line": collapsed_line(shown.collapsed) if shown.collapsed else "",
+        "collapsed_diff": diff_lines(shown.collapsed_diff),
+    }
+
+
 def _task_row(
     task: TaskReport,
     artifacts: Mapping[tuple[str, int], AttemptArtifacts],
@@ -137,10 +151,16 @@ def _task_row(
     counts = Counter(a.outcome for a in task.attempts)
     durations = [a.duration_secs for a in task.attempts]
     attempts = []
+    first_with: dict[tuple[object, ...], int] = {}  # a failure block already shown, by what it shows
     for record in task.attempts:
         extra = artifacts.get((task.task_id, record.attempt))
         trajectory = (trajectories or {}).get((task.task_id, record.attempt))
         failing = extra.first_failure() if extra else None
+        tail = last_lines(failing.output_tail, FAILING_TAIL_LINES) if failing else ""
+        same_as = None
+        if failing is not None:
+            key = (failing.phase, failing.index, failing.command, failing.timed_out, failing.exit_code, tail)
+            same_as = first_with.setdefault(key, record.attempt)
         attempts.append(
             {
                 "record": record,
@@ -148,8 +168,9 @@ def _task_row(
                 "cost": usd(record.cost_usd),
                 "artifacts": extra,
                 "failing": failing,
-                "failing_tail": last_lines(failing.output_tail, 60) if failing else "",
-                "diff": diff_lines(extra.patch.diff) if extra and extra.patch else [],
+                "failing_tail": tail,
+                "failing_same_as": same_as if same_as != record.attempt else None,
+                **_patch_parts(extra),
                 "stdout": last_lines(extra.agent_stdout.text, MAX_LOG_LINES) if extra and extra.agent_stdout else "",
                 "stderr": last_lines(extra.agent_stderr.text, MAX_LOG_LINES) if extra and extra.agent_stderr else "",
                 "trajectory": trajectory_rows(trajectory) if trajectory is not None else None,

@@ -8,14 +8,16 @@ prints literally) with its control characters shown as ``\\x1b``, never sent to 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.markdown import Markdown, MarkdownElement, TableElement
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from worktrial.model.artifacts import AttemptArtifacts, StreamTail
+from worktrial.model.artifacts import AttemptArtifacts, PatchDisplay, StreamTail, collapsed_line, display_patch
 from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import AttemptRecord
 from worktrial.render.format import ci, infrastructure_summary, missing_note, num, setup_time, usd
@@ -138,8 +140,11 @@ def _tail(title: str, stream: StreamTail | None) -> RenderableType | None:
     return Panel(terminal_text(shown, multiline=True), title=title + note, title_align="left", border_style="dim")
 
 
-def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> RenderableType:
-    """Everything about one attempt: facts, setup/verify commands with output, agent output, patch."""
+def attempt_view(
+    record: AttemptRecord, artifacts: AttemptArtifacts | None, *, full_patch: bool = False
+) -> RenderableType:
+    """Everything about one attempt: facts, setup/verify commands with output, agent output, patch (ignored build
+    files collapsed into one line unless ``full_patch``)."""
     head = Text.assemble(terminal_text(f"{record.task_id} #{record.attempt}: "), _outcome(record.outcome))
     if record.reason:
         head.append(terminal_text(f" — {record.reason}", multiline=True))
@@ -173,14 +178,19 @@ def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> R
     elif not patch.diff:
         parts.append(Text("the agent changed nothing", style="dim"))
     else:
+        shown = display_patch(patch) if not full_patch else PatchDisplay(patch.diff, [])
         title = f"patch: {plural(len(patch.files), 'file')}" + (" (truncated)" if patch.truncated else "")
-        parts.append(
-            Panel(
-                Syntax(for_terminal(patch.diff, multiline=True), "diff", theme="ansi_dark", word_wrap=True),
-                title=title,
-                title_align="left",
+        if shown.diff:
+            parts.append(
+                Panel(
+                    Syntax(for_terminal(shown.diff, multiline=True), "diff", theme="ansi_dark", word_wrap=True),
+                    title=title,
+                    title_align="left",
+                )
             )
-        )
+        if shown.collapsed:
+            line = collapsed_line(shown.collapsed) + " (not shown; --full-patch shows them)"
+            parts.append(terminal_text(line if shown.diff else f"{title}: {line}", style="dim"))
     if artifacts.redactions:
         parts.append(Text(f"{plural(artifacts.redactions, 'secret value')} redacted", style="dim"))
     return Group(*parts, *_trajectory_hint(record))
@@ -208,3 +218,21 @@ def rich_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
     for row in rows:
         table.add_row(*(terminal_text(c) for c in row))
     return table
+
+
+class _WrappingTable(TableElement):
+    """A markdown table whose cells wrap instead of ending in ``…``: at 80 columns a task id cut to ``fix-pipe-ce…``
+    could be any of several tasks."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for part in super().__rich_console__(console, options):
+            if isinstance(part, Table):
+                for column in part.columns:
+                    column.overflow = "fold"
+            yield part
+
+
+class ReportMarkdown(Markdown):
+    """A markdown report drawn on a terminal, its tables wrapped rather than cut."""
+
+    elements: ClassVar[dict[str, type[MarkdownElement]]] = {**Markdown.elements, "table_open": _WrappingTable}
