@@ -148,3 +148,18 @@ def test_a_runtime_s_monitor_is_never_taken_for_an_attempt_s_orphan(how: str, su
     out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"alive": survives}
+
+
+def test_a_container_that_cannot_start_fails_its_command_with_the_runtime_s_reason(tmp_path: Path) -> None:
+    from worktrial.isolation import proc
+    from worktrial.isolation.attempt_container import ContainerView
+
+    broken = ContainerRuntime("podman", "/bin/false", "0")
+    worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
+    worktree.mkdir()
+    scratch.mkdir()
+    box = AttemptContainer(ContainerPlan(broken), _env(user="image"), Mounts(worktree, (), (), scratch), network="off")
+    scope = proc.ProcessScope().confined(ContainerView(box))
+    ran = proc.run(["true"], cwd=worktree, timeout=30, scope=scope)
+    assert ran.returncode == 125 and b"could not start a container" in ran.stderr_tail
+    assert box.running  # something of it may exist: the attempt removes it at the end

@@ -40,6 +40,7 @@ from worktrial.isolation import ownership, proc
 from worktrial.isolation.attempt_container import AttemptContainer, ContainerStartError, ContainerView, Mounts
 from worktrial.isolation.change import AgentChange
 from worktrial.isolation.container import ContainerEnv, ContainerPlan
+from worktrial.isolation.sandbox import NetworkMode
 from worktrial.isolation.workspace import remove_tree
 from worktrial.model.harbor_config import Artifact, Healthcheck
 
@@ -95,7 +96,10 @@ class ContainerCheckout:
         agent = self._agent
         assert agent is not None
         if self.env.artifacts:
-            self._collect(agent)
+            try:
+                self._collect(agent)
+            except ContainerStartError as exc:  # nothing ran in it, and it cannot start: nothing to collect
+                log.warning("the artifacts of %s #%d were not collected: %s", self.job.task.id, self.job.attempt, exc)
         if self.mode != "shared":
             agent.remove()
         return self.files.change(max_bytes)
@@ -139,7 +143,7 @@ class ContainerCheckout:
 
     # -- the containers -----------------------------------------------------------------------------------------
 
-    def _container(self, worktree: Path, network: str, readonly: tuple[Path, ...] = ()) -> AttemptContainer:
+    def _container(self, worktree: Path, network: NetworkMode, readonly: tuple[Path, ...] = ()) -> AttemptContainer:
         """A container of the task's image over ``worktree`` (not started yet: it starts at its first command)."""
         ws, dirs = self.files.workspace, self._dirs
         assert dirs is not None
@@ -162,7 +166,7 @@ class ContainerCheckout:
             self.plan,
             self.env,
             mounts,
-            network=network,  # type: ignore[arg-type]
+            network=network,
             max_memory=limits.max_memory,
             max_procs=limits.max_procs,
         )

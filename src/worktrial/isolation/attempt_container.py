@@ -467,6 +467,10 @@ class ContainerView(Sandbox):
         unstage = self.box.stage(self.shown)
         try:
             wrapped = self.box.wrap(argv, cwd, env, user=self.user, extra_env=self.extra_env, last=self.last)
+        except ContainerStartError as exc:  # the command fails with the runtime's reason, as a command does
+            if unstage is not None:
+                unstage(False)
+            return Wrapped(["/bin/sh", "-c", 'echo "$0" >&2; exit 125', str(exc)], {"PATH": os.defpath})
         except BaseException:
             if unstage is not None:
                 unstage(False)
