@@ -559,7 +559,7 @@ def _run_in(
             report = session.report()
             session.close()  # its token is worthless from now on
     if report is not None:
-        apply_report(result, report, job.spec.agent.name)
+        report = apply_report(result, report, job.spec.agent.name, task.timeout_secs)
     progress.agent_secs = time.monotonic() - agent_start
     if isinstance(sandbox, containers.ContainerSandbox):
         sandbox.end_containers()  # the verifier starts only once every agent container is gone
