@@ -22,6 +22,7 @@ from tests.cli_servers import CliServer, anthropic_plain, chat_plain, chat_usage
 from worktrial.agents.base import AgentContext, AgentOptions
 from worktrial.agents.presets import PRESETS
 from worktrial.agents.presets.base import PresetAgent
+from worktrial.agents.presets.carry import UserSetup
 from worktrial.errors import BadInputError
 from worktrial.gateway import Gateway, Session
 
@@ -33,7 +34,8 @@ def _handed(agent: PresetAgent, gateway: Gateway, scratch: Path, env: dict[str, 
     """Route one attempt: (the URL the CLI is pointed at, the attempt's session, everything the CLI is given)."""
     session = gateway.open(threading.Event())
     ctx = cast(AgentContext, SimpleNamespace(gateway=session))
-    invocation, withheld = agent._through_gateway(ctx, agent._invocation("prompt", scratch, scratch), env)
+    invocation, rewrite = agent._through_gateway(ctx, agent._invocation("prompt", scratch, scratch), env, UserSetup())
+    withheld = rewrite.withheld
     spec = agent.spec
     given = dict(env)
     if spec.run_env is not None:
@@ -108,7 +110,8 @@ def _given_env(
     """Like ``_handed``, but the environment the CLI gets and its argv kept apart."""
     session = gateway.open(threading.Event())
     ctx = cast(AgentContext, SimpleNamespace(gateway=session))
-    invocation, withheld = agent._through_gateway(ctx, agent._invocation("prompt", scratch, scratch), env)
+    invocation, rewrite = agent._through_gateway(ctx, agent._invocation("prompt", scratch, scratch), env, UserSetup())
+    withheld = rewrite.withheld
     given = dict(env)
     if agent.spec.run_env is not None:
         given.update(agent.spec.run_env(invocation, given))
@@ -149,7 +152,9 @@ def test_a_provider_key_alone_goes_through_the_gateway(
         given, argv = handed["env"], handed["argv"]
         assert url.endswith(f"/g/{session.token}/{route}")
         assert given[key_var] == session.token and SECRET not in json.dumps(handed)
-        assert "OPENAI_ORGANIZATION" not in given  # every variable of the CLI's providers leaves
+        assert (
+            given["OPENAI_ORGANIZATION"] == "org-x"
+        )  # a setting of the provider's, neither key nor endpoint: it stays
         assert argv[argv.index(provider_flag[0]) : argv.index(provider_flag[0]) + len(provider_flag)] == provider_flag
         base_var = {
             ("goose", "openai"): "OPENAI_HOST",

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from worktrial.agents.presets.base import (
-    ConfigCarry,
     Invocation,
     LongPrompt,
     PresetSpec,
@@ -27,6 +26,7 @@ from worktrial.agents.presets.base import (
     litellm_upstream,
     scratch_dir,
 )
+from worktrial.agents.presets.carry import ConfigCarry, Configured, UserSetup
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     LineSplitter,
@@ -165,6 +165,24 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     return litellm_base_url(inv, env)
 
 
+CONF_SETTING = re.compile(r"^(openai-api-key|anthropic-api-key|openai-api-base)\s*:\s*[\"']?([^\"'\s#]+)", re.M)
+
+
+def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model: str | None) -> Configured:
+    """The key (and OpenAI base) ``~/.aider.conf.yml`` sets for the provider the model route names."""
+    del env, provider
+    conf = setup.file(".aider.conf.yml")
+    if conf is None:
+        return Configured()
+    settings = dict(CONF_SETTING.findall(conf.text))
+    chosen = "anthropic" if model and model.startswith("anthropic/") else "openai"
+    key = settings.get(f"{chosen}-api-key")
+    base = settings.get("openai-api-base") if chosen == "openai" else None
+    return Configured(
+        base_url=base, base_from=conf.shown if base else None, key=key, key_from=conf.shown if key else None
+    )
+
+
 SPEC = PresetSpec(
     long_prompt=LongPrompt(via="file", flag="--message-file"),  # prompts over 64 KiB (agents.prompt)
     name="aider",
@@ -184,8 +202,10 @@ SPEC = PresetSpec(
             "aider/home",
             "",
             (".aider.conf.yml", ".env", ".aider.model.settings.yml", ".aider.model.metadata.json"),
+            env_files=(".env",),
         ),
     ),
+    setup=_setup,
     run_env=_run_env,
     base_url="<PROVIDER>_API_BASE (litellm's variable for the route's provider; OPENAI_API_BASE without one)",
     upstream=litellm_upstream,

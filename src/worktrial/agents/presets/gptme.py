@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import OPENAI, ConfigCarry, Invocation, PresetSpec, Upstream, scratch_dir
+from worktrial.agents.presets.base import Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.carry import ConfigCarry
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -40,6 +41,7 @@ from worktrial.agents.presets.parsing import (
     exit_reason,
 )
 from worktrial.agents.presets.provider_errors import classify, failure
+from worktrial.agents.presets.routing import OPENAI, Upstream
 from worktrial.model.envelope import split_route
 from worktrial.model.records import Tokens, Usage
 
@@ -164,7 +166,11 @@ SPEC = PresetSpec(
     parser=GptmeParser,
     env=_env,
     reports=("tokens", "cost (when gptme prices the model)", "turns (model replies)", "tool calls"),
-    carries=(ConfigCarry("XDG_CONFIG_HOME", "gptme/config", ".config", ("gptme/config.toml",)),),
+    carries=(
+        ConfigCarry(
+            "XDG_CONFIG_HOME", "gptme/config", ".config", ("gptme/config.toml",), env_files=("gptme/config.toml",)
+        ),
+    ),
     run_env=_run_env,
     base_url="OPENAI_BASE_URL, with a bare or openai/ model as gptme's local/NAME",
     base_url_needs_model=True,

@@ -16,14 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import (
-    ConfigCarry,
-    Invocation,
-    PresetSpec,
-    litellm_base_url,
-    litellm_upstream,
-    scratch_dir,
-)
+from worktrial.agents.presets.base import Invocation, PresetSpec, litellm_base_url, litellm_upstream, scratch_dir
+from worktrial.agents.presets.carry import ConfigCarry
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     Verdict,
@@ -181,7 +175,11 @@ SPEC = PresetSpec(
     reports=("tokens", "cost", "turns"),
     version_argv=version_argv,
     price_provider="openai",
-    carries=(ConfigCarry("MSWEA_GLOBAL_CONFIG_DIR", "mini-swe-agent", ".config/mini-swe-agent", (".env",)),),
+    carries=(
+        ConfigCarry(
+            "MSWEA_GLOBAL_CONFIG_DIR", "mini-swe-agent", ".config/mini-swe-agent", (".env",), env_files=(".env",)
+        ),
+    ),
     run_env=_run_env,
     base_url="<PROVIDER>_API_BASE (litellm's variable for the route's provider; OPENAI_API_BASE without one)",
     upstream=litellm_upstream,
