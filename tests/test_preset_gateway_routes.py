@@ -85,7 +85,7 @@ def test_base_url_goes_through_the_gateway_and_the_key_stays_out(
         assert routed.key == SECRET and routed.base_url == UPSTREAM  # the gateway forwards there with the key
 
 
-@pytest.mark.parametrize("preset", ["copilot", "continue", "kilo", "gptme", "droid"])
+@pytest.mark.parametrize("preset", ["copilot", "continue", "kilo", "droid"])
 def test_without_base_url_the_cli_talks_to_its_vendor(preset: str, tmp_path: Path) -> None:
     agent = PresetAgent(PRESETS[preset], AgentOptions(model="openai/gpt-4.1-mini"))
     env = {"OPENAI_API_KEY": SECRET}
@@ -93,6 +93,16 @@ def test_without_base_url_the_cli_talks_to_its_vendor(preset: str, tmp_path: Pat
         url, _session, _given = _handed(agent, gateway, tmp_path, env)
         assert url == "" and env == {"OPENAI_API_KEY": SECRET}
         assert gateway.port is None  # nothing was routed, so the gateway never started
+
+
+def test_gptme_with_an_openai_key_goes_through_the_gateway(tmp_path: Path) -> None:
+    """gptme's OpenAI provider takes ``OPENAI_BASE_URL``: with the key alone it is routed, run as ``local/NAME``."""
+    agent = PresetAgent(PRESETS["gptme"], AgentOptions(model="openai/gpt-4.1-mini"))
+    with Gateway() as gateway:
+        url, session, handed = _given_env(agent, gateway, tmp_path, {"OPENAI_API_KEY": SECRET})
+    assert url.endswith(f"/g/{session.token}/openai") and handed["env"]["OPENAI_BASE_URL"] == url
+    assert handed["env"]["OPENAI_API_KEY"] == session.token and SECRET not in json.dumps(handed)
+    assert handed["argv"][handed["argv"].index("-m") + 1] == "local/gpt-4.1-mini"
 
 
 def test_gptme_with_a_provider_of_its_own_is_not_routed(tmp_path: Path) -> None:

@@ -312,7 +312,8 @@ class Session:
             ledger.consecutive = 0
             ledger.last_failure = None
             if answered:
-                ledger.model = answered
+                # Through an aggregator (OpenRouter answers "openai/gpt-5.1"), the model is named as routed.
+                ledger.model = answered if route.provider == route.name else f"{route.provider}/{answered}"
             if tokens is None:
                 return None
             ledger.tokens = ledger.tokens.add(tokens)

@@ -23,10 +23,11 @@ from worktrial.agents.presets.base import (
     LongPrompt,
     PresetSpec,
     litellm_base_url,
+    litellm_provider,
     litellm_upstream,
     scratch_dir,
 )
-from worktrial.agents.presets.carry import ConfigCarry, Configured, UserSetup
+from worktrial.agents.presets.carry import ConfigCarry, UserSetup
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     LineSplitter,
@@ -39,6 +40,7 @@ from worktrial.agents.presets.parsing import (
     iter_json_lines,
 )
 from worktrial.agents.presets.provider_errors import classify_litellm, failure
+from worktrial.agents.presets.routing import Configured
 from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 ANALYTICS_LOG = "aider-analytics.jsonl"
@@ -165,21 +167,30 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     return litellm_base_url(inv, env)
 
 
-CONF_SETTING = re.compile(r"^(openai-api-key|anthropic-api-key|openai-api-base)\s*:\s*[\"']?([^\"'\s#]+)", re.M)
+CONF_SETTING = re.compile(r"^(model|openai-api-key|anthropic-api-key|openai-api-base)\s*:\s*[\"']?([^\"'\s#]+)", re.M)
 
 
 def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model: str | None) -> Configured:
-    """The key (and OpenAI base) ``~/.aider.conf.yml`` sets for the provider the model route names."""
+    """The model ``~/.aider.conf.yml`` names (its provider is the upstream: ``openrouter/...`` reads
+    ``OPENROUTER_API_KEY`` and ``OPENROUTER_API_BASE``, from ~/.env or the environment), and the key and OpenAI
+    base the file sets itself."""
     del env, provider
     conf = setup.file(".aider.conf.yml")
-    if conf is None:
-        return Configured()
-    settings = dict(CONF_SETTING.findall(conf.text))
-    chosen = "anthropic" if model and model.startswith("anthropic/") else "openai"
+    settings = dict(CONF_SETTING.findall(conf.text)) if conf is not None else {}
+    named = model or settings.get("model")
+    upstream = litellm_provider(named) if model is None and named else None
+    chosen = "anthropic" if named and named.startswith("anthropic/") else "openai"
     key = settings.get(f"{chosen}-api-key")
     base = settings.get("openai-api-base") if chosen == "openai" else None
+    shown = conf.shown if conf is not None else None
     return Configured(
-        base_url=base, base_from=conf.shown if base else None, key=key, key_from=conf.shown if key else None
+        base_url=base,
+        base_from=shown if base else None,
+        key=key,
+        key_from=shown if key else None,
+        model=named,
+        upstream=upstream,
+        elsewhere=model is None and named is not None and upstream is None,
     )
 
 

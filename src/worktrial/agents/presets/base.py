@@ -24,7 +24,6 @@ from worktrial.agents.credentials import PRESET_PROVIDERS, PROVIDER_VARIABLES, p
 from worktrial.agents.presets.carry import (
     CarryRefused,
     ConfigCarry,
-    Configured,
     Rewrite,
     UserSetup,
     carry,
@@ -34,6 +33,8 @@ from worktrial.agents.presets.parsing import ExitInfo, ParserFactory, watch_spen
 from worktrial.agents.presets.routing import (
     ANTHROPIC,
     OPENAI,
+    OPENROUTER,
+    Configured,
     RoutePlan,
     SetupReader,
     Upstream,
@@ -80,8 +81,8 @@ class Invocation:
     """Budget flags (``max_turns``...) the preset declared it honours."""
     cost_cap: float | None = None
     """``--max-cost-per-attempt``, for CLIs with a spending limit of their own (the harness enforces it anyway)."""
-    route: str | None = None
-    """The wire family the gateway routes for this attempt (``openai``, ``anthropic``, ``gemini``), when routed."""
+    upstream: Upstream | None = None
+    """The provider the gateway stands in for in this attempt, when it is routed (its wire, its base variables)."""
 
 
 ArgvBuilder = Callable[[Invocation], list[str]]
@@ -433,7 +434,7 @@ class PresetAgent:
         if ctx.gateway is None or plan is None:
             return invocation, not_routed
         upstream = plan.upstream
-        route = Route(upstream.route, plan.base_url, plan.key, upstream.route, plan.key_from)
+        route = Route(upstream.route, plan.base_url, plan.key, upstream.price_provider, plan.key_from)
         try:
             url = ctx.gateway.route(route)
         except OSError as exc:  # the gateway could not listen: the CLI talks to its provider itself, as before
@@ -446,9 +447,13 @@ class PresetAgent:
         for name in gone:
             del env[name]
         env[plan.key_var] = ctx.gateway.token
-        ctx.gateway.bypass_proxies(env)
+        # Its model calls go to the gateway on its own loopback, which reaches the provider through the user's
+        # proxy: a proxy in the CLI's environment could only send them astray (Qwen Code and Gemini CLI send every
+        # request through HTTPS_PROXY, whatever NO_PROXY says).
+        for name in childenv.PROXY_NAMES:
+            env.pop(name, None)
         rewrite = self._rewrite(plan, ctx.gateway.token, url, frozenset(withheld))
-        return replace(invocation, base_url=url, route=upstream.route), rewrite
+        return replace(invocation, base_url=url, upstream=upstream), rewrite
 
     def _prompt_argv(self, invocation: Invocation, prompt_file: Path) -> tuple[list[str], bool]:
         """The CLI's arguments, and whether the prompt goes on stdin: inline when it fits, else the CLI's way."""
@@ -565,22 +570,36 @@ def byok_upstream(inv: Invocation, *, anthropic_keys: tuple[str, ...] = ("ANTHRO
     return Upstream("openai", (f"{name}_API_KEY",), OPENAI.default_base)
 
 
+LITELLM = {"openai": OPENAI, "anthropic": ANTHROPIC, "openrouter": OPENROUTER}
+"""The providers a litellm-based CLI is routed for: those whose wire the gateway speaks (OpenRouter is Chat
+Completions); litellm routes to other providers are not routed."""
+
+
 def litellm_upstream(inv: Invocation) -> Upstream | None:
     """The provider a litellm-based CLI calls for the route: OpenAI for a bare name, else the route's provider
     where the gateway speaks its format (others are not routed)."""
-    provider = inv.model.split("/", 1)[0] if inv.model and "/" in inv.model else "openai"
-    return {"openai": OPENAI, "anthropic": ANTHROPIC}.get(provider)
+    return litellm_provider(inv.model)
+
+
+def litellm_provider(model: str | None) -> Upstream | None:
+    """The upstream of a litellm model name (``openrouter/openai/gpt-5.1``; a bare name is OpenAI's)."""
+    provider = model.split("/", 1)[0] if model and "/" in model else "openai"
+    return LITELLM.get(provider)
 
 
 def litellm_base_url(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     """``--base-url`` for a litellm-based CLI (aider, mini-swe-agent): litellm reads ``<PROVIDER>_BASE_URL`` or
     ``<PROVIDER>_API_BASE`` for the provider the ``provider/model`` route names (OPENAI for a bare model name);
-    both are set, so a variable of the user's own cannot win over the flag."""
+    both are set, so a variable of the user's own cannot win over the flag. Routed for a model the CLI's own
+    configuration names, the routed provider's variables are set too."""
     if not inv.base_url:
         return {}
     provider = inv.model.split("/", 1)[0] if inv.model and "/" in inv.model else "openai"
     prefix = provider.upper().replace("-", "_")
-    return {f"{prefix}_API_BASE": inv.base_url, f"{prefix}_BASE_URL": inv.base_url}
+    variables = {f"{prefix}_API_BASE": inv.base_url, f"{prefix}_BASE_URL": inv.base_url}
+    if inv.upstream is not None:
+        variables.update(dict.fromkeys(inv.upstream.base_vars, inv.base_url))
+    return variables
 
 
 def is_root() -> bool:

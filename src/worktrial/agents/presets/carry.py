@@ -135,27 +135,6 @@ class UserSetup:
 
 
 @dataclass(frozen=True)
-class Configured:
-    """What the user's own configuration of the CLI says about its provider, beyond the environment's variables
-    (a preset's ``setup`` reads it from ``UserSetup``)."""
-
-    base_url: str | None = None
-    """The endpoint, exactly as written in a file (the copy gets the gateway's URL in its place)."""
-    base_from: str | None = None
-    """Where it is written: ``~/.codex/config.toml``."""
-    key: str | None = None
-    """An API key a file holds (Codex's ``auth.json`` after ``codex login --with-api-key``)."""
-    key_from: str | None = None
-    key_var: str | None = None
-    """The variable the CLI reads this provider's key from, when its config names one (Codex's ``env_key``, Qwen
-    Code's ``envKey``): the attempt's token goes there."""
-    model: str | None = None
-    """The model the configuration selects."""
-    route: str | None = None
-    """The provider's wire family when the configuration chooses it (Qwen Code's ``selectedType``)."""
-
-
-@dataclass(frozen=True)
 class Rewrite:
     """How the carried copies differ from the user's files."""
 

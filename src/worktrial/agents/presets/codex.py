@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, scratch_dir
-from worktrial.agents.presets.carry import ConfigCarry, Configured, UserSetup, dig, text_of
+from worktrial.agents.presets.carry import ConfigCarry, UserSetup, dig, text_of
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -29,7 +29,7 @@ from worktrial.agents.presets.parsing import (
     tokens_from,
 )
 from worktrial.agents.presets.provider_errors import classify, failure
-from worktrial.agents.presets.routing import OPENAI, Upstream
+from worktrial.agents.presets.routing import OPENAI, Configured, Upstream
 from worktrial.model.records import Tokens, Usage
 
 USAGE_FIELDS = {

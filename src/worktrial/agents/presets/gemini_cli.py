@@ -183,7 +183,7 @@ def _prepare(inv: Invocation) -> None:
     """Routed with a key, Gemini CLI must use it: headless, it takes its auth method from
     ``security.auth.selectedType`` (without one it refuses, "Invalid auth method selected", and with a login's it
     would look for the login's files, which stay out), so the attempt's copy of the settings selects the key."""
-    if inv.route != "gemini":
+    if inv.upstream is None or inv.upstream.route != "gemini":
         return
     path = inv.scratch / "gemini" / ".gemini" / "settings.json"
     settings = parse(path.name, path.read_text(encoding="utf-8")) if path.is_file() else {}

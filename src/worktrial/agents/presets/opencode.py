@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, scratch_dir
-from worktrial.agents.presets.carry import ConfigCarry, Configured, UserSetup, dig, named_variable, text_of
+from worktrial.agents.presets.carry import ConfigCarry, UserSetup, dig, named_variable, text_of
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -31,7 +31,7 @@ from worktrial.agents.presets.parsing import (
     exit_reason,
 )
 from worktrial.agents.presets.provider_errors import classify, failure
-from worktrial.agents.presets.routing import OPENAI, Upstream
+from worktrial.agents.presets.routing import OPENAI, Configured, Upstream
 from worktrial.model.records import Tokens, Usage
 
 KEY_HINT = "check the provider's key variable or ~/.local/share/opencode/auth.json (copied into each attempt)"
@@ -144,7 +144,7 @@ def _upstream(inv: Invocation) -> Upstream | None:
 
 
 CONFIG_FILES = ("opencode/opencode.json", "opencode/opencode.jsonc", "opencode/config.json")
-COMPATIBLE = {"@ai-sdk/openai-compatible": "openai", "@ai-sdk/openai": "openai", "@ai-sdk/anthropic": "anthropic"}
+COMPATIBLE = {"@ai-sdk/openai-compatible": OPENAI, "@ai-sdk/openai": OPENAI, "@ai-sdk/anthropic": ANTHROPIC_SDK}
 """The AI SDK packages a provider of the user's own is declared with, and the wire the gateway speaks for them."""
 
 
@@ -153,10 +153,11 @@ def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model
     declared with an AI SDK package) and ``auth.json`` (``opencode auth login``'s API keys) say about the provider
     that ``--model <id>/<name>`` names."""
     del env, provider
+    file = next((f for f in (setup.file(name) for name in CONFIG_FILES) if f is not None), None)
+    model = model or (text_of(dig(file.data(), "model")) if file is not None else None)
     chosen = model.split("/", 1)[0] if model and "/" in model else None
     if chosen is None:
         return Configured()
-    file = next((f for f in (setup.file(name) for name in CONFIG_FILES) if f is not None), None)
     entry = dig(file.data(), "provider", chosen) if file is not None else None
     base = text_of(dig(entry, "options", "baseURL"))
     api_key = text_of(dig(entry, "options", "apiKey"))
@@ -172,7 +173,7 @@ def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model
         key=key,
         key_from=key_from,
         key_var=key_var,
-        route=COMPATIBLE.get(str(dig(entry, "npm"))),
+        upstream=COMPATIBLE.get(str(dig(entry, "npm"))),
     )
 
 

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, scratch_dir
-from worktrial.agents.presets.carry import ConfigCarry, Configured, UserSetup, dig, text_of
+from worktrial.agents.presets.carry import ConfigCarry, UserSetup, dig, text_of
 from worktrial.agents.presets.claude_code import USAGE_FIELDS, ClaudeStreamParser
 from worktrial.agents.presets.parsing import ExitInfo, Verdict, as_dict, as_str, tokens_from
 from worktrial.agents.presets.provider_errors import classify
-from worktrial.agents.presets.routing import BY_ROUTE, OPENAI
+from worktrial.agents.presets.routing import BY_ROUTE, OPENAI, Configured
 from worktrial.model.records import ErrorCategory, Tokens
 
 API_ERROR = re.compile(r"^\s*\[API Error:\s*(\d{3})?", re.I)
@@ -56,7 +56,7 @@ def _argv(inv: Invocation) -> list[str]:
     args = ["--yolo", "--output-format", "stream-json"]
     if inv.base_url:
         # The endpoint's protocol; without an auth type (settings or flag) headless Qwen Code refuses to run.
-        args += ["--auth-type", inv.route or "openai"]
+        args += ["--auth-type", inv.upstream.route if inv.upstream is not None else "openai"]
     if inv.model:
         args += ["--model", inv.model]
     return [*args, *inv.extra_args, "-p", inv.prompt]
@@ -65,7 +65,7 @@ def _argv(inv: Invocation) -> list[str]:
 def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     if not inv.base_url:
         return {}
-    return {BY_ROUTE.get(inv.route or "openai", OPENAI).base_vars[0]: inv.base_url}
+    return {(inv.upstream or OPENAI).base_vars[0]: inv.base_url}
 
 
 def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model: str | None) -> Configured:
@@ -75,7 +75,7 @@ def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model
     settings = setup.file("settings.json")
     data = settings.data() if settings is not None else None
     selected = text_of(dig(data, "security", "auth", "selectedType")) or provider
-    route = selected if selected in BY_ROUTE else None
+    upstream = BY_ROUTE.get(selected or "")
     name = model or env.get("OPENAI_MODEL") or text_of(dig(data, "model", "name"))
     entries = dig(data, "modelProviders", selected or "openai")
     entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
@@ -88,7 +88,7 @@ def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model
             base_from=shown if base else None,
             key_var=text_of(entry.get("envKey")),
             model=text_of(entry.get("id")),
-            route=route,
+            upstream=upstream,
         )
     base = text_of(dig(data, "security", "auth", "baseUrl"))
     key = text_of(dig(data, "security", "auth", "apiKey"))
@@ -98,7 +98,7 @@ def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model
         key=key,
         key_from=shown if key else None,
         model=name,
-        route=route,
+        upstream=upstream,
     )
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from worktrial.agents.presets.carry import Configured, UserSetup
+from worktrial.agents.presets.carry import UserSetup
 
 _SECRET_VARIABLE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.I)
 _ENDPOINT_VARIABLE = re.compile(r"BASE_URL|API_BASE|_HOST$|ENDPOINT", re.I)
@@ -30,6 +30,12 @@ class Upstream:
     """The provider's own base URL in the CLI's convention (with ``/v1`` where the CLI expects it)."""
     base_vars: tuple[str, ...] = ()
     """The variables the CLI reads this provider's base URL from (``ANTHROPIC_BASE_URL``), in its order."""
+    provider: str | None = None
+    """The provider its models are priced under, when it is not ``route`` (``openrouter``)."""
+
+    @property
+    def price_provider(self) -> str:
+        return self.provider or self.route
 
 
 OPENAI = Upstream("openai", ("OPENAI_API_KEY",), "https://api.openai.com/v1", ("OPENAI_BASE_URL", "OPENAI_API_BASE"))
@@ -42,7 +48,36 @@ GEMINI = Upstream(
     "https://generativelanguage.googleapis.com",
     ("GOOGLE_GEMINI_BASE_URL",),
 )
+OPENROUTER = Upstream(
+    "openai", ("OPENROUTER_API_KEY",), "https://openrouter.ai/api/v1", ("OPENROUTER_API_BASE",), "openrouter"
+)
+"""OpenRouter as litellm calls it (aider, mini-swe-agent): Chat Completions, ``OPENROUTER_API_BASE``."""
 BY_ROUTE = {u.route: u for u in (OPENAI, ANTHROPIC, GEMINI)}
+
+
+@dataclass(frozen=True)
+class Configured:
+    """What the user's own configuration of the CLI says about its provider, beyond the environment's variables
+    (a preset's ``setup`` reads it from ``UserSetup``)."""
+
+    base_url: str | None = None
+    """The endpoint, exactly as written in a file (the copy gets the gateway's URL in its place)."""
+    base_from: str | None = None
+    """Where it is written: ``~/.codex/config.toml``."""
+    key: str | None = None
+    """An API key a file holds (Codex's ``auth.json`` after ``codex login --with-api-key``)."""
+    key_from: str | None = None
+    key_var: str | None = None
+    """The variable the CLI reads this provider's key from, when its config names one (Codex's ``env_key``, Qwen
+    Code's ``envKey``): the attempt's token goes there."""
+    model: str | None = None
+    """The model the configuration selects."""
+    upstream: Upstream | None = None
+    """The provider, when the configuration chooses it (Qwen Code's ``selectedType``, aider's ``model``)."""
+    elsewhere: bool = False
+    """The configuration chooses a provider the gateway does not speak for (a litellm route to Groq): not
+    routed."""
+
 
 SetupReader = Callable[[UserSetup, Mapping[str, str], str | None, str | None], Configured]
 """(the user's files, the environment the CLI sees, the route's provider, ``--model``) -> what the files configure."""
@@ -78,8 +113,10 @@ def plan_route(
     upstream: Upstream | None, configured: Configured, env: Mapping[str, str], base_url: str | None
 ) -> RoutePlan | None:
     """The route of a CLI whose provider the gateway can stand in for (``upstream``), or None: not routed."""
-    if configured.route is not None:  # the configuration names the protocol (Qwen Code's selectedType)
-        upstream = BY_ROUTE.get(configured.route, upstream)
+    if configured.upstream is not None:  # the configuration names the provider (Qwen Code's selectedType)
+        upstream = configured.upstream
+    if configured.elsewhere:
+        return None
     if upstream is None:
         return None
     keys = ((configured.key_var,) if configured.key_var else ()) + upstream.keys
