@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
@@ -17,8 +18,11 @@ from worktrial.agents.base import AgentContext, AgentOptions
 from worktrial.agents.presets import PRESETS
 from worktrial.agents.presets.base import PresetAgent
 from worktrial.agents.presets.carry import ConfigCarry, UserFile, parse, read_setup, secrets_in
+from worktrial.engine.model_gateway import unreachable_config
 from worktrial.errors import BadInputError
 from worktrial.gateway import Gateway
+from worktrial.isolation.limits import Limits
+from worktrial.isolation.sandbox import SandboxDecision
 from worktrial.model.config import AgentConfig, Config
 
 KEY = "sk-proj-users-own-key-0123456789abcdef"
@@ -215,3 +219,32 @@ def test_jsonc_settings_parse() -> None:
         "a": "x // not a comment",
         "b": [1, 2],
     }
+
+
+def test_a_loopback_endpoint_the_sandbox_cannot_reach_is_explained_before_the_first_attempt(home: Path) -> None:
+    """continue's config names a local model server; without --base-url worktrial does not carry it, so under a
+    network of the attempt's own every attempt would wait for it until its timeout: one line refuses the run."""
+    (home / ".continue").mkdir()
+    (home / ".continue" / "config.yaml").write_text(
+        "models:\n  - name: local\n    provider: openai\n    model: coder\n    apiBase: http://127.0.0.1:8080/v1\n"
+    )
+    agent = _agent("continue")
+    agent._check_carry()
+    description = agent.describe()
+    assert description["unrouted_endpoints"] == ["http://127.0.0.1:8080/v1"] and "upstream" not in description
+    own = SandboxDecision(kind="bubblewrap", network="on", limits=Limits())
+    with pytest.raises(BadInputError) as refused:
+        unreachable_config("continue", description, own)
+    assert "http://127.0.0.1:8080/v1" in str(refused.value) and "--network host" in str(refused.value)
+    assert unreachable_config("continue", description, replace(own, network="host")) is None
+
+
+def test_a_routed_agents_other_loopback_service_is_a_warning(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    (home / ".claude").mkdir()
+    (home / ".claude" / "settings.json").write_text(json.dumps({"env": {"OTEL_ENDPOINT": "http://localhost:4318"}}))
+    agent = _agent("claude-code")
+    agent._check_carry()
+    own = SandboxDecision(kind="bubblewrap", network="off", limits=Limits())
+    line = unreachable_config("claude-code", agent.describe(), own)
+    assert line is not None and "http://localhost:4318" in line and "--network off" in line

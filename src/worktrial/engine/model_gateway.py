@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 from worktrial.agents.base import AgentError, AgentOptions, AgentResult
 from worktrial.agents.presets import PRESETS
 from worktrial.agents.pricing import cost_usd, resolve_price
 from worktrial.engine.executor import AttemptSpec
+from worktrial.errors import BadInputError
 from worktrial.gateway import Gateway, GatewayReport, PriceFn, ProviderFailure, Session
-from worktrial.isolation.sandbox import decide
+from worktrial.isolation.sandbox import SandboxDecision, decide
 from worktrial.model.records import ErrorCategory, GatewayCounts, Tokens
 
 COST_TOLERANCE = 1e-6
@@ -61,6 +64,25 @@ def routes_through_gateway(agent: str) -> bool:
     ``--base-url``): the presets that name their upstream, and the command agent given ``--base-url``."""
     spec = PRESETS.get(agent)
     return agent == "command" or (spec is not None and spec.upstream is not None)
+
+
+def unreachable_config(agent: str, description: Mapping[str, Any], decision: SandboxDecision) -> str | None:
+    """Before the first attempt: a loopback URL the agent's own configuration names, which a sandbox with a network
+    of its own cannot reach. Refused (one line) when the agent is not routed, whose model calls would go there and
+    fail until its timeout; a warning when it is (the URL is then some other service of its configuration)."""
+    endpoints = description.get("unrouted_endpoints") or []
+    if not endpoints or decision.kind != "bubblewrap" or decision.network not in ("on", "off"):
+        return None
+    where = (
+        f"agent {agent}: its configuration names {endpoints[0]}, on this host's loopback, which attempts cannot "
+        f"reach on a network of their own (--network {decision.network})"
+    )
+    if "upstream" not in description:
+        raise BadInputError(
+            f"{where}, and worktrial does not carry it through its model gateway for {agent}; give it as "
+            "--base-url (with --model) so the gateway does, or pass --network host"
+        )
+    return f"{where}; if {agent} needs it, pass --network host"
 
 
 def own_network(spec: AttemptSpec) -> bool:

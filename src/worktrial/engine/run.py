@@ -36,7 +36,7 @@ from worktrial.engine.confine import (
 from worktrial.engine.containers import plan_containers, with_agent_tools
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
-from worktrial.engine.model_gateway import routes_through_gateway
+from worktrial.engine.model_gateway import routes_through_gateway, unreachable_config
 from worktrial.errors import BadInputError, WorkspaceError
 from worktrial.gateway import Gateway
 from worktrial.isolation import cgroups
@@ -450,6 +450,8 @@ def run_suite(
         refuse_remote(containers, executor)
         containers = with_agent_tools(containers, description, observer.warning)
         sandbox = resolve_run_sandbox(options.sandbox, options.base_url, ref, ws, work_root, bases, observer)
+        if (line := unreachable_config(ref.name, description, sandbox.decision)) is not None:
+            observer.warning(line)
         config = frozen_config(options, ref.name, attempts, k, sandbox.request)
         budget = new_budget(options, config, ref.name, description)
         ensure_state_dir(ws.state_root)

@@ -240,6 +240,9 @@ class PresetAgent:
         sandbox."""
         self.route: RoutePlan | None = None
         """Where the preflight found the CLI's model calls will go (for the envelope), when it is routed."""
+        self.unrouted_endpoints: list[str] = []
+        """Loopback URLs the CLI's own configuration names that the gateway does not carry for it: a sandbox with
+        a network of its own cannot reach them."""
         self.provider: str | None = None
         self.model: str | None = options.model
         if options.model and spec.splits_route:
@@ -268,6 +271,8 @@ class PresetAgent:
             described["pass_env"] = sorted(self.pass_env)  # names only
         if self.route is not None:
             described["upstream"] = self.route.described(public_url)
+        if self.unrouted_endpoints:
+            described["unrouted_endpoints"] = [public_url(url) for url in self.unrouted_endpoints]
         return described
 
     def preflight(self) -> None:
@@ -293,6 +298,8 @@ class PresetAgent:
         env.setdefault("HOME", os.environ.get("HOME", ""))
         setup = read_setup(self.spec.carries, env, self.config_dir)
         self.route = self._plan(self._invocation("PROMPT", Path("SCRATCH"), Path(".")), env, setup)
+        routed = self.route.base_url.rstrip("/") if self.route is not None else None
+        self.unrouted_endpoints = [u for u in setup.loopback_endpoints() if routed is None or not u.startswith(routed)]
         if self.config_dir is False:
             return  # the CLI reads the user's own directory: nothing is copied
         if self.route is None:

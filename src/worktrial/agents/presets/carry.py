@@ -50,6 +50,9 @@ _ASSIGNMENT = re.compile(
     r"""(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)["']?\s*[:=]\s*(?P<quote>["']?)(?P<value>[^"'\s,;}\]#]+)(?P=quote)"""
 )
 """``name = value``, ``name: value``, ``"name": "value"``: how a setting looks in TOML, YAML, JSON and dotenv files."""
+_LOOPBACK_URL = re.compile(
+    r"https?://(?:localhost|127(?:\.\d{1,3}){3}|\[::1\]|0\.0\.0\.0)(?::\d+)?(?:/[^\s\"'<>,;}\]]*)?", re.I
+)
 _REFERENCE = re.compile(r"^(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{env:[^}]*\}|\$\{\{.*\}\}|[A-Z][A-Z0-9_]*)$")
 """A value that names where a secret is rather than holding one: ``$VAR``, ``${VAR}``, ``{env:VAR}``, ``${{ secrets.X
 }}``, or a variable's name (``envKey = "DASHSCOPE_API_KEY"``)."""
@@ -123,6 +126,11 @@ class UserSetup:
 
     def logins(self) -> list[UserFile]:
         return [f for f in self.files if f.login]
+
+    def loopback_endpoints(self) -> list[str]:
+        """The URLs on this host's loopback the settings files name (a local proxy, a local model server)."""
+        found = [m.group(0).rstrip("/.,") for f in self.files if not f.login for m in _LOOPBACK_URL.finditer(f.text)]
+        return list(dict.fromkeys(found))
 
     def secrets(self) -> dict[str, str]:
         """Every secret value in the settings files (logins aside) -> where it is (``~/.qwen/settings.json``)."""
