@@ -100,7 +100,7 @@ def test_opencode_uses_the_users_provider_and_never_the_users_checkout(
         }
         (home / ".config" / "opencode").mkdir(parents=True)
         (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps(config))
-        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "opencode")
+        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "opencode", network=None)
     assert envelope is not None, result.output
     attempt = only_attempt(envelope)
     assert attempt["outcome"] == "pass", attempt

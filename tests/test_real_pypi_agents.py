@@ -124,12 +124,13 @@ def test_aider_solves_a_task_with_exact_usage_and_unknown_cost(
 def test_aider_uses_the_users_own_config_and_is_priced(
     aider: Tool, home: Path, cli: Callable[..., Result], repo: Path, write_suite
 ) -> None:
-    """Nothing in worktrial's config: ~/.aider.conf.yml names the model, ~/.env the provider's key and URL."""
+    """Nothing in worktrial's config: ~/.aider.conf.yml names the model, ~/.env the provider's key and URL, on this
+    host's loopback, reached from the default sandbox through the model gateway."""
     served = Served()
     with CliServer(chat_model(served, "aider")) as server:
         (home / ".aider.conf.yml").write_text(f"model: {PRICED}\nedit-format: whole\n")
         (home / ".env").write_text(f"OPENROUTER_API_KEY=sk-aider-env\nOPENROUTER_API_BASE={server.url}/v1\n")
-        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "aider")
+        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "aider", network=None)
         keys = {r.headers.get("authorization") for r in server.posts("/chat/completions")}
     assert envelope is not None, result.output
     attempt = only_attempt(envelope)
@@ -170,7 +171,8 @@ def test_aider_rejected_key_stops_the_run(
 def test_mini_swe_agent_uses_the_users_own_config_with_exact_usage_and_price(
     mini: Tool, home: Path, cli: Callable[..., Result], repo: Path, write_suite
 ) -> None:
-    """Nothing in worktrial's config: mini's global .env names the model, the key and the URL."""
+    """Nothing in worktrial's config: mini's global .env names the model, the key and the URL (on this host's
+    loopback, reached from the default sandbox through the model gateway)."""
     served = Served()
     user_config = home / ".config" / "mini-swe-agent"
     user_config.mkdir(parents=True)
@@ -178,7 +180,7 @@ def test_mini_swe_agent_uses_the_users_own_config_with_exact_usage_and_price(
         (user_config / ".env").write_text(
             f"MSWEA_MODEL_NAME={PRICED}\nOPENROUTER_API_KEY=sk-mini\nOPENROUTER_API_BASE={server.url}/v1\n"
         )
-        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "mini-swe-agent")
+        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "mini-swe-agent", network=None)
         keys = {r.headers.get("authorization") for r in server.posts("/chat/completions")}
     assert envelope is not None, result.output
     attempt = only_attempt(envelope)
