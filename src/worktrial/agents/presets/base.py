@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -297,6 +297,7 @@ class PresetAgent:
         env = {**childenv.selected(os.environ, self.credential_patterns), **self.extra_env}
         env.setdefault("HOME", os.environ.get("HOME", ""))
         setup = read_setup(self.spec.carries, env, self.config_dir)
+        env.update(childenv.selected(os.environ, named_in(setup, childenv.withheld(os.environ))))
         self.route = self._plan(self._invocation("PROMPT", Path("SCRATCH"), Path(".")), env, setup)
         routed = self.route.base_url.rstrip("/") if self.route is not None else None
         self.unrouted_endpoints = [u for u in setup.loopback_endpoints() if routed is None or not u.startswith(routed)]
@@ -511,8 +512,7 @@ class PresetAgent:
         if not ctx.credentials:
             return []
         setup = read_setup(self.spec.carries, ctx.env_with(self.credential_patterns), self.config_dir)
-        words = set(re.findall(r"[A-Za-z0-9_]+", "\n".join(f.text for f in setup.files if not f.login)))
-        return [name for name in ctx.credentials if name in words]
+        return named_in(setup, ctx.credentials)
 
     def _check_flags(self) -> None:
         """Refuse what this CLI cannot honour instead of dropping it silently."""
@@ -555,6 +555,12 @@ class PresetAgent:
                     raise
         env.update(self.extra_env)
         return env
+
+
+def named_in(setup: UserSetup, candidates: Iterable[str]) -> list[str]:
+    """The ``candidates`` (variable names) that the user's settings files name."""
+    words = set(re.findall(r"[A-Za-z0-9_]+", "\n".join(f.text for f in setup.files if not f.login)))
+    return [name for name in candidates if name in words]
 
 
 def scratch_dir(scratch: Path, *parts: str) -> str:
