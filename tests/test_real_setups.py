@@ -361,6 +361,37 @@ def test_gptme_with_a_local_server_in_its_config(
     assert_nothing_left()
 
 
+def test_grok_cli_with_its_key_and_endpoint_variables(
+    home: Path, sandboxed: Path, vendor: ProxyRecorder, cli: Callable[..., Result], write_suite, monkeypatch
+) -> None:
+    """Grok CLI's README: GROK_API_KEY, and GROK_BASE_URL for a custom endpoint. It asks for whole answers."""
+    on_path(monkeypatch, installed("grok-cli"))
+    monkeypatch.setenv("GROK_API_KEY", KEY)
+    served = Served()
+
+    def respond(request: Request) -> Plain:
+        if request.method != "POST" or not request.path.split("?")[0].endswith("/chat/completions"):
+            return Plain(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
+        model = str(request.body.get("model"))
+        if not chat_has_tool_result(request.body.get("messages", [])):
+            served.add(model, Tokens(input=1000, cached_input=300, output=50, reasoning=0))
+            usage = chat_usage(1000, 50, cached=300)
+            return chat_plain(model, usage, call=("bash", {"command": SCAN_AND_SOLVE}))
+        served.add(model, Tokens(input=1300, cached_input=0, output=9, reasoning=0))
+        return chat_plain(model, chat_usage(1300, 9), text="Done.")
+
+    with CliServer(respond) as server:
+        monkeypatch.setenv("GROK_BASE_URL", f"{server.url}/v1")
+        result, envelope = evaluate_sandboxed(cli, sandboxed, write_suite([SETUP_TASK]), "--agent", "grok-cli")
+        keys = keys_seen(server)
+    attempt = settled(envelope, result, vendor, "api.x.ai")
+    assert keys == {f"Bearer {KEY}"} and set(served.models) == {"grok-code-fast-1"}
+    assert attempt["tokens"] == served.tokens.model_dump()
+    assert attempt["turns"] == 2 and attempt["tool_calls"] == 1
+    assert not (home / ".grok").exists()  # its settings went to the attempt's own home
+    assert_nothing_left()
+
+
 # ---- a slow provider, a cut stream: never the agent's ------------------------------------------------------------
 
 
