@@ -339,16 +339,18 @@ environ = "\n".join(f"{{k}}={{v}}" for k, v in os.environ.items()).encode()
 if planted in environ:
     found.append("environment")
 skip = ("/proc", "/sys", "/dev", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+programs = {{"site-packages", "node_modules", ".git"}}  # Python's and the CLIs' own files, shown read-only
 for root, dirs, files in os.walk("/"):
-    if root.startswith(skip) and root != "/":
+    if root.startswith(skip) and root != "/" or programs & set(root.split("/")):
         dirs[:] = []
         continue
     for name in files:
         path = os.path.join(root, name)
         try:
-            with open(path, "rb") as fh:
-                if planted in fh.read(4 << 20):
-                    found.append(path)
+            if os.path.isfile(path) and os.path.getsize(path) <= 4 << 20:
+                with open(path, "rb") as fh:
+                    if planted in fh.read():
+                        found.append(path)
         except OSError:
             pass
 for pid in os.listdir("/proc"):
