@@ -96,8 +96,8 @@ def vendor(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProxyRecorder]:
 @pytest.fixture
 def sandboxed(repo: Path) -> Path:
     """The repository, with the key scan committed for the scripted model to run."""
-    if shutil.which("bwrap") is None or shutil.which("slirp4netns") is None:
-        pytest.fail("the default sandbox needs bubblewrap and slirp4netns: make sandbox")
+    if shutil.which("slirp4netns") is None:  # bubblewrap's absence skips the module (the sandbox marker)
+        pytest.skip("the default sandbox's own network needs slirp4netns: make sandbox")
     (repo / "scan.py").write_text(SCAN)
     git(repo, "add", "scan.py")
     git(repo, "commit", "-q", "-m", "scan")
