@@ -23,7 +23,7 @@ from worktrial.engine import containers, trajectory
 from worktrial.engine.checkout import Checkout, Room, open_checkout, suite_env
 from worktrial.engine.container_checkout import SetupFailed
 from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec
-from worktrial.engine.model_gateway import apply_report, open_session
+from worktrial.engine.model_gateway import PROVIDER_CATEGORIES, apply_report, open_session
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
 from worktrial.gateway import Gateway, GatewayReport, Session
@@ -273,7 +273,7 @@ def _run_agent(
     )
     result, report = _call(agent, ctx, session)
     if report is not None:
-        apply_report(result, report, spec.agent.name)
+        report = apply_report(result, report, spec.agent.name, task.timeout_secs)
     ended = time.monotonic()
     overran = ended > deadline + DEADLINE_GRACE_SECS
     collected = _collected(spec, recording, session, room.scratch, result)
@@ -353,13 +353,14 @@ def _judge(job: AttemptJob, ran: AgentRun, limit: str | None) -> tuple[Verdict, 
     if ran.capped is not None:
         # Spending past the cap is the agent's failure to solve the task within it, like a timeout is: no verdict.
         return Verdict("fail", ran.capped), None
-    if _reward_decides(job) and (result.error is None or not result.error.fatal):
+    error = result.error
+    if _reward_decides(job) and (error is None or not (error.fatal or error.category in PROVIDER_CATEGORIES)):
         # Harbor's rule (docs/environments.md): the tests run however the agent ended (no claim asked, a timeout or
-        # a failed agent graded too) and the reward alone decides.
+        # a failed agent graded too) and the reward alone decides; a provider's failure is never the agent's work.
         timed_out = result.timed_out or ran.overran
         return Verdict("pass", claimed=None if timed_out else result.claimed), True
     outcome, reason, decides = _decide(task, result, ran.overran)
-    error = result.error if outcome == "error" else None
+    error = error if outcome == "error" else None
     verdict = Verdict(
         outcome,
         reason,
