@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from worktrial.agents import AgentOptions
 from worktrial.engine.budget import FREE_AGENTS, Budget, unpriced_reason
@@ -68,12 +68,12 @@ from worktrial.isolation.workspace import (
 )
 from worktrial.model.bundle import copy_bundle
 from worktrial.model.config import Config
-from worktrial.model.envelope import Envelope, SandboxInfo, same_containment
-from worktrial.model.records import AttemptRecord
+from worktrial.model.envelope import Envelope, ReuseInfo, SandboxInfo, same_containment
+from worktrial.model.records import AttemptRecord, StoredChange
 from worktrial.model.run_config import RunConfig, SandboxRequest
 from worktrial.model.suite import MAX_ATTEMPTS, LoadedSuite, Task
 from worktrial.state import leftovers
-from worktrial.state.artifacts import write_artifacts
+from worktrial.state.artifacts import write_artifacts, write_change
 from worktrial.state.config import cache_dir
 from worktrial.state.history import envelope_from_records
 from worktrial.state.roots import state_root
@@ -269,6 +269,35 @@ def check_counts(attempts: int, k: int, jobs: int, retry_errors: int, *, source:
         raise BadInputError(f"{where}--retry-errors must be between 0 and {MAX_RETRY_ERRORS} (got {retry_errors})")
 
 
+class Reusing(Protocol):
+    """How a run made from another run's attempts plans and stores them (``engine/carry.py``, ``engine/reuse.py``):
+    the session runs replayed jobs like any other and hands their results here."""
+
+    replays: bool
+    """Some jobs rebuild a stored change instead of running the agent."""
+
+    def job(self, job: AttemptJob) -> AttemptJob:
+        """The job as the run plans it (a regraded attempt replays its stored change)."""
+        ...
+
+    def skipped(self) -> set[tuple[str, int]]:
+        """Attempts the run never runs (a regrade leaves out what it cannot judge again)."""
+        ...
+
+    def regraded(self, job: AttemptJob, result: AttemptResult) -> AttemptRecord | None:
+        """The record a replayed job stores, with its provenance (its files copied); None when its change could not
+        be rebuilt exactly (``rerun`` says whether the agent then runs it)."""
+        ...
+
+    def rerun(self, job: AttemptJob) -> AttemptJob | None:
+        """The job that runs the agent instead of a replay that came to nothing, or None (a regrade runs no agent)."""
+        ...
+
+    def info(self) -> ReuseInfo:
+        """What run.json says of it: the source, and what could not be regraded (as of now)."""
+        ...
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """Everything one session of a run needs once it has started, resolved and frozen (the stored ``meta``
@@ -285,6 +314,8 @@ class RunSettings:
     """Task id -> where its attempts start (repository, commit, environment)."""
     sandbox_index: int = 0
     """This session's containment in ``meta.sandboxes``, recorded in each of its attempts."""
+    reuse: Reusing | None = None
+    """A run made from another run's attempts: what it carries over, regrades and leaves out."""
 
 
 def _source_of(ws: ResolvedWorkspace) -> RepoSource:
@@ -377,6 +408,7 @@ def session_settings(
     store_dir: Path,
     sandbox: ResolvedSandbox,
     containers: ContainerPlan | None = None,
+    reuse: Reusing | None = None,
 ) -> RunSettings:
     suite_dir = work_root / "suite"
     copy_bundle(loaded.path, loaded.files, suite_dir)
@@ -400,6 +432,7 @@ def session_settings(
         containers=containers,
         trajectories=meta.config.trajectories,
         agent_version=str(meta.agent_description.get("version") or "") or None,
+        replays=reuse is not None and reuse.replays,
     )
     return RunSettings(
         loaded=loaded,
@@ -411,6 +444,7 @@ def session_settings(
         keep_worktrees=keep_worktrees,
         bases=bases,
         sandbox_index=session_index(meta.sandboxes, sandbox.info),
+        reuse=reuse,
     )
 
 
@@ -437,11 +471,13 @@ def _plan(settings: RunSettings, done: set[tuple[str, int]]) -> Iterator[Attempt
     for task in settings.loaded.suite.tasks:
         base = settings.bases.get(task.id)
         groups.setdefault(base.key if base else "", []).append(task)
+    reuse = settings.reuse
     for tasks in groups.values():
         for number in range(1, settings.meta.config.attempts + 1):
             for task in tasks:
                 if (task.id, number) not in done:
-                    yield AttemptJob(spec=settings.spec, task=task, attempt=number, base=settings.bases.get(task.id))
+                    job = AttemptJob(spec=settings.spec, task=task, attempt=number, base=settings.bases.get(task.id))
+                    yield reuse.job(job) if reuse is not None else job
 
 
 def execute(
@@ -456,8 +492,9 @@ def execute(
     task_ids = {t.id for t in settings.loaded.suite.tasks}
     records = [r for r in done if r.task_id in task_ids]
     done_keys = {(r.task_id, r.attempt) for r in records}
+    done_keys |= settings.reuse.skipped() if settings.reuse is not None else set()
     budget = budget or Budget(None)
-    budget.count(records, free=meta.config.agent in FREE_AGENTS)
+    budget.count([r for r in records if r.provenance is None], free=meta.config.agent in FREE_AGENTS)
     observer.begin(meta.id, meta.config.attempts * len(task_ids) - len(done_keys), len(records))
     gateway = getattr(executor, "gateway", None)
     if isinstance(gateway, Gateway) and budget.max_cost is not None:
@@ -487,8 +524,11 @@ def execute(
         # A second Ctrl-C while cleaning up: end every process now and leave at once (no envelope).
         executor.stop()
         raise
-    if budget.info() is not None:
-        meta = meta.model_copy(update={"budget": budget.info()})
+    if budget.info() is not None or settings.reuse is not None:
+        update: dict[str, Any] = {"budget": budget.info()} if budget.info() is not None else {}
+        if settings.reuse is not None:
+            update["reuse"] = settings.reuse.info()
+        meta = meta.model_copy(update=update)
         store.write_meta(meta)
     envelope = envelope_from_records(meta, records, complete=status == "complete")
     store.write_envelope(envelope)
@@ -533,6 +573,14 @@ def _drain(
                 if budget.limited:
                     observer.spend(budget.total, budget.max_cost)
                 scheduler.stop()
+            elif job.replay is not None and settings.reuse is not None:
+                if (regraded := settings.reuse.regraded(job, result)) is not None:
+                    store.append(regraded)
+                    records.append(regraded)
+                    observer.attempt(regraded)
+                    scheduler.recorded()
+                elif (instead := settings.reuse.rerun(job)) is not None:
+                    scheduler.instead(instead)
             elif not scheduler.retried(job, result):
                 records.append(_persist(settings, store, observer, job, result, scheduler.retry_reasons(job)))
                 budget.add(records[-1], free=meta.config.agent in FREE_AGENTS)
@@ -573,6 +621,11 @@ def _persist(
             )
         except (OSError, ValueError) as exc:  # a full disk costs the trajectory, never the result
             observer.warning(f"could not store the trajectory of {job.task.id} #{job.attempt}: {exc}")
+    if result.change is not None and result.record.change is not None:
+        try:
+            write_change(store.dir, job.task.id, job.attempt, result.change)
+        except OSError as exc:  # a full disk costs the change (it cannot be regraded), never the result
+            update["change"] = StoredChange(missing=f"it could not be stored: {exc.strerror or exc}")
     record = result.record.model_copy(update=update)
     if result.artifacts is not None:
         try:
@@ -644,8 +697,19 @@ class SessionStart:
     """Closes what the record opened (a new run's store) when the session ends."""
 
 
-Record = Callable[[SessionStart], tuple[RunStore, RunMeta, list[AttemptRecord]]]
-"""Tells the run store about the session: its store, the run's meta as of this session, the records already done."""
+@dataclass(frozen=True)
+class Recorded:
+    """What the run store knows once told about the session: its store, the run's meta as of this session, the
+    records already done, and (a run made from another run's attempts) what it reuses."""
+
+    store: RunStore
+    meta: RunMeta
+    done: list[AttemptRecord]
+    reuse: Reusing | None = None
+
+
+Record = Callable[[SessionStart], Recorded]
+"""Tells the run store about the session."""
 
 
 def run_session(session: Session, observer: RunObserver, record: Record) -> RunResult:
@@ -659,8 +723,9 @@ def run_session(session: Session, observer: RunObserver, record: Record) -> RunR
         base_url = session.ref.options.base_url
         sandbox = resolve_run_sandbox(session.sandbox, base_url, session.ref, session.ws, root, session.bases, observer)
         budget = new_budget(session.max_cost, session.allow_unpriced, session.config, description)
-        store, meta, done = record(SessionStart(root, description, sandbox, budget, containers, stack))
+        told = record(SessionStart(root, description, sandbox, budget, containers, stack))
         settings = session_settings(
-            session.loaded, meta, session.ws, session.ref, root, keep, session.bases, store.dir, sandbox, containers
-        )
-        return execute(settings, executor, store, observer, done=done, budget=budget)
+            session.loaded, told.meta, session.ws, session.ref, root, keep, session.bases, told.store.dir, sandbox,
+            containers, told.reuse,
+        )  # fmt: skip
+        return execute(settings, executor, told.store, observer, done=told.done, budget=budget)
