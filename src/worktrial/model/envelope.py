@@ -364,6 +364,23 @@ class Envelope(BaseModel):
         more = f" and {len(images) - 3} more" if len(images) > 3 else ""
         return f"{len(images)} task(s) ran in container images instead of the sandbox: {shown}{more}"
 
+    def reuse_summary(self) -> str | None:
+        """The report's line on a run made from another run's attempts: which, and what became of them."""
+        reuse = self.run.reuse
+        if reuse is None:
+            return None
+        head = f"run {reuse.source} (suite digest {reuse.source_suite_digest[:12]})"
+        left = reuse.not_regraded
+        if reuse.mode == "regrade":
+            text = f"regraded from {head}: {reuse.regraded} attempt(s) judged again, no agent ran"
+            if left:
+                reasons = sorted({item.reason for item in left})
+                more = f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""
+                text += f"; {len(left)} left out: {reasons[0]}{more}"
+            return text
+        text = f"reused {head}: {reuse.reused} reused, {reuse.regraded} regraded, {reuse.ran} ran"
+        return text + (f"; {len(left)} could not be regraded and ran again" if left else "")
+
     @property
     def bundle_digest(self) -> str:
         """What identifies the measured suite: the bundle digest, or the file digest for older envelopes."""

@@ -167,6 +167,8 @@ def store_problems(envelope_path: Path, envelope: Envelope) -> tuple[list[str], 
             problems.append(
                 f"{where}: outcome {record.outcome} in the envelope, {mine.outcome} in the run store's record"
             )
+        elif mine.provenance != record.provenance:
+            problems.append(f"{where}: its provenance differs from the run store's record")
     missing = sorted(set(by_key) - set(published))
     if missing:
         shown = ", ".join(f"{t}#{n}" for t, n in missing[:8])
