@@ -381,3 +381,18 @@ def test_a_root_container_agent_leaves_no_set_uid_file_or_device_on_the_host(cli
     assert {name: modes[name] for name in ("suid", "sgid", "deep/er/suid")} == dict.fromkeys(
         ("suid", "sgid", "deep/er/suid"), 0o755
     ), modes
+
+
+def test_regrade_judges_a_container_tasks_stored_change_again(cli, runtime, workspace, dataset) -> None:
+    first = _eval(cli, workspace, dataset / "fix-sum", runtime, "--agent", "oracle")
+    envelope = json.loads(first.stdout)
+    assert [a["outcome"] for a in _attempts(envelope)["fix-sum"]] == ["pass"]
+    tests = dataset / "fix-sum" / "tests" / "test.sh"  # a stricter verifier the oracle's change does not satisfy
+    tests.write_text(tests.read_text().replace("ok=1\n", 'ok=1\n[ "$(sh /app/sum.sh 2 2)" = "5" ] || ok=0\n'))
+    args = ["regrade", envelope["run"]["id"], "--suite", str(dataset / "fix-sum"), "--trust", "--format", "json"]
+    result = cli([*args, "--runtime", runtime, "--quiet"], cwd=workspace)
+    assert result.exit_code == 0, result.output
+    assert not json.loads(result.stdout)["run"]["reuse"]["not_regraded"], result.stdout
+    (attempt,) = _attempts(json.loads(result.stdout))["fix-sum"]
+    assert (attempt["outcome"], attempt["reward"], attempt["claimed"]) == ("fail", 0.0, True)
+    assert attempt["provenance"]["kind"] == "regraded" and attempt["provenance"]["reverified"]

@@ -92,6 +92,14 @@ def apply_change(worktree: Path, change: bytes) -> None:
     refused). What git writes then belongs to the uid the worktree belongs to."""
     if not change:
         return
+    # A file the change creates may be there already, put there after the commit the change was made against: a
+    # container task's seeded working directory. The agent's tree has the change's version, so that one replaces it.
+    fd = os.open(worktree, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        for rel in created_files(change):
+            safefs.unlink_rel(fd, rel)
+    finally:
+        os.close(fd)
     with tempfile.TemporaryDirectory(prefix="worktrial-apply-") as tmp:
         env = harness_git_env(GIT_DIR=str(Path(tmp) / "no-repository"), GIT_CEILING_DIRECTORIES=str(worktree.parent))
         argv = ["git", *_HARNESS_ONLY, "apply", "--binary", "--whitespace=nowarn", "-"]
@@ -367,6 +375,21 @@ def change_result(exact: bytes) -> str:
                 header = False
     close()
     return hashlib.sha256(b"\n".join(sorted(entries))).hexdigest()
+
+
+def created_files(exact: bytes) -> list[str]:
+    """The paths an exact patch creates (``new file mode``), as paths relative to the tree."""
+    found: list[str] = []
+    name: bytes | None = None
+    for line in exact.splitlines():
+        if line.startswith(b"diff --git "):
+            name = _header_names(line + b"\n")[1]
+        elif name is not None and line.startswith(b"new file mode "):
+            found.append(_unquote(name[1:-1])[2:] if name.startswith(b'"') else os.fsdecode(name[2:]))
+            name = None
+        elif line.startswith((b"--- ", b"@@", b"GIT binary patch")):
+            name = None
+    return found
 
 
 _GITLINK = re.compile(rb"^(?:new file mode|new mode|index \S+) 160000$", re.MULTILINE)

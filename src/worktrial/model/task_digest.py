@@ -6,7 +6,8 @@ the setup (per-attempt ``setup_commands`` and the environment: its setup, its im
 verdict depended on: the verify commands and their settings (``verify_commands``, ``verify_timeout_secs``,
 ``verify_in``, ``on_timeout``, a container's ``verifier_tests``). The suite's declared files are read by setup and
 verify commands alike (``$WORKTRIAL_SUITE_DIR``): they count on the agent's side only where the task runs setup
-commands or the agent is the oracle (whose solution may read them), else on the verifier's.
+commands or the agent is the oracle (whose solution may read them), else on the verifier's; those in the task's own
+``verifier_tests`` directory, shown to its verifier only, always on the verifier's.
 
 ``classify`` says what an old attempt is worth under a new definition: the same task (its record is reused), only
 its verifier changed (its stored change is regraded), or the agent's half changed (it runs again). A task's
@@ -57,15 +58,21 @@ def task_parts(
     suite: Suite, task: Task, files: Sequence[BundleFile], base_tree: str, image: str | None
 ) -> dict[str, str]:
     """Each part of ``task``'s definition as a digest. ``base_tree``: the digest of the tree its attempts start
-    from (``engine.reuse.base_tree_digest``); ``image``: its container image id, if any."""
+    from (``isolation.workspace.tree_digest``); ``image``: its container image id, if any."""
     environment = suite.environment_for(task)
     env = environment.model_dump(mode="json", exclude={"verifier_tests"}) if environment is not None else None
+    tests_dir = (
+        environment.verifier_tests.rstrip("/") + "/" if environment is not None and environment.verifier_tests else None
+    )
+    mine = task_files(suite, task, files)
+    tests = [f for f in mine if tests_dir is not None and f.name.startswith(tests_dir)]  # shown to the verifier only
     verify = {
         "commands": _commands(task.verify_commands),
         "timeout_secs": task.verify_timeout_secs,
         "verify_in": task.verify_in,
         "on_timeout": task.on_timeout,
         "verifier_tests": environment.verifier_tests if environment is not None else None,
+        "tests": sorted((f.name, f.sha256) for f in tests),
     }
     return {
         "prompt": _digest(task.prompt),
@@ -76,7 +83,7 @@ def task_parts(
         "image": _digest(image),
         "solution": _digest(_commands(task.solution)),
         "verify": _digest(verify),
-        "files": _digest(sorted((f.name, f.sha256) for f in task_files(suite, task, files))),
+        "files": _digest(sorted((f.name, f.sha256) for f in mine if f not in tests)),
     }
 
 
