@@ -299,6 +299,7 @@ def new_meta(
         source_repo=str(ws.source.path),
         base_commit=ws.base_commit,
         dirty=ws.dirty,
+        dirty_excluded=list(ws.dirty_excluded),
         task_base_commits={task_id: base.commit for task_id, base in session.bases.items()},
         agent_description=start.description,
         base_url_redacted=bool(base_url) and public_url(base_url or "") != base_url,

@@ -59,11 +59,11 @@ from worktrial.isolation.workspace import (
     check_writable,
     fetch_pinned,
     find_workspace,
-    is_dirty,
     open_source,
     remove_tree,
     resolve_commit,
     tracked_in,
+    uncommitted,
     unwritable,
 )
 from worktrial.model.bundle import copy_bundle
@@ -162,6 +162,8 @@ class ResolvedWorkspace:
     source: SourceRepo
     base_commit: str
     dirty: bool
+    dirty_excluded: tuple[str, ...] = ()
+    """Uncommitted paths that did not make it dirty: the suite file, its declared files (``suite_changes``)."""
 
 
 def resolve_workspace(loaded: LoadedSuite, workspace: Path | None, base_commit: str | None = None) -> ResolvedWorkspace:
@@ -175,8 +177,24 @@ def resolve_workspace(loaded: LoadedSuite, workspace: Path | None, base_commit: 
         root = repo
         user_repo = True
     base = resolve_commit(repo, base_commit or (pin.ref if pin is not None and pin.ref else "HEAD"))
-    dirty = is_dirty(repo) if user_repo and not (pin and pin.ref) else False
-    return ResolvedWorkspace(state_root=root, source=open_source(repo), base_commit=base, dirty=dirty)
+    changed = uncommitted(repo) if user_repo and not (pin and pin.ref) else []
+    excluded = suite_changes(loaded, repo, changed)
+    dirty = any(path not in excluded for path in changed)
+    return ResolvedWorkspace(root, open_source(repo), base, dirty, tuple(excluded))
+
+
+def suite_changes(loaded: LoadedSuite, repo: Path, changed: list[str]) -> list[str]:
+    """Of the workspace's uncommitted paths, those that are the suite itself: its file, its declared files, or a
+    directory nothing of which is committed that holds the suite file (``evals/`` as ``worktrial init`` writes it).
+    Attempts never see them (they start from the base commit) and the suite's digests pin them, so they do not make
+    the workspace dirty."""
+    try:
+        suite_dir = loaded.suite_dir.relative_to(repo.resolve()).as_posix()
+    except ValueError:
+        return []
+    prefix = "" if suite_dir == "." else f"{suite_dir}/"
+    suite = {prefix + loaded.path.name, *(prefix + f.name for f in loaded.files)}
+    return [p for p in changed if p in suite or (p.endswith("/") and (prefix + loaded.path.name).startswith(p))]
 
 
 def task_bases(loaded: LoadedSuite, ws: ResolvedWorkspace) -> dict[str, TaskBase]:

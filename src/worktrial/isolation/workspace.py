@@ -167,8 +167,25 @@ def _hash_tree(repo: Path, tree: str, prefix: str, hide: set[str], digest: Any) 
 
 def is_dirty(repo: Path) -> bool:
     """Uncommitted changes (tracked or untracked, not ignored) in the user's working tree."""
-    out = _git_out(["status", "--porcelain", "--untracked-files=normal"], repo, f"{repo}: git status")
-    return bool(out)
+    return bool(uncommitted(repo))
+
+
+def uncommitted(repo: Path) -> list[str]:
+    """The paths of the user's working tree with uncommitted changes (tracked or untracked, not ignored), relative
+    to its top, as ``git status`` names them: a directory nothing of which is tracked is one entry ending in ``/``."""
+    result = git(["status", "--porcelain=v1", "-z", "--untracked-files=normal"], repo, tail_bytes=_TREE_LISTING_BYTES)
+    if not result.ok:
+        raise WorkspaceError(f"{repo}: git status: {result.describe_failure('git status')}")
+    entries = result.stdout_tail.split(b"\0")
+    paths: list[str] = []
+    skip = False
+    for entry in entries:
+        if skip or not entry:
+            skip = False
+            continue
+        paths.append(os.fsdecode(entry[3:]))
+        skip = entry[:1] in (b"R", b"C")  # a rename's or copy's old path follows
+    return paths
 
 
 def fetch_pinned(repo_spec: str, ref: str | None, suite_dir: Path, cache_dir: Path) -> Path:
