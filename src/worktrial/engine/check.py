@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from worktrial.analysis.agent_code import NOTE as AGENT_CODE_NOTE
 from worktrial.analysis.check_report import (
     FLAKE_RATE,
     CheckReport,
@@ -183,7 +184,10 @@ def _forgery_lints(loaded: LoadedSuite, task: Task, repeats: Rebuild | None) -> 
     if repeats is None or not repeats.forgeable:
         return []
     where = f"$.tasks[{loaded.suite.tasks.index(task)}].verify_commands"
-    return [Lint(task_id=task.id, where=where, message=m, severity="warning") for m in repeats.forgeable]
+    return [
+        Lint(task_id=task.id, where=where, message=m, severity="warning", note=AGENT_CODE_NOTE)
+        for m in repeats.forgeable
+    ]
 
 
 def _by_id(envelope: Envelope) -> dict[str, TaskReport]:
