@@ -119,6 +119,7 @@ def test_dirty_workspace_warns_and_is_not_part_of_base(cli, repo: Path, write_su
     assert (repo / "README.md").read_text() == "uncommitted edit\n"
 
 
+@pytest.mark.slow  # three runs
 def test_an_uncommitted_suite_alone_leaves_the_workspace_clean_and_says_so(cli, repo: Path) -> None:
     evals = repo / "evals"  # as `worktrial init` writes it: a directory of its own, not committed yet
     (evals / "hidden").mkdir(parents=True)

@@ -14,6 +14,8 @@ from tests.conftest import git, task
 from worktrial.model.envelope import Envelope
 from worktrial.state.store import runs_dir
 
+pytestmark = pytest.mark.slow  # each runs eval two or three times (10-30 s on a loaded 2-core machine)
+
 AGENT = """\
 import os, pathlib, sys
 prompt = os.environ["WORKTRIAL_PROMPT"]

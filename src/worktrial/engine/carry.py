@@ -211,7 +211,8 @@ def _source_trace(root: Path, source: AttemptRecord) -> Trace | None:
         return None
     path = Path(source.trace)
     try:
-        trace = Trace.model_validate_json(read_input(path if path.is_absolute() else root / path, MAX_TRACE_BYTES))
+        data = read_input(path if path.is_absolute() else root / path, MAX_TRACE_BYTES, follow_symlinks=False)
+        trace = Trace.model_validate_json(data)
     except (OSError, ValueError):
         return None
     return trace if (trace.task_id, trace.attempt) == (source.task_id, source.attempt) else None
