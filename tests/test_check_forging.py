@@ -73,6 +73,6 @@ def test_check_forges_verifiers_like_an_agent_would(tmp_path: Path) -> None:
     assert "json.py" in lints["shadowed"]["message"] and "planted" in lints["shadowed"]["message"]
     for lint in lints.values():
         assert lint["severity"] == "warning" and lint["where"].endswith(".verify_commands")
-        assert "The rule:" in lint["message"] and "never on an exit status alone" in lint["message"]
+        assert "The rule:" in lint["note"] and "never on an exit status alone" in lint["note"]
     # The probe put the oracle's result back after each try: the judge's task still passed its re-run.
     assert {t["task_id"]: t["verify_passes"] for t in report["tasks"]}["judge"] == 2

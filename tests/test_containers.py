@@ -229,6 +229,26 @@ def test_init_container_writes_a_suite_check_passes(cli, runtime, repo) -> None:
     result = cli(["check", "evals/suite.json", "--trust", "--repeats", "1", "--runtime", runtime, "--quiet"], cwd=repo)
     assert result.exit_code == 0, result.output
     assert "No problems found" in result.stdout
+    # The regression task's bug is in the image, not planted per attempt: the do-nothing agent's patch is empty.
+    nop = _eval(cli, repo, repo / "evals" / "suite.json", runtime, "--agent", "nop")
+    run_dir = repo / ".worktrial" / "runs" / json.loads(nop.stdout)["run"]["id"]
+    patches = {p.parent.parent.name: json.loads(p.read_text())["patch"] for p in run_dir.rglob("artifacts.json")}
+    assert sorted(patches) == ["add-slugify", "fix-version-compare"]
+    assert all(patch["files"] == [] and patch["diff"] == "" for patch in patches.values()), patches
+
+    # Planted per attempt again, as the starter once did: check says so on the container path as on the host's.
+    suite = json.loads((repo / "evals" / "suite.json").read_text())
+    plant = {"sh": 'cat "$WORKTRIAL_SUITE_DIR/planted/worktrial_version.sh" > worktrial_version.sh'}
+    suite["tasks"][1]["setup_commands"] = [plant]
+    (repo / "evals" / "suite.json").write_text(json.dumps(suite))
+    args = ["check", "evals/suite.json", "--trust", "--repeats", "1", "--runtime", runtime, "--quiet"]
+    flagged = cli([*args, "--format", "json"], cwd=repo)
+    assert flagged.exit_code == 1, flagged.output
+    problems = {t["task_id"]: t["problems"] for t in json.loads(flagged.stdout)["tasks"]}
+    assert any(
+        "setup_commands leave the tree dirty (worktrial_version.sh)" in p for p in problems["fix-version-compare"]
+    )
+    assert "into the image (its Dockerfile)" in problems["fix-version-compare"][0]
 
 
 def test_removing_an_attempt_s_container_ends_a_process_whose_client_was_killed(runtime, tmp_path: Path) -> None:
@@ -387,3 +407,18 @@ def test_a_root_container_agent_leaves_no_set_uid_file_or_device_on_the_host(cli
     assert {name: modes[name] for name in ("suid", "sgid", "deep/er/suid")} == dict.fromkeys(
         ("suid", "sgid", "deep/er/suid"), 0o755
     ), modes
+
+
+def test_regrade_judges_a_container_tasks_stored_change_again(cli, runtime, workspace, dataset) -> None:
+    first = _eval(cli, workspace, dataset / "fix-sum", runtime, "--agent", "oracle")
+    envelope = json.loads(first.stdout)
+    assert [a["outcome"] for a in _attempts(envelope)["fix-sum"]] == ["pass"]
+    tests = dataset / "fix-sum" / "tests" / "test.sh"  # a stricter verifier the oracle's change does not satisfy
+    tests.write_text(tests.read_text().replace("ok=1\n", 'ok=1\n[ "$(sh /app/sum.sh 2 2)" = "5" ] || ok=0\n'))
+    args = ["regrade", envelope["run"]["id"], "--suite", str(dataset / "fix-sum"), "--trust", "--format", "json"]
+    result = cli([*args, "--runtime", runtime, "--quiet"], cwd=workspace)
+    assert result.exit_code == 0, result.output
+    assert not json.loads(result.stdout)["run"]["reuse"]["not_regraded"], result.stdout
+    (attempt,) = _attempts(json.loads(result.stdout))["fix-sum"]
+    assert (attempt["outcome"], attempt["reward"], attempt["claimed"]) == ("fail", 0.0, True)
+    assert attempt["provenance"]["kind"] == "regraded" and attempt["provenance"]["reverified"]

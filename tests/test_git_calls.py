@@ -24,7 +24,10 @@ REVIEWED = {
     "isolation/workspace.py:materialize_source": "a bundle cloned into the harness's cache",
     "isolation/workspace.py:resolve_commit": "the user's own repository, before any attempt",
     "isolation/workspace.py:tracked_in": "the user's own repository, before any attempt",
-    "isolation/workspace.py:is_dirty": "the user's own repository, before any attempt",
+    "isolation/workspace.py:uncommitted": "the user's own repository, before any attempt",
+    "isolation/workspace.py:tree_digest": "the user's own repository (or a pinned clone in the harness's cache), "
+    "before any attempt: rev-parse of a base commit's tree",
+    "isolation/workspace.py:_hash_tree": "ls-tree of a base commit's trees, as tree_digest",
     "isolation/workspace.py:fetch_pinned": "a pinned repository cloned into the harness's cache",
     "isolation/workspace.py:create_attempt_workspace": "a private repository the harness creates, before any agent",
     "isolation/gitbundle.py:create_bundle": "a scratch bare repository of the harness's, from the user's objects",
@@ -38,6 +41,9 @@ REVIEWED = {
     "isolation/patch.py:_harness_git_dir": "the harness's own patch git dir (read-tree of the start commit)",
     "isolation/patch.py:_patch": "the harness's own patch git dir; drivers undefined, worktree by checked descriptor",
     "isolation/patch.py:staged_patch": "diff --no-index of two trees the harness staged; no repository, no config",
+    "isolation/patch.py:apply_change": "regrade's apply of a stored change (its digest in the signed record) to a "
+    "fresh checkout of its base: outside any repository (no git dir, no config), so nothing of the tree's git "
+    "metadata is read; git refuses paths beyond a symlink or out of the tree",
     "isolation/patch.py:_ignored_files": "check-ignore in the harness's own patch git dir, as _patch: the worktree's "
     ".gitignore files are read as patterns only (what `add -A` there reads too); no driver, hook or excludes file",
     "isolation/basetree.py:_batch": "cat-file --batch on the slot's private git dir after the harness restored it",

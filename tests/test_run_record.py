@@ -88,6 +88,7 @@ def test_options_become_config_fields_in_one_place(write_suite) -> None:
         timeout_multipliers=TimeoutMultipliers(all=2.0),
         trajectories=True,
         verifier_room="fresh",
+        reuse="20260101T120000Z-1a2b3c",
     )
     given = measured_request(options)
     assert set(given) == set(RunConfig.model_fields) - {"model", "attempts", "categories", "sandbox"}

@@ -334,43 +334,59 @@ def command_findings(command: Command) -> list[Finding]:
 
 RULE = (
     "The rule: when the verdict is the exit status of a process that runs files the agent can change (the code "
-    "under test, a conftest.py, a sitecustomize.py or .pth file, a node_modules shim, a json.py that shadows the "
-    "standard library, the program itself), that code can end the process with status 0 and pass."
+    "under test, a conftest.py, a sitecustomize.py or .pth file in the worktree or its .venv, a node_modules shim, "
+    "a json.py that shadows the standard library, the program itself), that code can end the process with status "
+    "0 before any test runs, and pass."
+)
+NO_FLAG = (
+    "No flag on the command line of a test runner removes that (-I or -P would also keep the tests from importing "
+    "the agent's code, which they exist to test); it matters for agents that might game their verifier."
 )
 SAFE_FORMS = (
     "Forms the agent's edits cannot turn into a pass: a judge from $WORKTRIAL_SUITE_DIR or the system, run by an "
     "interpreter outside the worktree (python3 -I, never .venv/bin/python), that imports what it needs before it "
     "appends the worktree to sys.path (never first), runs the code under test in a child process and passes only "
-    "when the child's output matches expected data, never on an exit status alone."
+    "when the child's output matches expected data, never on an exit status alone (worktrial init's starter shows "
+    "one; docs/security.md)."
 )
+NOTE = f"{RULE} {NO_FLAG} {SAFE_FORMS}"
+"""Said once under the lints that run code the agent controls (``Lint.note``), not on each of their lines."""
 _PHRASES: dict[Rule, str] = {
     Rule.SHADOWED_IMPORTS: (
-        "`{shown}` runs Python with {detail} but without -I or -P, so modules the agent leaves in the worktree "
-        "(a json.py, a pytest.py, a sitecustomize.py) are imported before the real ones"
+        "'{shown}' puts the worktree first on sys.path ({detail}), where a json.py, pytest.py or sitecustomize.py "
+        "the agent leaves is imported before the real one"
     ),
-    Rule.RUNS_MODULE: "`{shown}` runs a module, which imports the code under test: the agent's",
-    Rule.SCRIPT_IN_TREE: "`{shown}` runs a script in the worktree, which the agent can rewrite",
-    Rule.PROGRAM_IN_TREE: "`{shown}` is a program in the worktree (a relative path), which the agent can rewrite",
-    Rule.NODE_MODULES: "`{shown}` runs what the worktree's node_modules holds, which the agent can replace",
-    Rule.RUNNER: "`{shown}` builds or tests the code under test, which the agent wrote",
-    Rule.SUBCOMMAND: "`{shown}` builds or runs the code under test, which the agent wrote",
+    Rule.RUNS_MODULE: "'{shown}' runs a module, which imports the code under test: the agent's",
+    Rule.SCRIPT_IN_TREE: "'{shown}' runs a script in the worktree, which the agent can rewrite",
+    Rule.PROGRAM_IN_TREE: "'{shown}' is a program in the worktree (a relative path), which the agent can rewrite",
+    Rule.NODE_MODULES: "'{shown}' runs what the worktree's node_modules holds, which the agent can replace",
+    Rule.RUNNER: "'{shown}' builds or tests the code under test, which the agent wrote",
+    Rule.SUBCOMMAND: "'{shown}' builds or runs the code under test, which the agent wrote",
     Rule.PROJECT_ENV: (
-        "`{shown}` runs in the project's environment, built from files in the worktree (pyproject.toml, lock "
+        "'{shown}' runs in the project's environment, built from files in the worktree (pyproject.toml, lock "
         "files) that the agent can change"
     ),
-    Rule.TESTS_IN_TREE: "`{shown}` runs the test files it finds in the worktree, which the agent can rewrite",
-    Rule.CLASS_PATH: "`{shown}` loads classes from the worktree ({detail}), which the agent can rewrite",
-    Rule.INSTALLS_TREE: "`{shown}` installs from the worktree, which runs build code the agent can change",
+    Rule.TESTS_IN_TREE: "'{shown}' runs the test files it finds in the worktree, which the agent can rewrite",
+    Rule.CLASS_PATH: "'{shown}' loads classes from the worktree ({detail}), which the agent can rewrite",
+    Rule.INSTALLS_TREE: "'{shown}' installs from the worktree, which runs build code the agent can change",
 }
 
 
 def describe(finding: Finding) -> str:
     detail = finding.detail
     if finding.rule is Rule.NODE_MODULES and detail in ("npx", "bunx"):
-        return f"`{finding.shown}` runs {detail}, which prefers the worktree's ./node_modules/.bin copy"
+        return f"'{finding.shown}' runs {detail}, which prefers the worktree's ./node_modules/.bin copy"
     if finding.rule is Rule.SHADOWED_IMPORTS and detail == "PYTHONPATH":
         detail = "PYTHONPATH naming the worktree"
     return _PHRASES[finding.rule].format(shown=finding.shown, detail=detail)
+
+
+_FIRST = (Rule.RUNS_MODULE, Rule.RUNNER, Rule.SUBCOMMAND, Rule.PROJECT_ENV, Rule.TESTS_IN_TREE)
+"""What runs the code under test: said first, since that alone decides the risk."""
+
+
+def _ordered(found: list[Finding]) -> list[Finding]:
+    return sorted(found, key=lambda f: 0 if f.rule in _FIRST else 1)
 
 
 def findings(argv: list[str]) -> list[str]:
@@ -379,16 +395,17 @@ def findings(argv: list[str]) -> list[str]:
 
 
 def agent_code_warning(command: Command) -> str | None:
-    """Why a verify command runs something the agent could have planted or rewritten (None: nothing found)."""
-    found = [describe(f) for f in command_findings(command)]
-    return f"runs code the agent controls: {'; '.join(found)}. {RULE} {SAFE_FORMS}" if found else None
+    """Why a verify command runs something the agent could have planted or rewritten (None: nothing found); what
+    that risks and the forms that avoid it are ``NOTE``, said once for all such lines."""
+    found = [describe(f) for f in _ordered(command_findings(command))]
+    return f"its verdict is the exit status of code the agent controls: {'; '.join(found)}" if found else None
 
 
 def forged_by_code_message(files: list[str]) -> str:
     """``check``'s probe passed with the solution's files replaced by an exit at load."""
     return (
         f"the verifier passes when the code under test does nothing but exit 0 as it loads (worktrial check put "
-        f"an exit in {_named(files)}): an agent can pass it without solving the task. {RULE} {SAFE_FORMS}"
+        f"an exit in {_named(files)}): an agent can pass it without solving the task"
     )
 
 
@@ -396,7 +413,7 @@ def forged_by_plants_message(names: list[str]) -> str:
     """``check``'s probe passed with modules planted next to the code under test."""
     return (
         f"the verifier passes when a {' or '.join(names)} the agent leaves in the worktree exits 0 as it loads "
-        f"(worktrial check planted them): it imports files of the worktree before its own. {RULE} {SAFE_FORMS}"
+        "(worktrial check planted them): it imports files of the worktree before its own"
     )
 
 

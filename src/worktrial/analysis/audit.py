@@ -163,7 +163,7 @@ def _forbidden(value: Any, path: str = "$") -> list[str]:
     return found
 
 
-def _trace_root(envelope_path: Path, envelope: Envelope) -> Path:
+def trace_root(envelope_path: Path, envelope: Envelope) -> Path:
     """Trace paths are relative to the state root that stored the run: ``<root>/.worktrial/runs/<id>/envelope.json``.
 
     For a run of a suite pinned to another repository that root is not the recorded workspace (the pinned clone):
@@ -238,6 +238,21 @@ def attempt_count_problems(envelope: Envelope) -> list[str]:
         if envelope.run.complete and len(numbers) != planned:
             problems.append(f"{where}: {len(numbers)} attempts, but the run has {planned} per task")
     return problems
+
+
+def reuse_count_problems(envelope: Envelope) -> list[str]:
+    """``run.reuse``'s counts are those of the records' provenance (a run made from another run's attempts)."""
+    reuse = envelope.run.reuse
+    if reuse is None:
+        return []
+    kinds = Counter(
+        a.provenance.kind if a.provenance is not None else "ran" for t in envelope.report.tasks for a in t.attempts
+    )
+    return [
+        f"run.reuse.{kind}: {getattr(reuse, kind)}, but {kinds[kind]} record(s) say so"
+        for kind in ("reused", "regraded", "ran")
+        if getattr(reuse, kind) != kinds[kind]
+    ]
 
 
 def load_envelope_json(path: Path) -> tuple[dict[str, Any], Envelope]:
@@ -320,6 +335,7 @@ def audit_envelope(
         if strays:
             mismatches.append(f"report.tasks[{t.task_id}]: attempts {strays} belong to another task id")
     mismatches += attempt_count_problems(envelope)
+    mismatches += reuse_count_problems(envelope)
     expected = len(loaded.suite.tasks) * envelope.run.attempts
     if envelope.run.complete and len(records) != expected:
         mismatches.append(f"run.complete: true, but it holds {len(records)} attempts, not {expected}")
@@ -335,7 +351,7 @@ def audit_envelope(
         notes.append(f"not recomputable by this harness version (skipped): {', '.join(differ.unknown[:8])}")
     traces = trajectories = 0
     if check_traces:
-        root = workspace or _trace_root(envelope_path, envelope)
+        root = workspace or trace_root(envelope_path, envelope)
         if envelope.run.paths_redacted and workspace is None:
             notes.append(
                 "the envelope's paths were redacted for publishing: its trace files were looked up from the current "

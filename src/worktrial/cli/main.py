@@ -73,6 +73,7 @@ _LAZY = {
     "init": ("worktrial.cli.init", "init_cmd"),
     "export": ("worktrial.cli.export", "export_cmd"),
     "gc": ("worktrial.cli.gc", "gc_cmd"),
+    "regrade": ("worktrial.cli.regrade", "regrade_cmd"),
 }
 """Commands imported only when they run (or are listed): what they import (the HTML view and jinja2, compare,
 leaderboards, the statistics of power) is not on the way of ``eval``'s first attempt."""
@@ -176,6 +177,12 @@ def eval_options(func: F) -> F:
             "--resume", "resume_id", metavar="RUN_ID", help="Continue a stored run: run only what is missing."
         ),
         click.option(
+            "--reuse",
+            metavar="RUN_ID",
+            help="Reuse a stored run's attempts: carried over where the task is unchanged, regraded where only its "
+            "verifier changed; only the rest runs.",
+        ),
+        click.option(
             "--grace-secs",
             type=click.FloatRange(0, 600),
             help=f"At an agent's deadline: SIGTERM, then this long before SIGKILL (default {DEFAULT_GRACE_SECS:g}).",
@@ -223,8 +230,9 @@ def eval_cmd(
     options = run_options({**flags, "agent": agent, "model": model, "workspace": workspace})
     printing = Printing.of(flags)
     if is_matrix(agent, model):
-        if resume_id is not None:
-            raise BadInputError("--resume continues one stored run; it cannot be combined with several --agent/--model")
+        if resume_id is not None or options.reuse is not None:
+            which = "--resume continues" if resume_id is not None else "--reuse reuses"
+            raise BadInputError(f"{which} one stored run; it cannot be combined with several --agent/--model")
         p = printing
         run_matrix_and_report(loaded, agent, model, options, p.fmt, p.output, p.quiet, p.reasons, p.wide)
         return

@@ -16,7 +16,7 @@ import click
 from pydantic import BaseModel
 
 from worktrial.analysis import stats
-from worktrial.analysis.audit import audit_envelope, load_envelope_json, render_audit
+from worktrial.analysis.audit import audit_envelope, load_envelope_json, render_audit, trace_root
 from worktrial.analysis.check_report import default_repeats
 from worktrial.analysis.compare import LoadedEnvelope, compare_runs
 from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
@@ -41,6 +41,7 @@ from worktrial.render.check_markdown import render_check_markdown
 from worktrial.render.compare_markdown import render_comparison_markdown
 from worktrial.state.history import resolve_envelope, store_problems
 from worktrial.state.looks import note_comparison
+from worktrial.state.provenance import provenance_problems
 from worktrial.state.roots import state_root
 
 EXIT_FINDINGS = 1
@@ -206,7 +207,10 @@ def audit_cmd(envelope_path: Path, suite_path: Path, workspace: Path | None, no_
     """Recompute the digest and every metric of an envelope from its records; exit 1 listing any mismatch."""
     loaded = _load_with_warnings(suite_path)
     report = audit_envelope(envelope_path, loaded, workspace=workspace, check_traces=not no_traces)
-    problems, notes = store_problems(envelope_path, load_envelope_json(envelope_path)[1])
+    envelope = load_envelope_json(envelope_path)[1]
+    problems, notes = store_problems(envelope_path, envelope)
+    origin = provenance_problems(envelope_path, envelope, workspace or trace_root(envelope_path, envelope))
+    problems, notes = problems + origin[0], notes + origin[1]
     report = report.model_copy(
         update={
             "mismatches": report.mismatches + problems,

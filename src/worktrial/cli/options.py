@@ -53,14 +53,17 @@ def workspace_option(default: str = "the one containing the current directory") 
     )
 
 
+SUITE_HELP = "The suite file, or a Harbor task directory or a directory of them (docs/environments.md)."
 suite_option = click.option(
-    "--suite",
-    "suite_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    metavar="PATH",
-    help="The suite file, or a Harbor task directory or a directory of them (docs/environments.md).",
+    "--suite", "suite_path", required=True, type=click.Path(path_type=Path), metavar="PATH", help=SUITE_HELP
 )
+
+
+optional_suite_option = click.option(
+    "--suite", "suite_path", type=click.Path(path_type=Path), metavar="PATH", help=SUITE_HELP
+)
+"""``--suite`` of a command with a suite to fall back on (``regrade``: the run's; its docstring says so)."""
+
 
 REPORT_FORMAT_HELP = "auto: tables on a terminal, markdown when piped; markdown; json."
 report_format_option = click.option(

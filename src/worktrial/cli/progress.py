@@ -182,7 +182,9 @@ class ProgressReporter(RunObserver):
             self.running.pop((record.task_id, record.attempt), None)
             self.counts[record.outcome] += 1
             self.done += 1
-            self.durations.append(record.duration_secs + (record.setup_secs or 0.0))  # both are the run's wall time
+            # Both are the run's wall time; a regraded attempt's agent ran in another run, only its verifier here.
+            spent_here = record.verify_secs if record.provenance is not None else record.duration_secs
+            self.durations.append(spent_here + (record.setup_secs or 0.0))
             if record.cost_usd is not None and self.max_cost is None:  # under a budget, ``spend`` says the total
                 self.spent += record.cost_usd
                 self.priced = True
@@ -252,6 +254,7 @@ class ProgressReporter(RunObserver):
         show_reason = record.reason and (self.reasons or record.outcome != "pass")
         why = f" — {for_terminal(record.reason or '')}" if show_reason else ""
         retried = f" (after {plural(record.retries, 'retry', 'retries')})" if record.retries else ""
+        retried += f" ({record.provenance.kind})" if record.provenance is not None else ""
         spend = f" · spent ${self.spent:.4f} of ${self.max_cost:g}" if self.max_cost is not None else ""
         setup = f" + setup {record.setup_secs:.1f}s" if record.setup_secs is not None and record.setup_secs >= 1 else ""
         eta = self.eta_secs() if self.done < self.total else None

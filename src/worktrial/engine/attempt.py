@@ -7,6 +7,7 @@ checkout gives for it. Each phase returns what it found; an attempt that ends ea
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -22,7 +23,7 @@ from worktrial.agents.prompt import prompt_file_env, write_prompt_file
 from worktrial.engine import containers, trajectory
 from worktrial.engine.checkout import Checkout, Room, open_checkout, suite_env
 from worktrial.engine.container_checkout import SetupFailed
-from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec
+from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, Replay
 from worktrial.engine.model_gateway import PROVIDER_CATEGORIES, apply_report, open_session
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
@@ -30,7 +31,7 @@ from worktrial.gateway import Gateway, GatewayReport, Session
 from worktrial.isolation import childenv, proc
 from worktrial.isolation.change import AgentChange
 from worktrial.isolation.environment import EnvironmentSetupError
-from worktrial.isolation.patch import PatchData
+from worktrial.isolation.patch import CHANGE_MAX_BYTES, PatchData, apply_change, change_result, holds_gitlink
 from worktrial.isolation.pool import Slot
 from worktrial.isolation.proc import ProcResult, run_command
 from worktrial.isolation.workspace import SourceRepo, remove_tree
@@ -43,10 +44,11 @@ from worktrial.model.artifacts import (
     StreamTail,
 )
 from worktrial.model.commands import Command, display
-from worktrial.model.records import AttemptRecord, ErrorCategory, Outcome, Usage
+from worktrial.model.records import AttemptRecord, ErrorCategory, Outcome, StoredChange, Usage
 from worktrial.model.suite import Task
 from worktrial.model.trace import build_trace
 from worktrial.redaction import Redactor
+from worktrial.safe_read import read_input
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,8 @@ class Verdict:
     """A container task's reward file (Harbor's verifiers): 1 passes."""
     rewards: dict[str, float] | None = None
     """Every key of a reward.json with several (the task's success rule decides ``reward``)."""
+    unreplayed: str | None = None
+    """A replayed job whose stored change could not be rebuilt: why (no verdict at all)."""
 
 
 @dataclass(frozen=True)
@@ -191,17 +195,24 @@ def _run_in(
     gateway: Gateway | None,
 ) -> Findings:
     """Setup, agent and verification in a prepared checkout, every process inside its rooms' sandboxes;
-    ``on_phase`` hears each step begin."""
-    commands, failed = _setup(job, room)
-    if failed is not None:
-        return Findings(failed, commands)
-    try:
-        prompt_file = write_prompt_file(room.scratch, job.task.prompt)
-    except OSError as exc:  # disk full: the harness's problem, not the agent's
-        why = f"prompt file could not be written: {exc.strerror}"
-        return Findings(Verdict(reason=why, error_category=ErrorCategory.WORKTREE), commands)
-    on_phase("agent")
-    ran = _run_agent(agent, job, room, env, prompt_file, gateway)
+    ``on_phase`` hears each step begin. A replayed job rebuilds its stored change instead of setup and agent."""
+    commands: tuple[CommandLog, ...] = ()
+    if job.replay is not None:
+        replayed = _replayed(job.replay, room)
+        if isinstance(replayed, Verdict):
+            return Findings(replayed)
+        ran = replayed
+    else:
+        commands, failed = _setup(job, room)
+        if failed is not None:
+            return Findings(failed, commands)
+        try:
+            prompt_file = write_prompt_file(room.scratch, job.task.prompt)
+        except OSError as exc:  # disk full: the harness's problem, not the agent's
+            why = f"prompt file could not be written: {exc.strerror}"
+            return Findings(Verdict(reason=why, error_category=ErrorCategory.WORKTREE), commands)
+        on_phase("agent")
+        ran = _run_agent(agent, job, room, env, prompt_file, gateway)
     # What the agent changed, found once (in O(the change) where the checkout can): the patch, and the ignored files
     # neither the patch nor the verifier's room keeps. Taken before verification, which may leave caches behind.
     change = checkout.change(PATCH_MAX_BYTES if job.spec.artifacts else None)
@@ -211,6 +222,28 @@ def _run_in(
         return found
     on_phase("verify")
     return _verified(job, checkout, change, found, decides)
+
+
+def _replayed(replay: Replay, room: Room) -> AgentRun | Verdict:
+    """The stored change rebuilt in the agent's room, as the agent's run ended then (no agent runs); a Verdict
+    saying why it cannot be (the attempt is then no verdict: ``unreplayed``)."""
+    started = time.monotonic()
+    try:
+        data = read_input(Path(replay.change), CHANGE_MAX_BYTES, follow_symlinks=False)
+    except (OSError, ValueError) as exc:
+        return _unreplayed(f"its stored change cannot be read ({exc})")
+    if hashlib.sha256(data).hexdigest() != replay.sha256:
+        return _unreplayed("its stored change was altered after the run (its digest is not the signed one)")
+    try:
+        apply_change(room.worktree, data)
+    except (WorktrialError, OSError) as exc:
+        return _unreplayed(f"its stored change does not apply to the task's base any more: {exc}")
+    result = AgentResult(claimed=None if replay.timed_out else replay.claimed, timed_out=replay.timed_out)
+    return AgentRun(result, started, 0.0, overran=False, capped=None, report=None)
+
+
+def _unreplayed(why: str) -> Verdict:
+    return Verdict(reason=why, error_category=ErrorCategory.WORKTREE, unreplayed=why)
 
 
 def _setup(job: AttemptJob, room: Room) -> tuple[tuple[CommandLog, ...], Verdict | None]:
@@ -463,6 +496,8 @@ def _result(
         verifier_room=findings.verifier_room if findings.verdict.verified is not None else None,
     )
     artifacts = _artifacts(task.id, attempt, findings, redactor) if spec.artifacts else None
+    change, stored = _stored_change(findings, redactor) if spec.artifacts else (None, None)
+    record = record.model_copy(update={"change": stored})
     return AttemptResult(
         record=record,
         trace=trace,
@@ -470,8 +505,31 @@ def _result(
         worker=worker,
         artifacts=artifacts,
         over_budget=verdict.over_budget,
+        unreplayed=verdict.unreplayed,
         trajectory=_sealed_trajectory(ran.trajectory if ran is not None else None, redactor),
+        change=change,
     )
+
+
+def _stored_change(findings: Findings, redactor: Redactor) -> tuple[bytes | None, StoredChange | None]:
+    """The agent's exact change to keep, and what the record says of it. Kept byte for byte or not at all: a change
+    holding a secret value of the harness's or the attempt's environment is never stored (redacting it would make
+    it another change). Credential-shaped strings that are no such value (a test's fake key) are the agent's code."""
+    patch = findings.patch
+    if findings.agent is None:
+        return None, None  # the agent never ran: there is no change of its
+    if patch is None:
+        return None, StoredChange(missing="git could not produce the change")
+    if patch.exact is None:
+        return None, StoredChange(missing=patch.exact_missing or "not kept")
+    if holds_gitlink(patch.exact):
+        return None, StoredChange(missing="it holds a nested repository, which a patch records only as a commit id")
+    result = change_result(patch.exact)
+    if patch.exact and redactor.holds_value(patch.exact):
+        why = "it holds a secret value of the environment, which the run store never keeps"
+        return None, StoredChange(result=result, missing=why)
+    digest = hashlib.sha256(patch.exact).hexdigest()
+    return patch.exact, StoredChange(sha256=digest, size=len(patch.exact), result=result)
 
 
 def _sealed_trajectory(collected: trajectory.Collected | None, redactor: Redactor) -> str | None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from worktrial.analysis.agent_code import NOTE as AGENT_CODE_NOTE
 from worktrial.analysis.check_report import (
     FLAKE_RATE,
     CheckReport,
@@ -25,7 +26,7 @@ from worktrial.analysis.check_report import (
 )
 from worktrial.analysis.lint import Lint
 from worktrial.analysis.suite_paths import static_lints
-from worktrial.engine.check_rebuild import Rebuild, rebuilder
+from worktrial.engine.check_rebuild import Rebuild, dirty_setup_message, rebuilder
 from worktrial.engine.confine import SandboxChoice
 from worktrial.engine.run import RunObserver, RunOptions, run_suite
 from worktrial.engine.session import resolve_task_bases
@@ -36,6 +37,7 @@ from worktrial.model.commands import display
 from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import Outcome
 from worktrial.model.suite import LoadedSuite, Task
+from worktrial.state.artifacts import read_artifacts
 from worktrial.state.config import cache_dir
 from worktrial.util import plural
 
@@ -178,12 +180,25 @@ def _container_repeats(
     return out
 
 
+def _setup_left(task: Task, nop_store: Path | None) -> list[str]:
+    """A container task's setup commands that leave the tree dirty (the host path's rebuild finds it with git): the
+    do-nothing agent changed nothing, so whatever its patch holds, setup put there."""
+    if not task.setup_commands or nop_store is None:
+        return []
+    artifacts = read_artifacts(nop_store, task.id, 1)
+    files = artifacts.patch.files if artifacts is not None and artifacts.patch is not None else []
+    return [dirty_setup_message(files, container=True)] if files else []
+
+
 def _forgery_lints(loaded: LoadedSuite, task: Task, repeats: Rebuild | None) -> list[Lint]:
     """What forging the verifier found (``check_rebuild``), as warnings next to the static ones of the same task."""
     if repeats is None or not repeats.forgeable:
         return []
     where = f"$.tasks[{loaded.suite.tasks.index(task)}].verify_commands"
-    return [Lint(task_id=task.id, where=where, message=m, severity="warning") for m in repeats.forgeable]
+    return [
+        Lint(task_id=task.id, where=where, message=m, severity="warning", note=AGENT_CODE_NOTE)
+        for m in repeats.forgeable
+    ]
 
 
 def _by_id(envelope: Envelope) -> dict[str, TaskReport]:
@@ -216,6 +231,8 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
         number += 1
         return CheckPhase(number, phases, title, total)
 
+    stores: dict[str, Path] = {}
+
     def run(agent: str, suite: LoadedSuite = loaded, attempts: int = 1) -> Envelope:
         tasks = plural(len(suite.suite.tasks), "task")
         title = f"running the {agent} agent on {tasks}" + (f", {attempts} times each" if attempts > 1 else "")
@@ -229,7 +246,9 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
             container_runtime=options.container_runtime,
         )
         with observer.run(next_phase(title, len(suite.suite.tasks) * attempts)) as watching:
-            return run_suite(suite, opts, watching).envelope
+            result = run_suite(suite, opts, watching)
+        stores.setdefault(agent, result.store_dir)  # the first run of each agent: nop's shows what setup left
+        return result.envelope
 
     oracle, nop = run("oracle"), run("nop")
     oracle_tasks, nop_tasks = _by_id(oracle), _by_id(nop)
@@ -249,6 +268,8 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
                 repeats = None
                 if task.id in repeats_in_containers:
                     repeats = repeats_in_containers[task.id]
+                    left = _setup_left(task, stores.get("nop"))
+                    repeats = replace(repeats, problems=[*repeats.problems, *left]) if left else repeats
                 elif task.solution:
 
                     def heard(activity: str, finished: int, task_id: str = task.id, before: int = done) -> None:

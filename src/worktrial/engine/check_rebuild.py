@@ -80,6 +80,16 @@ def _modified_tracked(worktree: Path) -> list[str]:
     return [p for p in result.stdout_tail.decode("utf-8", "surrogateescape").split("\0") if p]
 
 
+def dirty_setup_message(paths: list[str], *, container: bool) -> str:
+    """Per-attempt setup commands left files in the tree: one rule, said alike for host and container tasks."""
+    where = "into the image (its Dockerfile)" if container else "to `environment.setup`, whose result is committed"
+    return (
+        f"setup_commands leave the tree dirty ({_named(paths)}): the agent sees them as uncommitted changes (git "
+        f"status/diff may give the answer away) and every attempt's patch holds them; move them {where}, or "
+        "ignore them in .gitignore"
+    )
+
+
 def _named(paths: list[str]) -> str:
     more = f" and {len(paths) - _MAX_NAMED} more" if len(paths) > _MAX_NAMED else ""
     return ", ".join(paths[:_MAX_NAMED]) + more
@@ -150,11 +160,7 @@ class Rebuilder:
                 )
         dirty = _changed_files(worktree)
         if task.setup_commands and dirty:
-            problems.append(
-                f"setup_commands leave the tree dirty ({_named(dirty)}): the agent sees them as uncommitted "
-                "changes (git status/diff may give the answer away); move them to `environment.setup`, whose "
-                "result is committed into the base, or ignore them in .gitignore"
-            )
+            problems.append(dirty_setup_message(dirty, container=False))
         # As the oracle runs solutions in a run: an agent's environment, with the suite directory (shipped patches).
         agent_env = childenv.agent_env(proc.clean_env(None), {SUITE_DIR_ENV: str(self.suite_copy)})
         for command in task.solution or []:

@@ -149,8 +149,9 @@ def uses_overlay(spec: AttemptSpec, agent: Agent, base: TaskBase | None = None) 
     """Whether a slot gives each attempt an overlay room (``isolation/overlay.py``): the sandbox is bubblewrap, the
     kernel mounts overlays in it, and every file the agent reads or writes goes through a sandboxed program (an
     agent that works on files from the harness's own process, like the builtin agent's tools, sees the host, where
-    the room is never mounted). Never for a container task: its containers mount the worktree from the host."""
-    if base is not None and base.container:
+    the room is never mounted). Never for a container task (its containers mount the worktree from the host), nor
+    in a run that rebuilds stored changes from the host (``AttemptSpec.replays``)."""
+    if (base is not None and base.container) or spec.replays:
         return False
     decision = spec.sandbox_decision or decide(spec.sandbox)
     return decision.kind == "bubblewrap" and bool(getattr(agent, "sandboxed_files", False)) and overlay.usable()

@@ -110,6 +110,24 @@ class AttemptSpec:
     """``--trajectories``: record each attempt's conversation with its model (``engine/trajectory.py``)."""
     agent_version: str | None = None
     """The agent's version as its preflight found it, for the trajectory's ``agent`` object."""
+    replays: bool = False
+    """Some jobs rebuild stored changes (``AttemptJob.replay``), which the harness writes from the host: their
+    slots copy (an overlay room is mounted only in the sandbox)."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    """An attempt judged again without its agent (``regrade``, ``eval --reuse``): in place of the setup commands
+    and the agent's run, its stored change is rebuilt in the checkout; then it is verified as any attempt is."""
+
+    change: str
+    """The stored change file (``state/artifacts.py``'s ``change.diff``) on this machine."""
+    sha256: str
+    """Its digest, from the signed record: a file that differs is refused."""
+    claimed: bool | None
+    """What the agent claimed then."""
+    timed_out: bool
+    """It passed its deadline then (verified only where the task says ``on_timeout: verify``)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +141,8 @@ class AttemptJob:
     """1 for the first try; the driver resubmits an infrastructure error as try 2, 3, ..."""
     base: TaskBase | None = None
     """The task's own base; None means the run's source and base commit with no environment."""
+    replay: Replay | None = None
+    """Judge a stored attempt again instead of running the agent (its setup commands' effects are in the change)."""
 
     def resolved_base(self) -> TaskBase:
         return self.base or TaskBase(self.spec.source, self.spec.base_commit)
@@ -150,6 +170,12 @@ class AttemptResult:
     trajectory: str | None = None
     """The attempt's ATIF trajectory as JSON, redacted and bounded (``--trajectories``); the driver stores it next
     to the artifacts and records its digest."""
+    change: bytes | None = None
+    """The agent's exact change (``PatchData.exact``) when the record's ``change`` names its digest: the driver
+    stores it beside the artifacts, for ``regrade``."""
+    unreplayed: str | None = None
+    """A replayed job (``AttemptJob.replay``) whose stored change could not be rebuilt: why (its record is no
+    verdict)."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from worktrial.engine.containers import image_differences, plan_containers
 from worktrial.engine.run import RunOptions, measured_request
 from worktrial.engine.session import (
+    Recorded,
     ResolvedWorkspace,
     RunObserver,
     RunResult,
@@ -32,7 +33,6 @@ from worktrial.engine.session import (
 from worktrial.errors import BadInputError, SuiteError
 from worktrial.isolation.container import ContainerPlan
 from worktrial.isolation.workspace import check_writable, remove_tree
-from worktrial.model.records import AttemptRecord
 from worktrial.model.run_config import EXECUTION_FLAGS, RunConfig
 from worktrial.model.selection import reselect
 from worktrial.model.suite import LoadedSuite, load_suite
@@ -124,7 +124,7 @@ def _resume(
         options.keep_worktrees, options.max_cost, options.allow_unpriced,
     )  # fmt: skip
 
-    def record(start: SessionStart) -> tuple[RunStore, RunMeta, list[AttemptRecord]]:
+    def record(start: SessionStart) -> Recorded:
         if meta.budget is not None:  # what attempts the budget ended spent: they run again, the money is gone
             start.budget.unrecorded = meta.budget.spent_unrecorded
         earlier = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])
@@ -139,7 +139,7 @@ def _resume(
         }
         updated = meta.model_copy(update=update)
         store.write_meta(updated)
-        return store, updated, stored_records.records
+        return Recorded(store, updated, stored_records.records)
 
     return run_session(session, observer, record)
 

@@ -16,11 +16,15 @@ from typing import Any, Literal
 
 from worktrial.agents import AgentOptions, create_agent
 from worktrial.agents.base import Agent
+from worktrial.engine.carry import Carrier, source_containments
 from worktrial.engine.confine import SandboxChoice, requested_sandbox
 from worktrial.engine.containers import plan_containers
 from worktrial.engine.executor import AgentRef
+from worktrial.engine.reuse import Mode, SourceRun, definition_parts, open_source_run, refuse_config
+from worktrial.engine.reuse import plan as reuse_plan
 from worktrial.engine.session import (
     ExecutorFactory,
+    Recorded,
     RunObserver,
     RunResult,
     Session,
@@ -34,18 +38,20 @@ from worktrial.engine.session import (
     resolve_workspace,
     run_session,
     task_bases,
+    with_session,
 )
 from worktrial.errors import BadInputError
 from worktrial.isolation.container import RuntimeChoice
 from worktrial.isolation.workspace import ensure_state_dir
 from worktrial.model.config import Config
 from worktrial.model.envelope import Selection, SuiteFileInfo
-from worktrial.model.records import RETRYABLE_ERRORS, AttemptRecord
+from worktrial.model.records import RETRYABLE_ERRORS
 from worktrial.model.run_config import RunConfig, TimeoutMultipliers
 from worktrial.model.selection import select
 from worktrial.model.suite import LoadedSuite, load_suite
+from worktrial.model.task_digest import task_digest
 from worktrial.state.config import load_config
-from worktrial.state.store import RunMeta, RunStore, TaskMeta
+from worktrial.state.store import RunMeta, RunStore, TaskMeta, checked_run_id
 from worktrial.util import public_url, utc_now
 
 __all__ = [
@@ -115,6 +121,9 @@ class RunOptions:
     """--timeout-multiplier and the per-phase ones: every task's limits multiplied for the whole run."""
     trajectories: bool | None = None
     """--trajectories: store each attempt's redacted ATIF trajectory (None: ``[run] trajectories`` of the config)."""
+    reuse: str | None = None
+    """--reuse RUN: carry over that run's attempts where the task is unchanged, regrade them where only its verifier
+    changed, run the rest (``engine/reuse.py``)."""
 
 
 def choose_agent_name(options: RunOptions) -> str:
@@ -204,6 +213,7 @@ def run_suite(
     user_config = load_config(ws.state_root)
     if options.trajectories is None and user_config.run.trajectories:  # what no flag said: the config's [run]
         config = config.model_copy(update={"trajectories": True})
+    source = _reused(options, ws.state_root, config)
     ref = agent_of(config, options.base_url, user_config)
     if ws.dirty:
         observer.warning(
@@ -224,16 +234,60 @@ def run_suite(
         options.keep_worktrees, options.max_cost, options.allow_unpriced,
     )  # fmt: skip
 
-    def record(start: SessionStart) -> tuple[RunStore, RunMeta, list[AttemptRecord]]:
-        ensure_state_dir(ws.state_root)
-        meta = _new_meta(session, options, selection, start)
-        store = start.stack.enter_context(contextlib.closing(RunStore.create(ws.state_root, meta)))
-        return store, meta, []
+    def record(start: SessionStart) -> Recorded:
+        meta = new_meta(session, selection, start, options.base_url, options.retry_errors)
+        return create_store(session, meta, start, observer, ("reuse", source) if source is not None else None)
 
     return run_session(session, observer, record)
 
 
-def _new_meta(session: Session, options: RunOptions, selection: Selection | None, start: SessionStart) -> RunMeta:
+def create_store(
+    session: Session,
+    meta: RunMeta,
+    start: SessionStart,
+    observer: RunObserver,
+    reusing: tuple[Mode, SourceRun] | None = None,
+) -> Recorded:
+    """A new run's store, with each task's definition digest in its meta; made from another run's attempts
+    (``reusing``), with what it carries over already stored."""
+    ensure_state_dir(session.ws.state_root)
+    images = start.containers.images() if start.containers is not None else {}
+    parts = definition_parts(session.loaded, session.bases, images)
+    tasks = [t.model_copy(update={"digest": task_digest(parts[t.id]), "parts": parts[t.id]}) for t in meta.tasks]
+    meta = meta.model_copy(update={"tasks": tasks})
+    plan = None
+    if reusing is not None:
+        mode, source = reusing
+        if mode == "reuse":
+            refuse_config(source.meta.id, source.meta.config, meta.config)
+        plan = reuse_plan(mode, source, session.loaded, parts, meta.config)
+        sandboxes = meta.sandboxes
+        for info in source_containments(plan):
+            sandboxes = with_session(sandboxes, info)
+        meta = meta.model_copy(update={"reuse": plan.info(), "sandboxes": sandboxes})
+    store = start.stack.enter_context(contextlib.closing(RunStore.create(session.ws.state_root, meta)))
+    if plan is None:
+        return Recorded(store, meta, [])
+    trace_dir = session.ws.state_root / ".worktrial" / "eval" / "traces" / meta.id
+    carrier = Carrier(plan, session.loaded, store, meta, session.ws.state_root, trace_dir, observer.warning)
+    return Recorded(store, meta, carrier.carry(), carrier)
+
+
+def _reused(options: RunOptions, state_root: Path, config: RunConfig) -> SourceRun | None:
+    """The run ``--reuse`` names, refused up front when it measured something else (its containment is compared
+    once this machine's is resolved)."""
+    if options.reuse is None:
+        return None
+    if options.executor is not local_executor:
+        raise BadInputError("--reuse runs on this machine (the stored changes it regrades are here); drop --executor")
+    source = open_source_run(state_root, checked_run_id(options.reuse, "--reuse"))
+    refuse_config(source.meta.id, source.meta.config, config)
+    return source
+
+
+def new_meta(
+    session: Session, selection: Selection | None, start: SessionStart, base_url: str | None, retry_errors: int
+) -> RunMeta:
     """A new run's record: its suite, workspace, agent, containment and frozen config."""
     loaded, ws = session.loaded, session.ws
     return RunMeta(
@@ -253,11 +307,12 @@ def _new_meta(session: Session, options: RunOptions, selection: Selection | None
         source_repo=str(ws.source.path),
         base_commit=ws.base_commit,
         dirty=ws.dirty,
+        dirty_excluded=list(ws.dirty_excluded),
         task_base_commits={task_id: base.commit for task_id, base in session.bases.items()},
         agent_description=start.description,
-        base_url_redacted=bool(options.base_url) and public_url(options.base_url or "") != options.base_url,
+        base_url_redacted=bool(base_url) and public_url(base_url or "") != base_url,
         jobs=session.jobs,
-        retry_errors=options.retry_errors,
+        retry_errors=retry_errors,
         work_root=str(start.work_root),
         selection=selection,
         sandbox=start.main_sandbox(),

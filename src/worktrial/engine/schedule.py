@@ -64,6 +64,14 @@ class Scheduler:
         self.in_flight += 1
         return True
 
+    def instead(self, job: AttemptJob) -> None:
+        """Run ``job`` in place of one that came to nothing (a replay whose change could not be rebuilt), unless
+        the run is stopping or the budget allows no start."""
+        if self.stopping or (self.budget.limited and not self.budget.allows_start(self.in_flight)):
+            return
+        self.executor.submit(job)
+        self.in_flight += 1
+
     def retry_reasons(self, job: AttemptJob) -> list[str]:
         """Why each earlier try of the attempt ran again (empty on its first)."""
         return list(self._retries.get(job.key, ()))

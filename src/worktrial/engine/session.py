@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from worktrial.agents import AgentOptions
 from worktrial.engine.budget import FREE_AGENTS, Budget, unpriced_reason
@@ -59,21 +59,21 @@ from worktrial.isolation.workspace import (
     check_writable,
     fetch_pinned,
     find_workspace,
-    is_dirty,
     open_source,
     remove_tree,
     resolve_commit,
     tracked_in,
+    uncommitted,
     unwritable,
 )
 from worktrial.model.bundle import copy_bundle
 from worktrial.model.config import Config
-from worktrial.model.envelope import Envelope, SandboxInfo, same_containment
-from worktrial.model.records import AttemptRecord
+from worktrial.model.envelope import Envelope, ReuseInfo, SandboxInfo, same_containment
+from worktrial.model.records import AttemptRecord, StoredChange
 from worktrial.model.run_config import RunConfig, SandboxRequest
 from worktrial.model.suite import MAX_ATTEMPTS, LoadedSuite, Task
 from worktrial.state import leftovers
-from worktrial.state.artifacts import write_artifacts
+from worktrial.state.artifacts import write_artifacts, write_change
 from worktrial.state.config import cache_dir
 from worktrial.state.history import envelope_from_records
 from worktrial.state.roots import state_root
@@ -162,6 +162,8 @@ class ResolvedWorkspace:
     source: SourceRepo
     base_commit: str
     dirty: bool
+    dirty_excluded: tuple[str, ...] = ()
+    """Uncommitted paths that did not make it dirty: the suite file, its declared files (``suite_changes``)."""
 
 
 def resolve_workspace(loaded: LoadedSuite, workspace: Path | None, base_commit: str | None = None) -> ResolvedWorkspace:
@@ -175,8 +177,24 @@ def resolve_workspace(loaded: LoadedSuite, workspace: Path | None, base_commit: 
         root = repo
         user_repo = True
     base = resolve_commit(repo, base_commit or (pin.ref if pin is not None and pin.ref else "HEAD"))
-    dirty = is_dirty(repo) if user_repo and not (pin and pin.ref) else False
-    return ResolvedWorkspace(state_root=root, source=open_source(repo), base_commit=base, dirty=dirty)
+    changed = uncommitted(repo) if user_repo and not (pin and pin.ref) else []
+    excluded = suite_changes(loaded, repo, changed)
+    dirty = any(path not in excluded for path in changed)
+    return ResolvedWorkspace(root, open_source(repo), base, dirty, tuple(excluded))
+
+
+def suite_changes(loaded: LoadedSuite, repo: Path, changed: list[str]) -> list[str]:
+    """Of the workspace's uncommitted paths, those that are the suite itself: its file, its declared files, or a
+    directory nothing of which is committed that holds the suite file (``evals/`` as ``worktrial init`` writes it).
+    Attempts never see them (they start from the base commit) and the suite's digests pin them, so they do not make
+    the workspace dirty."""
+    try:
+        suite_dir = loaded.suite_dir.relative_to(repo.resolve()).as_posix()
+    except ValueError:
+        return []
+    prefix = "" if suite_dir == "." else f"{suite_dir}/"
+    suite = {prefix + loaded.path.name, *(prefix + f.name for f in loaded.files)}
+    return [p for p in changed if p in suite or (p.endswith("/") and (prefix + loaded.path.name).startswith(p))]
 
 
 def task_bases(loaded: LoadedSuite, ws: ResolvedWorkspace) -> dict[str, TaskBase]:
@@ -269,6 +287,35 @@ def check_counts(attempts: int, k: int, jobs: int, retry_errors: int, *, source:
         raise BadInputError(f"{where}--retry-errors must be between 0 and {MAX_RETRY_ERRORS} (got {retry_errors})")
 
 
+class Reusing(Protocol):
+    """How a run made from another run's attempts plans and stores them (``engine/carry.py``, ``engine/reuse.py``):
+    the session runs replayed jobs like any other and hands their results here."""
+
+    replays: bool
+    """Some jobs rebuild a stored change instead of running the agent."""
+
+    def job(self, job: AttemptJob) -> AttemptJob:
+        """The job as the run plans it (a regraded attempt replays its stored change)."""
+        ...
+
+    def skipped(self) -> set[tuple[str, int]]:
+        """Attempts the run never runs (a regrade leaves out what it cannot judge again)."""
+        ...
+
+    def regraded(self, job: AttemptJob, result: AttemptResult) -> AttemptRecord | None:
+        """The record a replayed job stores, with its provenance (its files copied); None when its change could not
+        be rebuilt exactly (``rerun`` says whether the agent then runs it)."""
+        ...
+
+    def rerun(self, job: AttemptJob) -> AttemptJob | None:
+        """The job that runs the agent instead of a replay that came to nothing, or None (a regrade runs no agent)."""
+        ...
+
+    def info(self) -> ReuseInfo:
+        """What run.json says of it: the source, and what could not be regraded (as of now)."""
+        ...
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """Everything one session of a run needs once it has started, resolved and frozen (the stored ``meta``
@@ -287,6 +334,8 @@ class RunSettings:
     """This session's containment in ``meta.sandboxes``, recorded in each of its attempts."""
     task_sandbox: Mapping[str, int] = field(default_factory=dict)
     """A container task's own containment in ``meta.sandboxes`` (its runtime, user and network)."""
+    reuse: Reusing | None = None
+    """A run made from another run's attempts: what it carries over, regrades and leaves out."""
 
 
 def _source_of(ws: ResolvedWorkspace) -> RepoSource:
@@ -379,6 +428,7 @@ def session_settings(
     store_dir: Path,
     sandbox: ResolvedSandbox,
     containers: ContainerPlan | None = None,
+    reuse: Reusing | None = None,
 ) -> RunSettings:
     suite_dir = work_root / "suite"
     copy_bundle(loaded.path, loaded.files, suite_dir)
@@ -402,6 +452,7 @@ def session_settings(
         containers=containers,
         trajectories=meta.config.trajectories,
         agent_version=str(meta.agent_description.get("version") or "") or None,
+        replays=reuse is not None and reuse.replays,
     )
     return RunSettings(
         loaded=loaded,
@@ -413,6 +464,7 @@ def session_settings(
         keep_worktrees=keep_worktrees,
         bases=bases,
         sandbox_index=session_index(meta.sandboxes, sandbox.info) if _has(meta.sandboxes, sandbox.info) else 0,
+        reuse=reuse,
     )
 
 
@@ -443,11 +495,13 @@ def _plan(settings: RunSettings, done: set[tuple[str, int]]) -> Iterator[Attempt
     for task in settings.loaded.suite.tasks:
         base = settings.bases.get(task.id)
         groups.setdefault(base.key if base else "", []).append(task)
+    reuse = settings.reuse
     for tasks in groups.values():
         for number in range(1, settings.meta.config.attempts + 1):
             for task in tasks:
                 if (task.id, number) not in done:
-                    yield AttemptJob(spec=settings.spec, task=task, attempt=number, base=settings.bases.get(task.id))
+                    job = AttemptJob(spec=settings.spec, task=task, attempt=number, base=settings.bases.get(task.id))
+                    yield reuse.job(job) if reuse is not None else job
 
 
 def execute(
@@ -462,8 +516,9 @@ def execute(
     task_ids = {t.id for t in settings.loaded.suite.tasks}
     records = [r for r in done if r.task_id in task_ids]
     done_keys = {(r.task_id, r.attempt) for r in records}
+    done_keys |= settings.reuse.skipped() if settings.reuse is not None else set()
     budget = budget or Budget(None)
-    budget.count(records, free=meta.config.agent in FREE_AGENTS)
+    budget.count([r for r in records if r.provenance is None], free=meta.config.agent in FREE_AGENTS)
     observer.begin(meta.id, meta.config.attempts * len(task_ids) - len(done_keys), len(records))
     gateway = getattr(executor, "gateway", None)
     if isinstance(gateway, Gateway) and budget.max_cost is not None:
@@ -493,8 +548,11 @@ def execute(
         # A second Ctrl-C while cleaning up: end every process now and leave at once (no envelope).
         executor.stop()
         raise
-    if budget.info() is not None:
-        meta = meta.model_copy(update={"budget": budget.info()})
+    if budget.info() is not None or settings.reuse is not None:
+        update: dict[str, Any] = {"budget": budget.info()} if budget.info() is not None else {}
+        if settings.reuse is not None:
+            update["reuse"] = settings.reuse.info()
+        meta = meta.model_copy(update=update)
         store.write_meta(meta)
     envelope = envelope_from_records(meta, records, complete=status == "complete")
     store.write_envelope(envelope)
@@ -539,6 +597,14 @@ def _drain(
                 if budget.limited:
                     observer.spend(budget.total, budget.max_cost)
                 scheduler.stop()
+            elif job.replay is not None and settings.reuse is not None:
+                if (regraded := settings.reuse.regraded(job, result)) is not None:
+                    store.append(regraded)
+                    records.append(regraded)
+                    observer.attempt(regraded)
+                    scheduler.recorded()
+                elif (instead := settings.reuse.rerun(job)) is not None:
+                    scheduler.instead(instead)
             elif not scheduler.retried(job, result):
                 records.append(_persist(settings, store, observer, job, result, scheduler.retry_reasons(job)))
                 budget.add(records[-1], free=meta.config.agent in FREE_AGENTS)
@@ -580,6 +646,11 @@ def _persist(
             )
         except (OSError, ValueError) as exc:  # a full disk costs the trajectory, never the result
             observer.warning(f"could not store the trajectory of {job.task.id} #{job.attempt}: {exc}")
+    if result.change is not None and result.record.change is not None:
+        try:
+            write_change(store.dir, job.task.id, job.attempt, result.change)
+        except OSError as exc:  # a full disk costs the change (it cannot be regraded), never the result
+            update["change"] = StoredChange(missing=f"it could not be stored: {exc.strerror or exc}")
     record = result.record.model_copy(update=update)
     if result.artifacts is not None:
         try:
@@ -670,8 +741,19 @@ class SessionStart:
     """How many tasks the session runs."""
 
 
-Record = Callable[[SessionStart], tuple[RunStore, RunMeta, list[AttemptRecord]]]
-"""Tells the run store about the session: its store, the run's meta as of this session, the records already done."""
+@dataclass(frozen=True)
+class Recorded:
+    """What the run store knows once told about the session: its store, the run's meta as of this session, the
+    records already done, and (a run made from another run's attempts) what it reuses."""
+
+    store: RunStore
+    meta: RunMeta
+    done: list[AttemptRecord]
+    reuse: Reusing | None = None
+
+
+Record = Callable[[SessionStart], Recorded]
+"""Tells the run store about the session."""
 
 
 def run_session(session: Session, observer: RunObserver, record: Record) -> RunResult:
@@ -691,11 +773,11 @@ def run_session(session: Session, observer: RunObserver, record: Record) -> RunR
         budget = new_budget(session.max_cost, session.allow_unpriced, session.config, description)
         contained = containment(containers, sandbox.settings.network, sandbox.settings.limits)
         tasks = len(session.loaded.suite.tasks)
-        start = SessionStart(root, description, sandbox, budget, containers, stack, contained, tasks)
-        store, meta, done = record(start)
+        told = record(SessionStart(root, description, sandbox, budget, containers, stack, contained, tasks))
         settings = session_settings(
-            session.loaded, meta, session.ws, session.ref, root, keep, session.bases, store.dir, sandbox, containers
-        )
-        indices = {task_id: session_index(meta.sandboxes, info) for task_id, info in contained.items()}
+            session.loaded, told.meta, session.ws, session.ref, root, keep, session.bases, told.store.dir, sandbox,
+            containers, told.reuse,
+        )  # fmt: skip
+        indices = {task_id: session_index(told.meta.sandboxes, info) for task_id, info in contained.items()}
         settings = replace(settings, task_sandbox=indices)
-        return execute(settings, executor, store, observer, done=done, budget=budget)
+        return execute(settings, executor, told.store, observer, done=told.done, budget=budget)

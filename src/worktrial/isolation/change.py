@@ -40,7 +40,7 @@ class AgentChange:
 
     @classmethod
     def nothing(cls, max_bytes: int | None) -> AgentChange:
-        empty = PatchData(diff=b"", total_bytes=0, truncated=False, files=[]) if max_bytes is not None else None
+        empty = PatchData(b"", 0, False, [], exact=b"", exact_missing=None) if max_bytes is not None else None
         return cls(empty, [], untouched=True)
 
     @classmethod
@@ -198,7 +198,9 @@ def _with_gitlinks(patch: PatchData, heads: dict[str, str], max_bytes: int) -> P
     diff = (patch.diff + extra)[:max_bytes] if not patch.truncated else patch.diff
     total = patch.total_bytes + len(extra)
     files = sorted([*patch.files, *heads])
-    return PatchData(diff=diff, total_bytes=total, truncated=total > max_bytes, files=files)
+    # A nested repository is one gitlink here; the verifier saw its files, which no patch holds.
+    why = "it holds a nested repository, which a patch records only as a commit id"
+    return PatchData(diff=diff, total_bytes=total, truncated=total > max_bytes, files=files, exact_missing=why)
 
 
 def remove_files(tree_fd: int, rels: list[str]) -> None:

@@ -241,9 +241,36 @@ class BudgetInfo(BaseModel):
     reason: str | None = None
 
 
+class NotRegraded(BaseModel):
+    """An attempt of the source run a regrade could not judge again (or, under ``eval --reuse``, ran again)."""
+
+    task_id: str
+    attempt: int
+    reason: str
+
+
+class ReuseInfo(BaseModel):
+    """``run.reuse``: a run made from another run's attempts (``regrade``, ``eval --reuse``)."""
+
+    mode: Literal["regrade", "reuse"] = Field(
+        description="regrade: every stored attempt judged again, no agent ran; reuse: eval --reuse, where only "
+        "what changed ran."
+    )
+    source: str = Field(description="The run whose attempts were used.")
+    source_suite_digest: str = Field(description="The suite bundle digest that run measured.")
+    reused: int = Field(default=0, description="Records carried over unchanged (the same task definition).")
+    regraded: int = Field(default=0, description="Records judged again against this run's suite.")
+    ran: int = Field(default=0, description="Attempts an agent ran in this run.")
+    not_regraded: list[NotRegraded] = Field(
+        default_factory=list,
+        description="regrade: source attempts left out of the run, each with why; reuse: those that could not be "
+        "regraded and ran again instead.",
+    )
+
+
 class RunInfo(NewerFieldsOmitted):
     model_config = FINITE
-    NEWER_FIELDS = ("paths_redacted",)
+    NEWER_FIELDS = ("paths_redacted", "reuse", "dirty_excluded")
     id: str
     started_at: str
     finished_at: str | None
@@ -282,6 +309,14 @@ class RunInfo(NewerFieldsOmitted):
         default=None,
         description="True in an envelope made for publishing (`report --redact-paths`): local absolute paths are "
         "relative to the state root (`.` for the root itself) or salted hashes (`redacted:<hex>`).",
+    )
+    reuse: ReuseInfo | None = Field(
+        default=None, description="A run made from another run's attempts: how many were reused, regraded and ran."
+    )
+    dirty_excluded: list[str] = Field(
+        default_factory=list,
+        description="Uncommitted files of the workspace not counted as making it dirty: the suite file and the files "
+        "it declares (attempts never see them; the digests pin them).",
     )
 
 
@@ -341,6 +376,23 @@ class Envelope(BaseModel):
                 "agent left running could shape its verdict (docs/security.md)"
             )
         return line
+
+    def reuse_summary(self) -> str | None:
+        """The report's line on a run made from another run's attempts: which, and what became of them."""
+        reuse = self.run.reuse
+        if reuse is None:
+            return None
+        head = f"run {reuse.source} (suite digest {reuse.source_suite_digest[:12]})"
+        left = reuse.not_regraded
+        if reuse.mode == "regrade":
+            text = f"regraded from {head}: {reuse.regraded} attempt(s) judged again, no agent ran"
+            if left:
+                reasons = sorted({item.reason for item in left})
+                more = f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""
+                text += f"; {len(left)} left out: {reasons[0]}{more}"
+            return text
+        text = f"reused {head}: {reuse.reused} reused, {reuse.regraded} regraded, {reuse.ran} ran"
+        return text + (f"; {len(left)} could not be regraded and ran again" if left else "")
 
     @property
     def bundle_digest(self) -> str:

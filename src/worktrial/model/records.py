@@ -165,11 +165,48 @@ class Usage(BaseModel):
         return sum(self.tool_counts.values())
 
 
+class StoredChange(BaseModel):
+    """The agent's change as the run store keeps it, byte for byte (``change.diff`` beside the attempt's artifacts):
+    what ``regrade`` and ``eval --reuse`` rebuild the agent's tree from. Its digest is in the signed record, so a
+    stored change edited afterwards is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+    sha256: str | None = Field(
+        default=None, description="SHA-256 of change.diff; null when the change was not kept (missing says why)."
+    )
+    size: int = Field(default=0, description="Bytes of change.diff.")
+    result: str | None = Field(
+        default=None,
+        description="What the change leaves, as one digest (each path with its new mode and object id, or deleted): "
+        "a regrade's rebuilt tree must leave the same.",
+    )
+    missing: str | None = Field(default=None, description="Why the change was not kept (too large, a secret in it).")
+
+
+class Provenance(BaseModel):
+    """Where a record's verdict came from when no agent ran for it in this run (``regrade``, ``eval --reuse``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["reused", "regraded"] = Field(
+        description="reused: the record of an attempt on the same task definition, carried over; regraded: an "
+        "attempt whose verifier changed, judged again against this run's suite."
+    )
+    run: str = Field(description="The run the attempt ran in.")
+    attempt: int = Field(description="Its attempt number there (the task id is the same).")
+    suite_digest: str = Field(description="The suite bundle digest that run measured.")
+    reverified: bool = Field(
+        default=False,
+        description="regraded: its stored change was verified again here (false: verification never decided its "
+        "outcome, a timeout, an error or a claimed failure, which it keeps).",
+    )
+    change_sha256: str | None = Field(default=None, description="The stored change it was verified from.")
+
+
 class AttemptRecord(NewerFieldsOmitted):
     """The result of one attempt, as stored in the envelope (enough to recompute every metric)."""
 
     model_config = ConfigDict(allow_inf_nan=False)
-    NEWER_FIELDS = ("rewards", "trajectory", "verifier_room")
+    NEWER_FIELDS = ("rewards", "trajectory", "verifier_room", "change", "provenance")
 
     task_id: str
     attempt: int
@@ -233,4 +270,12 @@ class AttemptRecord(NewerFieldsOmitted):
         default=None,
         description="The attempt's stored ATIF trajectory (--trajectories): path, sha256, size and steps; absent "
         "from records of runs without trajectories, which stay as they were.",
+    )
+    change: StoredChange | None = Field(
+        default=None,
+        description="The agent's change as the run store keeps it for regrading (its digest); absent with "
+        "--no-artifacts and in runs recorded before changes were kept.",
+    )
+    provenance: Provenance | None = Field(
+        default=None, description="Where the verdict came from when no agent ran for it in this run; absent otherwise."
     )

@@ -123,7 +123,7 @@ class RunConfig(NewerFieldsOmitted):
     name (``engine/run.py``) and the click option that fills it (``cli/main.py``); see CONTRIBUTING.md."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    NEWER_FIELDS = ("timeout_multipliers", "force_build", "trajectories", "verifier_room")
+    NEWER_FIELDS = ("timeout_multipliers", "force_build", "trajectories", "verifier_room", "reuse")
 
     agent: str = measured("--agent")
     agent_cmd: str | None = measured("--agent-cmd", None)
@@ -163,6 +163,12 @@ class RunConfig(NewerFieldsOmitted):
     )
     trajectories: bool = measured(
         "--trajectories", False, description="Each attempt stores its redacted ATIF trajectory (docs/trajectories.md)."
+    )
+    reuse: str | None = measured(
+        "--reuse",
+        None,
+        description="The run whose attempts this one carried over or regraded where the suite allowed (its records "
+        "say which: ``provenance``).",
     )
 
     def differences(self, given: RunConfig, fields: set[str]) -> list[str]:

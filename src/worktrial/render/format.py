@@ -180,3 +180,16 @@ def missing_note(m: Metrics, k: int, planned_attempts: int) -> str | None:
     )
     head = f"{missing} of {planned} planned attempts are missing; " if missing > 0 else ""
     return head + counted
+
+
+def provenance_line(record: AttemptRecord) -> str | None:
+    """Where an attempt's verdict came from when no agent ran for it in its run (``regrade``, ``eval --reuse``)."""
+    origin = record.provenance
+    if origin is None:
+        return None
+    where = f"run {origin.run} attempt {origin.attempt} (suite digest {origin.suite_digest[:12]})"
+    if origin.kind == "reused":
+        return f"reused from {where}: the same task definition"
+    if origin.reverified:
+        return f"regraded from {where}: its stored change verified again against this suite"
+    return f"regraded from {where}: keeps its {record.outcome}, which verification never decided"

@@ -22,7 +22,7 @@ from worktrial.model.artifacts import AttemptArtifacts, collapsed_line, display_
 from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
 from worktrial.model.trajectory import Trajectory
-from worktrial.render.format import budget_summary, ci, infrastructure_summary, num, p_value, usd
+from worktrial.render.format import budget_summary, ci, infrastructure_summary, num, p_value, provenance_line, usd
 from worktrial.render.naming import model_name, run_names
 from worktrial.render.svg import PALETTE, Bar, Series, bars_chart, curves_chart
 from worktrial.render.trajectory import is_error, shorten, shown_calls, step_facts
@@ -174,6 +174,7 @@ def _task_row(
                 "stdout": last_lines(extra.agent_stdout.text, MAX_LOG_LINES) if extra and extra.agent_stdout else "",
                 "stderr": last_lines(extra.agent_stderr.text, MAX_LOG_LINES) if extra and extra.agent_stderr else "",
                 "trajectory": trajectory_rows(trajectory) if trajectory is not None else None,
+                "provenance": provenance_line(record),
             }
         )
     return {
@@ -266,6 +267,7 @@ def render_html(runs: Sequence[ViewRun], *, title: str | None = None) -> str:
                 "env": env,
                 "model": model_name(env) or "—",
                 "sandbox": _sandbox_facts(env),
+                "reuse": env.reuse_summary(),
                 "budget": budget_summary(env.run.budget),
                 "infrastructure": infrastructure_summary(env.report),
                 "metrics": _metrics_rows(env),

@@ -107,8 +107,13 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
         lines.append(f"- sandbox: {for_markdown(containment)}")
     if (containers := envelope.containers_summary()) is not None:
         lines.append(f"- containers: {for_markdown(containers)}")
+    if (reused := envelope.reuse_summary()) is not None:
+        lines.append(f"- made from another run: {for_markdown(reused)}")
     if not run.complete:
-        lines.append("- **incomplete run**: interrupted before every attempt finished; numbers cover what ran")
+        why = "interrupted before every attempt finished"
+        if run.reuse is not None and run.reuse.mode == "regrade" and run.reuse.not_regraded:
+            why = "attempts that could not be regraded are left out (`worktrial resume` runs the agent for them)"
+        lines.append(f"- **incomplete run**: {why}; numbers cover what ran")
     lines += [
         "",
         f"| group | tasks | passed/total | pass@{k} | 95% CI | pass^{k} | 95% CI |",

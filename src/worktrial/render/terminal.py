@@ -20,7 +20,7 @@ from rich.text import Text
 from worktrial.model.artifacts import AttemptArtifacts, PatchDisplay, StreamTail, collapsed_line, display_patch
 from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import AttemptRecord
-from worktrial.render.format import ci, infrastructure_summary, missing_note, num, setup_time, usd
+from worktrial.render.format import ci, infrastructure_summary, missing_note, num, provenance_line, setup_time, usd
 from worktrial.render.markdown import outcome_summary
 from worktrial.safe_text import for_markdown_listing, for_terminal, terminal_text
 from worktrial.util import plural
@@ -65,6 +65,8 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
         facts.add_row("sandbox", terminal_text(containment))
     if (containers := envelope.containers_summary()) is not None:
         facts.add_row("containers", terminal_text(containers))
+    if (reused := envelope.reuse_summary()) is not None:
+        facts.add_row("made from", terminal_text(reused))
     groups = Table(title=None, show_edge=False, header_style="bold")
     for column in ("group", "tasks", "passed/total", f"pass@{k}", "95% CI", f"pass^{k}", "95% CI "):
         groups.add_column(column, justify="right" if column not in ("group", "95% CI", "95% CI ") else "left")
@@ -155,6 +157,8 @@ def attempt_view(
         style="dim",
     )
     parts: list[RenderableType] = [head, facts]
+    if (origin := provenance_line(record)) is not None:
+        parts.append(terminal_text(origin))
     if artifacts is None:
         parts.append(Text("no artifacts stored for this attempt", style="dim"))
         return Group(*parts, *_trajectory_hint(record))

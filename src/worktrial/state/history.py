@@ -18,6 +18,7 @@ from worktrial.jsonlimits import MAX_ENVELOPE_BYTES
 from worktrial.model.envelope import (
     BudgetInfo,
     Envelope,
+    ReuseInfo,
     RunInfo,
     SandboxInfo,
     WorkspaceInfo,
@@ -166,6 +167,8 @@ def store_problems(envelope_path: Path, envelope: Envelope) -> tuple[list[str], 
             problems.append(
                 f"{where}: outcome {record.outcome} in the envelope, {mine.outcome} in the run store's record"
             )
+        elif mine.provenance != record.provenance:
+            problems.append(f"{where}: its provenance differs from the run store's record")
     missing = sorted(set(by_key) - set(published))
     if missing:
         shown = ", ".join(f"{t}#{n}" for t, n in missing[:8])
@@ -214,6 +217,8 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         label=config.label,
         selection=meta.selection,
         task_base_commits=dict(meta.task_base_commits),
+        reuse=reuse_counts(meta.reuse, records),
+        dirty_excluded=list(meta.dirty_excluded),
     )
     tasks = [TaskInfo(t.id, t.name, t.category, t.cluster) for t in meta.tasks]
     return Envelope(
@@ -232,11 +237,20 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
     )
 
 
+def reuse_counts(reuse: ReuseInfo | None, records: list[AttemptRecord]) -> ReuseInfo | None:
+    """``run.reuse`` with the counts of the records it covers: reused, regraded, and run by an agent here."""
+    if reuse is None:
+        return None
+    kinds = [r.provenance.kind if r.provenance is not None else "ran" for r in records]
+    counts = {kind: kinds.count(kind) for kind in ("reused", "regraded", "ran")}
+    return reuse.model_copy(update=counts)
+
+
 def _budget(meta: RunMeta, records: list[AttemptRecord]) -> BudgetInfo | None:
     """``run.budget``: the stored limits, with the spend of the records the envelope covers."""
     if meta.budget is None:
         return None
-    costs = [r.cost_usd for r in records]
+    costs = [r.cost_usd for r in records if r.provenance is None]  # what this run's agents spent
     return meta.budget.model_copy(
         update={
             "spent": round(sum(c for c in costs if c is not None), 6),

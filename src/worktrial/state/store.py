@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from worktrial.errors import BadInputError, HarnessError
 from worktrial.isolation.safefs import read_regular
 from worktrial.jsonlimits import loads_limited
-from worktrial.model.envelope import BudgetInfo, Envelope, SandboxInfo, Selection, SuiteFileInfo
+from worktrial.model.envelope import BudgetInfo, Envelope, ReuseInfo, SandboxInfo, Selection, SuiteFileInfo
 from worktrial.model.records import AttemptRecord
 from worktrial.model.run_config import RunConfig
 from worktrial.model.suite import Category
@@ -53,6 +53,10 @@ class TaskMeta(BaseModel):
     name: str
     category: Category
     cluster: str | None = None
+    digest: str | None = None
+    """The task's definition digest (``model/task_digest.py``); None in runs stored before it was kept."""
+    parts: dict[str, str] = Field(default_factory=dict)
+    """The digest of each part of its definition, what ``eval --reuse`` compares."""
 
 
 class RunMeta(BaseModel):
@@ -100,6 +104,11 @@ class RunMeta(BaseModel):
     recorded no ``--grace-secs``."""
     signed: bool = False
     """Records and run.json carry signatures under the run's key (every run since records were signed)."""
+    reuse: ReuseInfo | None = None
+    """A run made from another run's attempts (``regrade``, ``eval --reuse``): its source and what could not be
+    regraded (the counts are the records', filled in the envelope)."""
+    dirty_excluded: list[str] = Field(default_factory=list)
+    """Uncommitted paths of the workspace that did not make it dirty: the suite file and its declared files."""
 
     @model_validator(mode="before")
     @classmethod
