@@ -86,6 +86,7 @@ def test_options_become_config_fields_in_one_place(write_suite) -> None:
         max_cost_per_attempt=0.5,
         force_build=True,
         timeout_multipliers=TimeoutMultipliers(all=2.0),
+        trajectories=True,
     )
     given = measured_request(options)
     assert set(given) == set(RunConfig.model_fields) - {"model", "attempts", "categories", "sandbox"}
