@@ -117,8 +117,11 @@ def new_slot(
     base: TaskBase, spec: AttemptSpec, agent: Agent, source: SourceRepo, root: Path, scope: proc.ProcessScope | None
 ) -> Slot[Any]:
     """A slot for the attempts of one task base: overlay rooms where they work (``uses_overlay``), else copying."""
-    kind: type[Slot[Any]] = OverlaySlot if uses_overlay(spec, agent, base) else CopyingSlot
-    return kind(source, base.commit, root, slot_preparer(base, spec, scope), sandbox_owner(spec))
+    prepare, owner = slot_preparer(base, spec, scope), sandbox_owner(spec)
+    if uses_overlay(spec, agent, base):
+        decision = spec.sandbox_decision or decide(spec.sandbox)
+        return OverlaySlot(source, base.commit, root, prepare, owner, network=decision.network)
+    return CopyingSlot(source, base.commit, root, prepare, owner)
 
 
 def uses_overlay(spec: AttemptSpec, agent: Agent, base: TaskBase | None = None) -> bool:

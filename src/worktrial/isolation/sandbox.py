@@ -273,6 +273,8 @@ class Wrapped:
     env: dict[str, str]
     link: netstack.Link | None = None
     """The network to bring up once bubblewrap has started (``--network on``)."""
+    fds: tuple[int, ...] = ()
+    """Descriptors the program inherits besides the link's (the slot's namespaces it enters)."""
 
 
 class Sandbox(ABC):
@@ -636,7 +638,11 @@ class Bubblewrap(Sandbox):
         args = [self.program, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"]
         args += ["--cap-drop", "ALL", *(_SWITCH_CAPS if self.uid is not None else ()), *_system_args(), *self._etc]
         link = None
-        if self.decision.network == "on" and (slirp := netstack.slirp_program()) is not None:
+        overlay = self.view.overlay
+        held = overlay.held if overlay is not None and overlay.mounted() else None
+        if held is not None and held.own_network:
+            pass  # the slot's network namespace, entered below: up already (slot_ns.py)
+        elif self.decision.network == "on" and (slirp := netstack.slirp_program()) is not None:
             link = netstack.Link(slirp)
             args += link.bwrap_args()
         elif self.decision.network == "off":
@@ -644,8 +650,12 @@ class Bubblewrap(Sandbox):
         binds, remount = _bind_args(ops)
         args += [*binds, *remount, *_skeleton_args(ops), "--remount-ro", "/", "--chdir", str(_real(cwd)), "--"]
         drop = _drop_to(self.uid) if self.uid is not None else []
-        mount = self.view.overlay.prefix() if self.view.overlay is not None else []
-        return Wrapped([*self.enforcer.prefix(), *mount, *args, *drop, *argv], child, link)
+        fds: tuple[int, ...] = ()
+        if held is not None:  # the room's overlay is mounted in the slot's namespaces: enter them
+            mount, fds = held.enter()
+        else:
+            mount = overlay.prefix() if overlay is not None else []
+        return Wrapped([*self.enforcer.prefix(), *mount, *args, *drop, *argv], child, link, fds)
 
     def _child_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """The program's environment: a home of the attempt's (not the harness's), its own /tmp, its own user."""
