@@ -32,6 +32,7 @@ from worktrial.isolation.change import AgentChange
 from worktrial.isolation.copying_slot import CopyingSlot
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import ENV_OBJECTS, run_setup
+from worktrial.isolation.gitdir import KeptGitDir
 from worktrial.isolation.overlay_slot import OverlaySlot
 from worktrial.isolation.patch import agent_patch
 from worktrial.isolation.pool import AdminSnapshot, Slot, admin_snapshot
@@ -292,7 +293,15 @@ class _HostCheckout:
         owner = sandbox_owner(self.spec)
         kept = self._kept_index()
         index = verifier.enter(
-            room, start.snapshot, head, start.commit, change.untouched, owner, clean=not change.exact, index_id=kept
+            room,
+            start.snapshot,
+            head,
+            start.commit,
+            change.untouched,
+            owner,
+            clean=not change.exact,
+            index_id=kept,
+            kept_git=self._kept_git(),
         )
         self._left_index(index)
         self._ran_in_place()
@@ -309,6 +318,10 @@ class _HostCheckout:
 
     def _kept_index(self) -> safefs.FileId | None:
         """The private index as the harness last left it, which the verifier's room may keep."""
+        return None
+
+    def _kept_git(self) -> KeptGitDir | None:
+        """What the harness last wrote in the private git dir, when the checkout keeps track (``gitdir.py``)."""
         return None
 
     def _left_index(self, index: safefs.FileId | None) -> None:
@@ -386,6 +399,9 @@ class SlotCheckout(_HostCheckout):
 
     def _kept_index(self) -> safefs.FileId | None:
         return self.slot.index_id
+
+    def _kept_git(self) -> KeptGitDir | None:
+        return self.slot.kept_git
 
     def _left_index(self, index: safefs.FileId | None) -> None:
         self.slot.index_id = index

@@ -17,6 +17,7 @@ from typing import Any
 from worktrial.errors import WorktrialError
 from worktrial.isolation import overlay, ownership, safefs, slot_ns
 from worktrial.isolation.change import GITFILE, AgentChange, Staged, in_git_link, remove_files
+from worktrial.isolation.gitdir import KeptGitDir
 from worktrial.isolation.overlay import Layers, UpperChanges
 from worktrial.isolation.patch import STAGE_OLD, link_or_copy
 from worktrial.isolation.pool import Slot, token
@@ -38,6 +39,7 @@ class OverlaySlot(Slot[UpperChanges]):
         super().__init__(*args, **kwargs)
         self.network = network
         self._ns: SlotNamespaces | None = None
+        self.kept_git = KeptGitDir()
 
     def _held(self, layers: Layers) -> Layers:
         """The room's overlay mounted in the slot's namespaces (made with the first room), or, where that cannot be
@@ -81,9 +83,11 @@ class OverlaySlot(Slot[UpperChanges]):
         self._layer_dirs(build_fd, upper, work, mount)
         assert self._snap is not None
         with safefs.opened_dir(GIT_DIR_NAME, None, dir_fd=build_fd) as git_fd:
-            path = f"worktrees/{self._snap.admin}/gitdir"
-            safefs.write_at(git_fd, path, f"{ws.root / mount}/{GITFILE}\n".encode())
+            path, data = f"worktrees/{self._snap.admin}/gitdir", f"{ws.root / mount}/{GITFILE}\n".encode()
+            safefs.write_at(git_fd, path, data)
             ownership.hand_over_entry(git_fd, path, self.owner)
+        if self.kept_git is not None:
+            self.kept_git.wrote_file(path, data, 0o644, build_fd)
         layers = self._held(Layers(ws.root, (ws.worktree.name,), upper, work, mount))
         self._current = replace(
             ws, worktree=ws.root / mount, worktree_id=safefs.identity(ws.root / mount), layers=layers
@@ -162,6 +166,12 @@ class OverlaySlot(Slot[UpperChanges]):
             git_fd = fds.enter_context(safefs.opened_dir(GIT_DIR_NAME, ids.git_dir, dir_fd=build_fd))
             fds.enter_context(safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd))
             self._clear_attempt(root_fd, build_fd, ws)
-            self._restore_git_dir(git_fd, snap, build_fd)
-            ownership.hand_over_fd(git_fd, self.owner, recursive=True)
+            kept = self.kept_git
+            if kept is not None and kept.index_snapshot and kept.untouched(git_fd):
+                kept.update(git_fd, snap.files, self.owner)  # nothing wrote there: what the verifier's room changed
+            else:
+                self._restore_git_dir(git_fd, snap, build_fd)
+                ownership.hand_over_fd(git_fd, self.owner, recursive=True)
             self.index_id = safefs.file_id(git_fd, snap.index_rel)
+            if kept is not None:
+                kept.wrote(snap.files, build_fd, index_snapshot=True)
