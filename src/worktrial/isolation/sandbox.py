@@ -584,6 +584,14 @@ class Bubblewrap(Sandbox):
         """Every hidden path, existing or not: nothing shown may be one of them or hold one."""
         self._etc: list[str] = []
 
+    def _like(self, view: AttemptView) -> Bubblewrap:
+        """The same sandbox over another view: the same settings, so the hidden paths resolved once and the files
+        of its own ``/etc`` are its too."""
+        other = Bubblewrap.__new__(Bubblewrap)
+        other.__dict__.update(self.__dict__)
+        other.view = view
+        return other
+
     def prepare(self) -> None:
         self.view.home.mkdir(parents=True, exist_ok=True)
         self._etc = self._own_etc()
@@ -614,17 +622,11 @@ class Bubblewrap(Sandbox):
         return args
 
     def widened(self, readonly: Iterable[Path]) -> Sandbox:
-        view = replace(self.view, readonly=(*self.view.readonly, *readonly))
-        widened = Bubblewrap(self.settings, view, self.enforcer, self.program, self.decision)
-        widened._etc = self._etc
-        return widened
+        return self._like(replace(self.view, readonly=(*self.view.readonly, *readonly)))
 
     def in_room(self, old: Path, worktree: Path, layers: Layers | None) -> Sandbox:
         writable = tuple(worktree if p == old else p for p in self.view.writable)
-        view = replace(self.view, writable=writable, overlay=layers)
-        moved = Bubblewrap(self.settings, view, self.enforcer, self.program, self.decision)
-        moved._etc = self._etc
-        return moved
+        return self._like(replace(self.view, writable=writable, overlay=layers))
 
     def limit_hit(self) -> str | None:
         return self.enforcer.hit()
@@ -718,11 +720,24 @@ def _skeleton_args(ops: dict[Path, str]) -> list[str]:
     """bwrap creates the directories leading to each mount, mode 0700: searchable by the sandbox's uid only with a
     chmod, and never writable (inside the writable private /tmp, "$REPO/README.md" could otherwise be written there
     and look like the repository to the agent)."""
-    binds = (*ops, *(Path(d) for d in (*SYSTEM_DIRS, ETC, "/proc", "/dev", "/sys")))
-    skeleton = {
-        a for p in ops for a in p.parents if a not in _OWN_MOUNTS and not any(_under(a, mounted) for mounted in binds)
-    }
-    return [arg for path in sorted(skeleton, key=lambda p: len(p.parts)) for arg in ("--chmod", "0555", str(path))]
+    binds = {str(p) for p in ops} | {*SYSTEM_DIRS, str(ETC), "/proc", "/dev", "/sys"}
+    skeleton: set[str] = set()
+    for path in ops:
+        for parent in path.parents:
+            text = str(parent)
+            if parent in _OWN_MOUNTS or text in skeleton:
+                continue
+            # Under a mount when one of its own leading directories (or itself) is mounted: one set lookup each.
+            if any(lead in binds for lead in _leading(text)):
+                continue
+            skeleton.add(text)
+    return [arg for path in sorted(skeleton, key=lambda p: p.count("/")) for arg in ("--chmod", "0555", path)]
+
+
+def _leading(path: str) -> list[str]:
+    """``/a/b/c`` -> ``/a``, ``/a/b``, ``/a/b/c``."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(2, len(parts) + 1)]
 
 
 def _readable(path: Path) -> str:
