@@ -16,13 +16,19 @@ import pytest
 
 from tests.cli_servers import CliServer, Plain, Request, chat_plain, chat_usage
 from tests.conftest import task
+from worktrial.agents.base import AgentOptions
+from worktrial.engine.budget import Budget
 from worktrial.engine.concurrency import AutoLevel, FixedLevel, HostProbe, Pressure, Tuning
 from worktrial.engine.confine import SandboxChoice
+from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, RepoSource
+from worktrial.engine.ray_worker import error_result
 from worktrial.engine.run import RunObserver, RunOptions, run_suite
+from worktrial.engine.schedule import Scheduler
 from worktrial.engine.session import session_jobs
 from worktrial.errors import BadInputError
 from worktrial.model.envelope import ConcurrencyInfo, LevelChange
-from worktrial.model.records import AttemptRecord
+from worktrial.model.records import AttemptRecord, ErrorCategory
+from worktrial.model.suite import Task
 
 LOW = Pressure("psi", 0.0, 0.0)
 HIGH = Pressure("psi", 90.0, 0.0)
@@ -324,3 +330,39 @@ def test_jobs_auto_on_the_command_line_and_in_resume(cli, repo: Path, write_suit
     assert resumed.exit_code == 0, resumed.output
     again = json.loads(resumed.stdout)["run"]["concurrency"]
     assert again["max_jobs"] == 3 and [c["why"] for c in again["levels"]].count("start (at most 3)") == 2
+
+
+class Recording:
+    """An executor that only records what it is given (the scheduler's decisions are all this test looks at)."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, int, int]] = []
+
+    def submit(self, job: AttemptJob) -> None:
+        self.submitted.append((job.task.id, job.attempt, job.try_number))
+
+    def stop(self) -> None:
+        raise AssertionError("nothing here stops the run")
+
+
+def test_a_try_to_run_again_waits_for_room_under_the_level_like_any_attempt() -> None:
+    spec = AttemptSpec("r", "s", "c", RepoSource("path", "/nowhere"), AgentRef("nop", AgentOptions()))
+    jobs = [AttemptJob(spec, Task(id=f"t{i}", prompt="p", verify_commands=["true"]), 1) for i in range(6)]
+    executor = Recording()
+    level = AutoLevel(4, Clocked(), start=3, tuning=TUNING)
+    scheduler = Scheduler(executor, iter(jobs), Budget(None), jobs=level, retry_errors=0)  # type: ignore[arg-type]
+    scheduler.begin()
+    assert [s[0] for s in executor.submitted] == ["t0", "t1", "t2"]  # the level's worth, nothing queued ahead
+    scheduler.rate_limits = lambda: 1  # the gateway saw a 429 with 3 running
+    scheduler.tick()
+    assert level.level == 2
+    limited = error_result(jobs[0], ErrorCategory.PROVIDER_RATE_LIMIT, "rate limited (HTTP 429)", worker=None)
+    scheduler.finished(limited)
+    assert scheduler.retried(jobs[0], limited)  # --retry-errors 0: under --jobs auto a 429 runs again anyway
+    assert len(executor.submitted) == 3  # but not yet: two still run, as many as the level allows
+    done = error_result(jobs[1], ErrorCategory.CRASHED, "recorded", worker=None)
+    scheduler.finished(done)
+    assert not scheduler.retried(jobs[1], done)
+    scheduler.recorded()
+    assert executor.submitted[3] == ("t0", 1, 2)  # room for one: the try waiting goes first
+    assert scheduler.retry_reasons(jobs[0]) == ["rate limited (HTTP 429)"]
