@@ -47,6 +47,7 @@ from worktrial.model.run_config import DEFAULT_GRACE_SECS
 from worktrial.model.suite import load_suite, suite_json_schema
 from worktrial.render import render_json, render_markdown
 from worktrial.render.check_markdown import render_lints
+from worktrial.render.format import nothing_measured
 from worktrial.safe_text import for_terminal, terminal_text
 from worktrial.state.artifacts import read_run_artifacts
 from worktrial.state.history import list_runs, problem_note, stored_envelope
@@ -254,7 +255,12 @@ def _run_and_report(
     finally:
         progress.close()
     if result.status == "aborted":
-        raise RunAborted(result.error or "the run was aborted")
+        message = result.error or "the run was aborted"
+        if output is not None:  # the attempts that finished, as a partial report where the user asked for one
+            _emit(result.envelope, fmt, output, True, result.store_dir)
+            write_ci_outputs(result.envelope, result.store_dir, junit, True)
+            message += f"; the partial report is in {output}"
+        raise RunAborted(message)
     _emit(result.envelope, fmt, output, quiet, result.store_dir)
     write_ci_outputs(result.envelope, result.store_dir, junit, quiet)
     if result.kept_root is not None:
@@ -263,10 +269,7 @@ def _run_and_report(
         err(f"worktrial: run stored in {result.store_dir}")
     attempts = [a for t in result.envelope.report.tasks for a in t.attempts]
     if result.status == "complete" and attempts and all(a.outcome == "error" for a in attempts):
-        err(
-            f"worktrial: error: every attempt ended in error, so the run measured nothing "
-            f"(first: {attempts[0].reason or attempts[0].error_category}); fix the setup and run again"
-        )
+        err(f"worktrial: error: every attempt ended in error, so the run measured nothing {nothing_measured(attempts)}")
         sys.exit(EXIT_MEASURED_NOTHING)
     if result.stop_reason is not None:
         err(

@@ -267,7 +267,7 @@ def _run_agent(
     )
     result, report = _call(agent, ctx, session)
     if report is not None:
-        apply_report(result, report, spec.agent.name)
+        report = apply_report(result, report, spec.agent.name, task.timeout_secs)
     ended = time.monotonic()
     overran = ended > deadline + DEADLINE_GRACE_SECS
     collected = _collected(spec, recording, session, room.scratch, result)

@@ -149,6 +149,9 @@ class LocalExecutor:
                 )
                 if self.scope.stopping.is_set():
                     result = None  # ended by the stop: not a result, it reruns on resume
+                elif result is not None and result.fatal is not None:
+                    # It stops the run: no job of this worker may start before the driver has read the result.
+                    self._stop.set()
                 self._events.put(("done", job, result))
         except BaseException as exc:
             self._events.put(("crash", None, exc))

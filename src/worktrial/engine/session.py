@@ -48,7 +48,7 @@ from worktrial.engine.executor import (
     TaskBase,
 )
 from worktrial.engine.local import LocalExecutor
-from worktrial.engine.model_gateway import routes_through_gateway
+from worktrial.engine.model_gateway import routes_through_gateway, unreachable_config
 from worktrial.engine.schedule import Scheduler
 from worktrial.errors import BadInputError, WorkspaceError
 from worktrial.gateway import Gateway
@@ -756,6 +756,8 @@ def run_session(session: Session, observer: RunObserver, record: Record) -> RunR
         containers = with_agent_tools(session.containers, description, observer.warning)
         base_url = session.ref.options.base_url
         sandbox = resolve_run_sandbox(session.sandbox, base_url, session.ref, session.ws, root, session.bases, observer)
+        if (line := unreachable_config(session.ref.name, description, sandbox.decision)) is not None:
+            observer.warning(line)
         budget = new_budget(session.max_cost, session.allow_unpriced, session.config, description)
         store, meta, done = record(SessionStart(root, description, sandbox, budget, containers, stack))
         settings = session_settings(

@@ -134,9 +134,13 @@ class Exchange:
     model: str | None = None
     stream_error: str | None = None
     """An error event inside a 200 stream (Anthropic's ``overloaded_error``)."""
+    ended: bool = False
+    """The answer's last event arrived (a stream that stops before it was cut): ``[DONE]``, a finish reason,
+    ``response.completed`` (or ``incomplete``/``failed``), ``message_stop``, an error event."""
     _anthropic: dict[str, Any] | None = None
 
     def read_json(self, data: bytes) -> None:
+        self.ended = True  # a whole body: nothing can be missing from its end
         try:
             body = json.loads(data)
         except (ValueError, RecursionError):
@@ -157,17 +161,20 @@ class Exchange:
             self._model(event.get("model"))
             if isinstance(event.get("usage"), dict):
                 self.tokens = openai_chat_tokens(event["usage"])
+            self.ended = self.ended or _finished(event.get("choices"), "finish_reason")
         elif self.wire == "responses":
             response = _dict(event.get("response")) if "response" in event else event
             self._model(response.get("model"))
             if isinstance(response.get("usage"), dict):
                 self.tokens = responses_tokens(response["usage"])
+            self.ended = self.ended or event.get("type") in _RESPONSES_LAST
         elif self.wire == "messages":
             self._messages(event)
         elif self.wire == "gemini":
             self._model(event.get("modelVersion"))
             if isinstance(event.get("usageMetadata"), dict):
                 self.tokens = gemini_tokens(event["usageMetadata"])
+            self.ended = self.ended or _finished(event.get("candidates"), "finishReason")
 
     def _model(self, value: Any) -> None:
         if (model := _str(value)) is not None:
@@ -177,6 +184,10 @@ class Exchange:
         kind = event.get("type")
         if kind == "error":
             self.stream_error = _str(_dict(event.get("error")).get("type")) or "error"
+            self.ended = True
+            return
+        if kind == "message_stop":
+            self.ended = True
             return
         if kind == "message_start":
             message = _dict(event.get("message"))
@@ -225,13 +236,24 @@ class SseReader:
     def _event(self, raw: bytes) -> None:
         lines = [line[5:].removeprefix(b" ") for line in raw.splitlines() if line.startswith(b"data:")]
         data = b"\n".join(lines)
-        if not data or data.strip() == b"[DONE]":
+        if data.strip() == b"[DONE]":
+            self.exchange.ended = True
+            return
+        if not data:
             return
         try:
             event = json.loads(data)
         except (ValueError, RecursionError):
             return
         self.exchange.read_event(event)
+
+
+_RESPONSES_LAST = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+
+
+def _finished(choices: Any, key: str) -> bool:
+    """Whether a chunk's choices (Chat Completions) or candidates (Gemini) carry a finish reason."""
+    return isinstance(choices, list) and any(isinstance(c, dict) and c.get(key) for c in choices)
 
 
 def _event_end(buffer: bytes) -> tuple[int, int]:

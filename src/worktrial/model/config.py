@@ -117,9 +117,12 @@ class AgentConfig(Table):
     config_dir: bool | NonEmptyStr = True
     """Presets: ``true`` a fresh config directory per attempt with the user's settings copied in; ``false`` the
     user's own config directory; a path: copy the settings from there."""
+    carry_login: bool = False
+    """Presets: copy the CLI's login (its credential files and keys in its settings) into each attempt when the CLI
+    is not routed through the model gateway, where the agent can read it; by default the run refuses instead."""
 
     CUSTOM_ONLY: ClassVar[tuple[str, ...]] = ("command", "parser", "model_flag", "description", "price_model")
-    PRESET_ONLY: ClassVar[tuple[str, ...]] = ("args", "binary", "config_dir")
+    PRESET_ONLY: ClassVar[tuple[str, ...]] = ("args", "binary", "config_dir", "carry_login")
 
 
 class SandboxConfig(Table):

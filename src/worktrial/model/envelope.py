@@ -138,7 +138,8 @@ class Report(NewerFieldsOmitted):
     infrastructure_errors: int = Field(
         default=0,
         description="Tries that ended in an error the harness itself observed and blames on infrastructure (a "
-        "provider's 5xx, 429 or lost connection seen by the model gateway, a lost worker, a worktree that could not "
+        "provider's 5xx or 429, an unreachable or slow provider or a cut stream seen by the model gateway, a lost "
+        "worker, a worktree that could not "
         "be made), retried or not: never counted against the agent beyond the error outcome of a last try.",
     )
     first_try: Metrics | None = Field(

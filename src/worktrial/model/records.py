@@ -57,7 +57,11 @@ class ErrorCategory(StrEnum):
     PROVIDER_SERVER = "provider_server"
     """The provider's server failed (5xx, an unusable response, a timeout or lost connection of the built-in agent)."""
     PROVIDER_UNREACHABLE = "provider_unreachable"
-    """An agent CLI could not reach the provider (connection refused, DNS)."""
+    """The provider could not be reached (connection refused, DNS): seen by the model gateway, or an agent CLI."""
+    PROVIDER_SLOW = "provider_slow"
+    """The attempt ended while a model call waited on the provider past a threshold (seen by the model gateway)."""
+    PROVIDER_STREAM_CUT = "provider_stream_cut"
+    """The provider answered 200 and its stream ended before the answer did (seen by the model gateway)."""
     PROVIDER_BAD_REQUEST = "provider_bad_request"
     """The provider rejected the request (a 4xx other than the above)."""
     PROVIDER_ERROR = "provider_error"
@@ -69,6 +73,9 @@ RETRYABLE_ERRORS: frozenset[ErrorCategory] = frozenset(
         ErrorCategory.WORKTREE,
         ErrorCategory.PROVIDER_SERVER,
         ErrorCategory.PROVIDER_RATE_LIMIT,
+        ErrorCategory.PROVIDER_UNREACHABLE,
+        ErrorCategory.PROVIDER_SLOW,
+        ErrorCategory.PROVIDER_STREAM_CUT,
         ErrorCategory.WORKER_LOST,
     }
 )
@@ -122,11 +129,17 @@ class GatewayCounts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     requests: int = 0
-    """Requests forwarded to the provider (those the gateway answered itself are not counted)."""
+    """Model calls forwarded to the provider (those the gateway answered itself are not counted)."""
     statuses: dict[str, int] = Field(default_factory=dict)
-    """HTTP status -> how many answers had it ("0": no answer, the provider could not be reached)."""
+    """The model calls' HTTP statuses -> how many answers had each ("0": no answer)."""
     failure: str | None = None
     """The ErrorCategory of the provider failure that decided the attempt's outcome, if any."""
+    other_requests: int = 0
+    """Forwarded requests that were no model call (a model list, a HEAD probe, a WebSocket upgrade)."""
+    agent_startup_secs: float | None = None
+    """Seconds from the agent's start to its first model call (None: it made none)."""
+    upstream: str | None = None
+    """Where the model calls went: the upstream's public URL (no credentials)."""
 
 
 class Usage(BaseModel):
