@@ -721,16 +721,17 @@ def _skeleton_args(ops: dict[Path, str]) -> list[str]:
     chmod, and never writable (inside the writable private /tmp, "$REPO/README.md" could otherwise be written there
     and look like the repository to the agent)."""
     binds = {str(p) for p in ops} | {*SYSTEM_DIRS, str(ETC), "/proc", "/dev", "/sys"}
+    own = {str(p) for p in _OWN_MOUNTS}
     skeleton: set[str] = set()
     for path in ops:
-        for parent in path.parents:
-            text = str(parent)
-            if parent in _OWN_MOUNTS or text in skeleton:
+        # The directories leading to it, from the top: each is under a mount once one of them (or it) is mounted.
+        leading = _leading(str(path))[:-1]
+        for depth, parent in enumerate(leading):
+            if parent in own or parent in skeleton:
                 continue
-            # Under a mount when one of its own leading directories (or itself) is mounted: one set lookup each.
-            if any(lead in binds for lead in _leading(text)):
+            if any(lead in binds for lead in leading[: depth + 1]):
                 continue
-            skeleton.add(text)
+            skeleton.add(parent)
     return [arg for path in sorted(skeleton, key=lambda p: p.count("/")) for arg in ("--chmod", "0555", path)]
 
 
