@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import git, task
-from worktrial.isolation import overlay
+from worktrial.isolation import overlay, slot_ns
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -88,7 +88,10 @@ def _repo(path: Path) -> Path:
 
 
 def _run(cli: Any, repo: Path, suite: Path, mode: str, *args: str) -> dict[str, Any]:
-    os.environ["WORKTRIAL_OVERLAY"] = mode
+    """``mode``: ``on`` (overlay rooms, mounted in the slot's namespaces), ``per-program`` (overlay rooms, each
+    program mounting its own), ``off`` (the copying path)."""
+    os.environ["WORKTRIAL_OVERLAY"] = "off" if mode == "off" else "on"
+    os.environ[slot_ns.DISABLE_VAR] = "off" if mode == "per-program" else "on"
     result = cli(
         ["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", "--sandbox", "on", *args], cwd=repo
     )
@@ -112,12 +115,13 @@ def _outcomes(envelope: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 def restore_env() -> Any:
-    before = os.environ.get("WORKTRIAL_OVERLAY")
+    before = {name: os.environ.get(name) for name in ("WORKTRIAL_OVERLAY", slot_ns.DISABLE_VAR)}
     yield
-    if before is None:
-        os.environ.pop("WORKTRIAL_OVERLAY", None)
-    else:
-        os.environ["WORKTRIAL_OVERLAY"] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.mark.usefixtures("restore_env")
@@ -133,7 +137,7 @@ def test_every_kind_of_change_gives_the_same_patch_and_verdict_on_both_paths(
     agent.write_text(f"{PRISTINE.replace('&&', '&& ')} || exit 3\n{HOSTILE}")
     suite = write_suite(tasks, attempts=3)
     found = {}
-    for mode in ("on", "off"):
+    for mode in ("on", "per-program", "off"):
         repo = _repo(tmp_path / f"repo-{mode}")
         envelope = _run(cli, repo, suite, mode, "--agent-cmd", f"sh {agent}")
         outcomes = _outcomes(envelope)
@@ -141,7 +145,7 @@ def test_every_kind_of_change_gives_the_same_patch_and_verdict_on_both_paths(
         patches = [_artifacts(repo, envelope, "hostile", n)["patch"] for n in (1, 2, 3)]
         assert patches[0] == patches[1] == patches[2]
         found[mode] = (outcomes, patches[0])
-    assert found["on"] == found["off"]
+    assert found["on"] == found["per-program"] == found["off"]
     patch = found["on"][1]
     for name in ("README.md", "gone.txt", "renamed.txt", "old.txt", "script.sh", "file2dir/x", "dir2file", "sub",
                  "movedir/m/deep.txt", "renameddir/m/deep.txt", "replaced/x", "source/x", "nested-inner/i",

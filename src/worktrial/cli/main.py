@@ -24,6 +24,7 @@ from worktrial.cli.options import (
     harbor_run_options,
     jobs_option,
     junit_option,
+    max_jobs_option,
     output_option,
     quiet_option,
     reasons_option,
@@ -172,6 +173,7 @@ def eval_options(func: F) -> F:
         trust_option,
         trust_project_option,
         jobs_option(),
+        max_jobs_option,
         retry_errors_option,
         click.option(
             "--resume", "resume_id", metavar="RUN_ID", help="Continue a stored run: run only what is missing."
@@ -315,6 +317,7 @@ exec_group.add_command(eval_cmd)
 @click.argument("run_id")
 @workspace_option()
 @jobs_option(default="as the run was started")
+@max_jobs_option
 @retry_errors_option
 @click.option("--base-url", help="The provider base URL again, when it held credentials (they are never stored).")
 @report_format_option

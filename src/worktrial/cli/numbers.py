@@ -158,7 +158,7 @@ def check_cmd(
     suite_path: Path,
     repeats: int,
     workspace: Path | None,
-    jobs: int | None,
+    jobs: int | Literal["auto"] | None,
     trust: bool,
     task_patterns: tuple[str, ...],
     categories: tuple[str, ...],

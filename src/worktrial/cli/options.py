@@ -129,11 +129,41 @@ trust_project_option = click.option(
 )
 
 
+class JobsType(click.ParamType["int | str", Any]):
+    """``--jobs``: a whole number of at least 1, or ``auto``."""
+
+    name = "jobs"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if isinstance(value, int) or value == "auto":
+            return value if isinstance(value, int) else "auto"
+        try:
+            number = int(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is neither a whole number nor 'auto'", param, ctx)
+        if number < 1:
+            self.fail(f"{number} is not at least 1", param, ctx)
+        return number
+
+
 def jobs_option(default: str = "min(4, CPU cores)") -> Callable[[F], F]:
-    """``--jobs N``; never this machine's CPU count in the help, which the generated reference would then show."""
+    """``--jobs N|auto``; never this machine's CPU count in the help, which the generated reference would then show."""
     return click.option(
-        "--jobs", "-j", type=click.IntRange(min=1), metavar="N", help=f"Attempts to run at once (default: {default})."
+        "--jobs",
+        "-j",
+        type=JobsType(),
+        metavar="N|auto",
+        help="Attempts to run at once; auto: as many as CPU, memory and the provider's 429s allow, within "
+        f"--max-jobs (default: {default}).",
     )
+
+
+max_jobs_option = click.option(
+    "--max-jobs",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="With --jobs auto (implied when given alone): the most attempts at once (default: 4 per CPU core).",
+)
 
 
 retry_errors_option = click.option(

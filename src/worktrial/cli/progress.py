@@ -132,6 +132,8 @@ class ProgressReporter(RunObserver):
         self.done = 0
         self.durations: list[float] = []
         self.most_parallel = 1
+        self.level: int | None = None
+        """Under ``--jobs auto``: attempts allowed at once now (None: a fixed ``--jobs``)."""
         self.run_id = ""
         self._clock = clock
         self._began = clock()
@@ -199,6 +201,12 @@ class ProgressReporter(RunObserver):
     def spend(self, spent: float, max_cost: float | None) -> None:
         """The run's spend (earlier sessions included) against its budget; shown from the next line on."""
         self.spent, self.max_cost, self.priced = spent, max_cost, True
+
+    def concurrency(self, level: int, why: str) -> None:
+        """``--jobs auto`` chose a level: shown in the live view's head, a line of its own elsewhere."""
+        self.level = level
+        if not self.quiet and self._live is None:
+            self._line(f"worktrial: --jobs auto: {plural(level, 'attempt')} at once ({why})")
 
     def stopping(self, waiting: bool = False) -> None:
         """Said at once on Ctrl-C: the bar stops (it would tick on while attempts end) and one line says why."""
@@ -278,6 +286,8 @@ class ProgressReporter(RunObserver):
             bar(self.done, self.total),
             f" {self.done}/{self.total} · elapsed {_clock(now - self._began)} · ETA {eta_text(self.eta_secs())}",
         )
+        if self.level is not None:
+            head.append(f" · jobs auto: {self.level}")
         summary = Text(" · ".join(f"{self.counts[o]} {o}" for o in OUTCOMES))
         for outcome in OUTCOMES:
             summary.highlight_words([f"{self.counts[outcome]} {outcome}"], style=_STYLE[outcome])

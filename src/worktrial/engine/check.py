@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from worktrial.analysis.agent_code import NOTE as AGENT_CODE_NOTE
 from worktrial.analysis.check_report import (
@@ -89,7 +90,7 @@ class CheckOptions:
     observer: CheckObserver = field(default_factory=CheckObserver)
     """Hears every phase as it runs: a progress display with counts and an ETA, and warnings."""
     sandbox: SandboxChoice = field(default_factory=SandboxChoice)
-    jobs: int | None = None
+    jobs: int | Literal["auto"] | None = None
     """Attempts of the oracle and nop runs to run at once (default: as eval's)."""
     container_runtime: RuntimeChoice = "auto"
     """--runtime, for tasks with a container environment."""

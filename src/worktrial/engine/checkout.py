@@ -34,6 +34,7 @@ from worktrial.isolation.change import AgentChange
 from worktrial.isolation.copying_slot import CopyingSlot
 from worktrial.isolation.env_cache import EnvironmentCache
 from worktrial.isolation.environment import ENV_OBJECTS, run_setup
+from worktrial.isolation.gitdir import KeptGitDir
 from worktrial.isolation.overlay import Layers
 from worktrial.isolation.overlay_slot import OverlaySlot
 from worktrial.isolation.patch import agent_patch
@@ -141,8 +142,11 @@ def new_slot(
     base: TaskBase, spec: AttemptSpec, agent: Agent, source: SourceRepo, root: Path, scope: proc.ProcessScope | None
 ) -> Slot[Any]:
     """A slot for the attempts of one task base: overlay rooms where they work (``uses_overlay``), else copying."""
-    kind: type[Slot[Any]] = OverlaySlot if uses_overlay(spec, agent, base) else CopyingSlot
-    return kind(source, base.commit, root, slot_preparer(base, spec, scope), sandbox_owner(spec))
+    prepare, owner = slot_preparer(base, spec, scope), sandbox_owner(spec)
+    if uses_overlay(spec, agent, base):
+        decision = spec.sandbox_decision or decide(spec.sandbox)
+        return OverlaySlot(source, base.commit, root, prepare, owner, network=decision.network)
+    return CopyingSlot(source, base.commit, root, prepare, owner)
 
 
 def uses_overlay(spec: AttemptSpec, agent: Agent, base: TaskBase | None = None) -> bool:
@@ -315,7 +319,15 @@ class _HostCheckout:
         owner = sandbox_owner(self.spec)
         kept = self._kept_index()
         index = verifier.enter(
-            room, start.snapshot, head, start.commit, change.untouched, owner, clean=not change.exact, index_id=kept
+            room,
+            start.snapshot,
+            head,
+            start.commit,
+            change.untouched,
+            owner,
+            clean=not change.exact,
+            index_id=kept,
+            kept_git=self._kept_git(),
         )
         self._left_index(index)
         self._ran_in_place()
@@ -326,6 +338,10 @@ class _HostCheckout:
 
     def _kept_index(self) -> safefs.FileId | None:
         """The private index as the harness last left it, which the verifier's room may keep."""
+        return None
+
+    def _kept_git(self) -> KeptGitDir | None:
+        """What the harness last wrote in the private git dir, when the checkout keeps track (``gitdir.py``)."""
         return None
 
     def _left_index(self, index: safefs.FileId | None) -> None:
@@ -403,6 +419,9 @@ class SlotCheckout(_HostCheckout):
 
     def _kept_index(self) -> safefs.FileId | None:
         return self.slot.index_id
+
+    def _kept_git(self) -> KeptGitDir | None:
+        return self.slot.kept_git
 
     def _left_index(self, index: safefs.FileId | None) -> None:
         self.slot.index_id = index

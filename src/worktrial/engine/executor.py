@@ -22,6 +22,9 @@ from worktrial.model.run_config import DEFAULT_GRACE_SECS
 from worktrial.model.suite import Environment, Task
 from worktrial.model.trace import Trace
 
+TICK_SECS = 1.0
+"""While nothing happens, executors yield a ``tick`` event at least this often."""
+
 
 @dataclass(frozen=True)
 class RepoSource:
@@ -180,13 +183,14 @@ class AttemptResult:
 
 @dataclass(frozen=True)
 class ExecutorEvent:
-    """``start``: the job began on a worker; ``done``: it finished with ``result``.
+    """``start``: the job began on a worker; ``done``: it finished with ``result``; ``tick``: nothing happened for
+    a while (no job), so the driver can look at the run between events (``--jobs auto``).
 
     A job abandoned because the run is stopping gets no ``done`` event: it reruns on resume.
     """
 
-    kind: Literal["start", "phase", "done"]
-    job: AttemptJob
+    kind: Literal["start", "phase", "done", "tick"]
+    job: AttemptJob | None = None
     result: AttemptResult | None = None
     phase: str | None = None
     """For ``phase`` events: the phase the attempt entered (setup, agent, verify); executors may omit them."""
@@ -207,7 +211,8 @@ class Executor(Protocol):
         ...
 
     def events(self) -> Iterator[ExecutorEvent]:
-        """Start and done events in the caller's thread, until every submitted job is done or abandoned."""
+        """Start and done events in the caller's thread, until every submitted job is done or abandoned; a
+        ``tick`` at least every ``TICK_SECS`` while the wait goes on."""
         ...
 
     def stop(self) -> None:

@@ -18,7 +18,7 @@ from worktrial.agents import create_agent
 from worktrial.agents.base import Agent
 from worktrial.engine.attempt import run_attempt
 from worktrial.engine.checkout import new_slot
-from worktrial.engine.executor import AgentRef, AttemptJob, AttemptResult, ExecutorEvent, RepoSource
+from worktrial.engine.executor import TICK_SECS, AgentRef, AttemptJob, AttemptResult, ExecutorEvent, RepoSource
 from worktrial.errors import HarnessError
 from worktrial.gateway import Gateway
 from worktrial.isolation.pool import Slot
@@ -27,7 +27,6 @@ from worktrial.isolation.workspace import SourceRepo, materialize_source
 
 log = logging.getLogger(__name__)
 
-_POLL_SECS = 0.1
 SLOTS_PER_WORKER = 2
 """Slots a worker keeps for different task bases (repository, commit, environment); the oldest is closed first."""
 _Kind = Literal["start", "phase", "done", "abandoned", "crash"]
@@ -74,8 +73,9 @@ class LocalExecutor:
     def events(self) -> Iterator[ExecutorEvent]:
         while self._pending > 0:
             try:
-                kind, job, payload = self._events.get(timeout=_POLL_SECS)
+                kind, job, payload = self._events.get(timeout=TICK_SECS)
             except queue.Empty:
+                yield ExecutorEvent("tick")
                 continue
             if kind == "crash":
                 self.stop()

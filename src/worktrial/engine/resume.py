@@ -25,8 +25,10 @@ from worktrial.engine.session import (
     agent_of,
     check_counts,
     end_previous,
+    meta_concurrency,
     resolve_workspace,
     run_session,
+    session_jobs,
     state_root_for,
     task_bases,
 )
@@ -119,9 +121,11 @@ def _resume(
     ref = agent_of(config, options.base_url or config.base_url, load_config(ws.state_root))
     check_writable(store.dir, "run data")
     sandbox = config.sandbox if config.sandbox is not None else options.sandbox
+    jobs, auto = session_jobs(options.jobs, options.max_jobs, options.probe, (meta.jobs, meta.concurrency))
+    check_counts(config.attempts, config.k, jobs, meta.retry_errors, max_jobs=options.max_jobs)
     session = Session(
-        run_id, loaded, ws, bases, config, ref, sandbox, containers, options.jobs or meta.jobs, options.executor,
-        options.keep_worktrees, options.max_cost, options.allow_unpriced,
+        run_id, loaded, ws, bases, config, ref, sandbox, containers, jobs, options.executor,
+        options.keep_worktrees, options.max_cost, options.allow_unpriced, auto,
     )  # fmt: skip
 
     def record(start: SessionStart) -> Recorded:
@@ -130,6 +134,7 @@ def _resume(
         earlier = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])
         update = {
             "jobs": session.jobs,
+            "concurrency": meta_concurrency(meta.concurrency, session.auto),
             "retry_errors": options.retry_errors or meta.retry_errors,
             "agent_description": start.description,
             "work_root": str(start.work_root),

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from worktrial.agents import AgentOptions, create_agent
 from worktrial.agents.base import Agent
 from worktrial.engine.carry import Carrier, source_containments
+from worktrial.engine.concurrency import Probe
 from worktrial.engine.confine import SandboxChoice, requested_sandbox
 from worktrial.engine.containers import plan_containers
 from worktrial.engine.executor import AgentRef
@@ -24,6 +25,7 @@ from worktrial.engine.reuse import Mode, SourceRun, definition_parts, open_sourc
 from worktrial.engine.reuse import plan as reuse_plan
 from worktrial.engine.session import (
     ExecutorFactory,
+    Jobs,
     Recorded,
     RunObserver,
     RunResult,
@@ -31,12 +33,13 @@ from worktrial.engine.session import (
     SessionStart,
     agent_of,
     check_counts,
-    default_jobs,
     end_previous,
     local_executor,
+    meta_concurrency,
     new_run_id,
     resolve_workspace,
     run_session,
+    session_jobs,
     task_bases,
     with_session,
 )
@@ -86,7 +89,12 @@ class RunOptions:
     workspace: Path | None = None
     verify_always: bool = False
     keep_worktrees: bool = False
-    jobs: int | None = None
+    jobs: Jobs | None = None
+    """--jobs: attempts at once, or ``auto`` (``engine/concurrency.py``); None: min(4, CPU cores)."""
+    max_jobs: int | None = None
+    """--max-jobs: the most attempts at once under --jobs auto (given alone, it means auto)."""
+    probe: Probe | None = None
+    """Where --jobs auto reads the machine's pressure and the time (tests, embedders); None: this machine."""
     retry_errors: int = 0
     base_commit: str | None = None
     """Start every attempt from this commit instead of the workspace's HEAD (matrices pin their first run's)."""
@@ -207,8 +215,8 @@ def run_suite(
     loaded, selection = select(loaded, options.tasks, options.categories, options.limit)
     loaded = options.timeout_multipliers.apply(loaded)
     config = frozen_config(options, loaded)
-    jobs = options.jobs or default_jobs()
-    check_counts(config.attempts, config.k, jobs, options.retry_errors)
+    jobs, auto = session_jobs(options.jobs, options.max_jobs, options.probe)
+    check_counts(config.attempts, config.k, jobs, options.retry_errors, max_jobs=options.max_jobs)
     ws = resolve_workspace(loaded, options.workspace, options.base_commit)
     user_config = load_config(ws.state_root)
     if options.trajectories is None and user_config.run.trajectories:  # what no flag said: the config's [run]
@@ -231,7 +239,7 @@ def run_suite(
     end_previous(ws.state_root, observer)
     session = Session(
         new_run_id(), loaded, ws, bases, config, ref, options.sandbox, containers, jobs, options.executor,
-        options.keep_worktrees, options.max_cost, options.allow_unpriced,
+        options.keep_worktrees, options.max_cost, options.allow_unpriced, auto,
     )  # fmt: skip
 
     def record(start: SessionStart) -> Recorded:
@@ -312,6 +320,7 @@ def new_meta(
         agent_description=start.description,
         base_url_redacted=bool(base_url) and public_url(base_url or "") != base_url,
         jobs=session.jobs,
+        concurrency=meta_concurrency(None, session.auto),
         retry_errors=retry_errors,
         work_root=str(start.work_root),
         selection=selection,

@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol
 
 from worktrial.agents import AgentOptions
 from worktrial.engine.budget import FREE_AGENTS, Budget, unpriced_reason
+from worktrial.engine.concurrency import AutoLevel, Concurrency, FixedLevel, HostProbe, Probe
 from worktrial.engine.confine import (
     ResolvedSandbox,
     SandboxChoice,
@@ -68,7 +69,7 @@ from worktrial.isolation.workspace import (
 )
 from worktrial.model.bundle import copy_bundle
 from worktrial.model.config import Config
-from worktrial.model.envelope import Envelope, ReuseInfo, SandboxInfo, same_containment
+from worktrial.model.envelope import ConcurrencyInfo, Envelope, ReuseInfo, SandboxInfo, same_containment
 from worktrial.model.records import AttemptRecord, StoredChange
 from worktrial.model.run_config import RunConfig, SandboxRequest
 from worktrial.model.suite import MAX_ATTEMPTS, LoadedSuite, Task
@@ -89,6 +90,55 @@ MAX_RETRY_ERRORS = 100
 
 def default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
+
+
+def default_max_jobs() -> int:
+    """``--jobs auto``'s ceiling when ``--max-jobs`` is not given: four attempts per core (agents mostly wait on
+    their model), within ``MAX_JOBS``."""
+    return max(1, min(MAX_JOBS, 4 * (os.cpu_count() or 1)))
+
+
+@dataclass(frozen=True)
+class AutoJobs:
+    """``--jobs auto`` as a session asked for it (``engine/concurrency.py``)."""
+
+    max_jobs: int
+    probe: Probe | None = None
+    """Where the level reads the machine's pressure and the time (None: this machine's ``/proc``)."""
+
+
+Jobs = int | Literal["auto"]
+"""``--jobs``: attempts at once, or ``auto``."""
+
+
+def session_jobs(
+    jobs: Jobs | None,
+    max_jobs: int | None,
+    probe: Probe | None = None,
+    stored: tuple[int, ConcurrencyInfo | None] | None = None,
+) -> tuple[int, AutoJobs | None]:
+    """The executor's workers and ``--jobs auto`` (None: a fixed level) for ``--jobs`` and ``--max-jobs`` as given
+    (``--max-jobs`` alone means ``auto``); what is not given comes from ``stored`` (a resumed run's jobs and
+    concurrency), then the defaults."""
+    if isinstance(jobs, int) and max_jobs is not None:
+        raise BadInputError(f"--max-jobs is the ceiling of --jobs auto; drop it or --jobs {jobs}")
+    earlier = stored[1] if stored is not None else None
+    if jobs is None and max_jobs is None and stored is not None:
+        jobs = "auto" if earlier is not None else stored[0]
+    if jobs == "auto" or max_jobs is not None:
+        ceiling = max_jobs or (earlier.max_jobs if earlier is not None else default_max_jobs())
+        return ceiling, AutoJobs(ceiling, probe)
+    return (jobs if isinstance(jobs, int) else default_jobs()), None
+
+
+def meta_concurrency(earlier: ConcurrencyInfo | None, auto: AutoJobs | None) -> ConcurrencyInfo | None:
+    """What the run's record says of its concurrency as a session starts: the earlier sessions' levels (kept
+    whatever this one does), under this session's ``--max-jobs`` when it runs ``auto``."""
+    if auto is None:
+        return earlier
+    if earlier is None:
+        return ConcurrencyInfo(max_jobs=auto.max_jobs)
+    return earlier.model_copy(update={"max_jobs": auto.max_jobs})
 
 
 ExecutorFactory = Callable[[int, Path, bool], Executor]
@@ -123,6 +173,9 @@ class RunObserver:
 
     def spend(self, spent: float, max_cost: float | None) -> None:
         """Under a budget, after each attempt: USD spent so far and the budget."""
+
+    def concurrency(self, level: int, why: str) -> None:
+        """Under ``--jobs auto``: the level changed to ``level`` attempts at once, for the reason ``why``."""
 
     def stopping(self, waiting: bool = False) -> None:
         """The run was interrupted and is ending its attempts; called at once, before any cleanup (``waiting``:
@@ -274,9 +327,13 @@ def sigterm_as_interrupt() -> Iterator[None]:
             signal.signal(sig, before)
 
 
-def check_counts(attempts: int, k: int, jobs: int, retry_errors: int, *, source: str = "") -> None:
+def check_counts(
+    attempts: int, k: int, jobs: int, retry_errors: int, *, source: str = "", max_jobs: int | None = None
+) -> None:
     """The same limits for flags, suite files and a stored run.json (which anyone could have edited)."""
     where = f"{source}: " if source else ""
+    if max_jobs is not None and not 1 <= max_jobs <= MAX_JOBS:
+        raise BadInputError(f"{where}--max-jobs must be between 1 and {MAX_JOBS} (got {max_jobs})")
     if not 1 <= attempts <= MAX_ATTEMPTS:
         raise BadInputError(f"{where}--attempts must be between 1 and {MAX_ATTEMPTS} per task (got {attempts})")
     if not 1 <= k <= attempts:
@@ -504,6 +561,27 @@ def _plan(settings: RunSettings, done: set[tuple[str, int]]) -> Iterator[Attempt
                     yield reuse.job(job) if reuse is not None else job
 
 
+def session_concurrency(settings: RunSettings, executor: Executor, auto: AutoJobs | None) -> Concurrency:
+    """A fixed level of ``meta.jobs``, or ``--jobs auto``'s from the fixed default (the earlier sessions' levels
+    kept before this one's). On a cluster this machine's pressure says nothing about the workers': there the level
+    follows the provider's 429s only."""
+    if auto is None:
+        return FixedLevel(settings.meta.jobs, settings.meta.concurrency)
+    return AutoLevel(
+        auto.max_jobs,
+        auto.probe or HostProbe(),
+        start=default_jobs(),
+        earlier=settings.meta.concurrency,
+        machine=isinstance(executor, LocalExecutor),
+    )
+
+
+def rate_limits_seen(executor: Executor) -> Callable[[], int] | None:
+    """The running count of the provider's 429s at the executor's gateway, when it is in this process."""
+    gateway = getattr(executor, "gateway", None)
+    return (lambda: gateway.rate_limited) if isinstance(gateway, Gateway) else None
+
+
 def execute(
     settings: RunSettings,
     executor: Executor,
@@ -511,6 +589,7 @@ def execute(
     observer: RunObserver,
     done: list[AttemptRecord],
     budget: Budget | None = None,
+    auto: AutoJobs | None = None,
 ) -> RunResult:
     meta = settings.meta
     task_ids = {t.id for t in settings.loaded.suite.tasks}
@@ -528,10 +607,14 @@ def execute(
         scope.journal = leftovers.Journal(store.dir)
     status: RunStatus = "complete"
     error: str | None = None
+    concurrency = session_concurrency(settings, executor, auto)
+    if concurrency.adaptive:
+        observer.concurrency(concurrency.level, "start")
     try:
         with sigterm_as_interrupt():
             try:
-                error = _drain(settings, executor, store, observer, _plan(settings, done_keys), records, budget)
+                plan = _plan(settings, done_keys)
+                error = _drain(settings, executor, store, observer, plan, records, budget, concurrency)
                 status = "aborted" if error else "complete"
                 if not error and budget.stopped and len(records) < meta.config.attempts * len(task_ids):
                     status = "stopped"
@@ -548,10 +631,14 @@ def execute(
         # A second Ctrl-C while cleaning up: end every process now and leave at once (no envelope).
         executor.stop()
         raise
-    if budget.info() is not None or settings.reuse is not None:
-        update: dict[str, Any] = {"budget": budget.info()} if budget.info() is not None else {}
-        if settings.reuse is not None:
-            update["reuse"] = settings.reuse.info()
+    update: dict[str, Any] = {}
+    if budget.info() is not None:
+        update["budget"] = budget.info()
+    if concurrency.info() is not None:
+        update["concurrency"] = concurrency.info()
+    if settings.reuse is not None:
+        update["reuse"] = settings.reuse.info()
+    if update:
         meta = meta.model_copy(update=update)
         store.write_meta(meta)
     envelope = envelope_from_records(meta, records, complete=status == "complete")
@@ -574,23 +661,35 @@ def _drain(
     plan: Iterator[AttemptJob],
     records: list[AttemptRecord],
     budget: Budget,
+    concurrency: Concurrency,
 ) -> str | None:
     """Feed the executor lazily (``Scheduler``), persist each result as it arrives, decide retries; the abort
     reason or None."""
     meta = settings.meta
-    scheduler = Scheduler(executor, plan, budget, jobs=meta.jobs, retry_errors=meta.retry_errors)
+    scheduler = Scheduler(
+        executor,
+        plan,
+        budget,
+        jobs=concurrency,
+        retry_errors=meta.retry_errors,
+        rate_limits=rate_limits_seen(executor),
+        on_level=observer.concurrency,
+    )
     scheduler.begin()
     aborted: str | None = None
     for event in executor.events():
+        scheduler.tick()
         job = event.job
+        if job is None:
+            continue
         if event.kind == "phase":
             observer.phase(job.task.id, job.attempt, event.phase or "")
         elif event.kind == "start":
             observer.start(job.task.id, job.attempt)
             scheduler.started()
-        else:
+        elif event.kind == "done":
             assert event.result is not None
-            scheduler.finished()
+            scheduler.finished(event.result)
             result = event.result
             if result.over_budget is not None:
                 budget.cut(result.over_budget, result.record.cost_usd)
@@ -702,10 +801,13 @@ class Session:
     sandbox: SandboxChoice | SandboxRequest
     containers: ContainerPlan | None
     jobs: int
+    """The executor's workers: ``--jobs N``, or ``--jobs auto``'s ``--max-jobs``."""
     executor: ExecutorFactory
     keep_worktrees: bool
     max_cost: float | None
     allow_unpriced: bool
+    auto: AutoJobs | None = None
+    """``--jobs auto``; None: a fixed level of ``jobs``."""
 
 
 @dataclass(frozen=True)
@@ -780,4 +882,4 @@ def run_session(session: Session, observer: RunObserver, record: Record) -> RunR
         )  # fmt: skip
         indices = {task_id: session_index(told.meta.sandboxes, info) for task_id, info in contained.items()}
         settings = replace(settings, task_sandbox=indices)
-        return execute(settings, executor, told.store, observer, done=told.done, budget=budget)
+        return execute(settings, executor, told.store, observer, done=told.done, budget=budget, auto=session.auto)

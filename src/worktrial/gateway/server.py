@@ -89,6 +89,9 @@ class Gateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.run_spend: RunSpend | None = None
         """The run's ``--max-cost``, kept live over every session (``limit_run``)."""
+        self.rate_limited = 0
+        """The provider's 429 answers so far, over every session (``--jobs auto`` backs off on them); written by the
+        gateway's thread only."""
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
 
@@ -325,6 +328,8 @@ class Gateway:
         flight.heard()
         flight.call.abort = functools.partial(flight.abort, loop, lambda: loop.create_task(answer.aclose()))
         status = answer.status_code
+        if status == 429:
+            self.rate_limited += 1
         out_headers = {k: v for k, v in answer.headers.items() if k.lower() not in _ANSWER_DROPPED}
         streaming = "text/event-stream" in answer.headers.get("content-type", "")
         if streaming and status < 400:

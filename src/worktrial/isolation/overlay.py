@@ -31,9 +31,13 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from worktrial.errors import WorkspaceError
 from worktrial.isolation import proc, safefs
+
+if TYPE_CHECKING:
+    from worktrial.isolation.slot_ns import SlotNamespaces
 
 DISABLE_VAR = "WORKTRIAL_OVERLAY"
 """``WORKTRIAL_OVERLAY=off`` makes every slot use the copying path (how the tests run both paths)."""
@@ -58,10 +62,17 @@ class Layers:
     upper: str
     work: str
     mountpoint: str
+    held: SlotNamespaces | None = field(default=None, compare=False)
+    """The slot's namespaces it is mounted in (``slot_ns.py``): its programs enter them instead of mounting it each
+    (``prefix``)."""
 
     @property
     def mount_path(self) -> Path:
         return self.base / self.mountpoint
+
+    def mounted(self) -> bool:
+        """Whether the overlay is mounted in the slot's namespaces, which its programs then enter."""
+        return self.held is not None and self.held.holds(self.base, self.mountpoint)
 
     def options(self) -> str:
         opts = f"lowerdir={':'.join(self.lowers)},upperdir={self.upper},workdir={self.work}"

@@ -8,24 +8,74 @@ directory, taken as data, over the pristine checkout, with an upper directory of
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from worktrial.errors import WorktrialError
-from worktrial.isolation import overlay, ownership, safefs
+from worktrial.isolation import overlay, ownership, safefs, slot_ns
 from worktrial.isolation.change import GITFILE, AgentChange, Staged, in_git_link, remove_files
+from worktrial.isolation.gitdir import KeptGitDir
 from worktrial.isolation.overlay import Layers, UpperChanges
 from worktrial.isolation.patch import STAGE_OLD, link_or_copy
 from worktrial.isolation.pool import Slot, token
+from worktrial.isolation.slot_ns import NetworkMode, SlotNamespaces
 from worktrial.isolation.workspace import GIT_DIR_NAME, AttemptWorkspace
+
+log = logging.getLogger(__name__)
 
 
 class OverlaySlot(Slot[UpperChanges]):
-    """A slot whose attempts each get an overlay room; its checkout stays pristine."""
+    """A slot whose attempts each get an overlay room; its checkout stays pristine. With ``network`` (the sandbox's),
+    the rooms' overlays are mounted once each in the slot's own namespaces (``slot_ns.py``), which their programs
+    enter; without, each program mounts its room's overlay itself (``Layers.prefix``)."""
 
     _current: AttemptWorkspace | None = None
     """The current attempt's room (its worktree is the mount point of ``layers``)."""
+
+    def __init__(self, *args: Any, network: NetworkMode | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.network = network
+        self._ns: SlotNamespaces | None = None
+        self.kept_git = KeptGitDir()
+
+    def _held(self, layers: Layers) -> Layers:
+        """The room's overlay mounted in the slot's namespaces (made with the first room), or, where that cannot be
+        done, left to be mounted by each program."""
+        if self.network is None or not slot_ns.enabled():
+            return layers
+        try:
+            if self._ns is None or not self._ns.alive:
+                self._close_ns()
+                self._ns = SlotNamespaces(self.network)
+            self._ns.mount(layers.base, layers.options(), layers.mountpoint)
+        except OSError as exc:
+            log.warning("slot %s: its rooms are mounted by each program instead: %s", self.root, exc)
+            self._close_ns()
+            self.network = None
+            return layers
+        return replace(layers, held=self._ns)
+
+    def _unmount(self) -> None:
+        """No room's overlay stays mounted (before its directories go, or the next room stacks on its upper)."""
+        if self._ns is not None:
+            try:
+                self._ns.unmount_all()
+            except OSError as exc:
+                log.warning("slot %s: %s; its namespaces are made again", self.root, exc)
+                self._close_ns()
+
+    def _close_ns(self) -> None:
+        if self._ns is not None:
+            self._ns.close()
+            self._ns = None
+
+    def close(self) -> None:
+        self._unmount()
+        self._close_ns()
+        super().close()
 
     def _room(self, ws: AttemptWorkspace, build_fd: int) -> AttemptWorkspace:
         """A fresh upper directory, overlayfs work directory and mount point for the next attempt: O(1)."""
@@ -33,10 +83,12 @@ class OverlaySlot(Slot[UpperChanges]):
         self._layer_dirs(build_fd, upper, work, mount)
         assert self._snap is not None
         with safefs.opened_dir(GIT_DIR_NAME, None, dir_fd=build_fd) as git_fd:
-            path = f"worktrees/{self._snap.admin}/gitdir"
-            safefs.write_at(git_fd, path, f"{ws.root / mount}/{GITFILE}\n".encode())
+            path, data = f"worktrees/{self._snap.admin}/gitdir", f"{ws.root / mount}/{GITFILE}\n".encode()
+            safefs.write_at(git_fd, path, data)
             ownership.hand_over_entry(git_fd, path, self.owner)
-        layers = Layers(ws.root, (ws.worktree.name,), upper, work, mount)
+        if self.kept_git is not None:
+            self.kept_git.wrote_file(path, data, 0o644, build_fd)
+        layers = self._held(Layers(ws.root, (ws.worktree.name,), upper, work, mount))
         self._current = replace(
             ws, worktree=ws.root / mount, worktree_id=safefs.identity(ws.root / mount), layers=layers
         )
@@ -57,6 +109,7 @@ class OverlaySlot(Slot[UpperChanges]):
         room, ws, ids = self._current, self._ws, self._ids
         assert room is not None and room.layers is not None and ws is not None and ids is not None
         agent = room.layers.upper
+        self._unmount()  # every agent process is gone: its upper directory becomes a layer of the verifier's room
         with self._open_build(ids) as build_fd:
             with safefs.opened_dir(agent, None, dir_fd=build_fd) as upper_fd:
                 changes = overlay.scan_upper(upper_fd)
@@ -64,7 +117,7 @@ class OverlaySlot(Slot[UpperChanges]):
                 safefs.remove_at(upper_fd, GITFILE)  # the lower layer's link, written by the harness, shows
             upper, work, mount = token("vu"), token("vw"), token("v")
             self._layer_dirs(build_fd, upper, work, mount)
-        layers = Layers(ws.root, (agent, ws.worktree.name), upper, work, mount)
+        layers = self._held(Layers(ws.root, (agent, ws.worktree.name), upper, work, mount))
         return replace(room, worktree=ws.root / mount, worktree_id=safefs.identity(ws.root / mount), layers=layers)
 
     def changes(self) -> UpperChanges | None:
@@ -106,12 +159,19 @@ class OverlaySlot(Slot[UpperChanges]):
         ws, ids, snap = self._ws, self._ids, self._snap
         assert ws is not None and ids is not None and snap is not None
         self._current = None
+        self._unmount()
         with contextlib.ExitStack() as fds:
             root_fd = fds.enter_context(self._open_root())
             build_fd = fds.enter_context(safefs.opened_dir(ws.root.name, ids.build, dir_fd=root_fd))
             git_fd = fds.enter_context(safefs.opened_dir(GIT_DIR_NAME, ids.git_dir, dir_fd=build_fd))
             fds.enter_context(safefs.opened_dir(ws.worktree.name, ids.worktree, dir_fd=build_fd))
             self._clear_attempt(root_fd, build_fd, ws)
-            self._restore_git_dir(git_fd, snap, build_fd)
-            ownership.hand_over_fd(git_fd, self.owner, recursive=True)
+            kept = self.kept_git
+            if kept is not None and kept.index_snapshot and kept.untouched(git_fd):
+                kept.update(git_fd, snap.files, self.owner)  # nothing wrote there: what the verifier's room changed
+            else:
+                self._restore_git_dir(git_fd, snap, build_fd)
+                ownership.hand_over_fd(git_fd, self.owner, recursive=True)
             self.index_id = safefs.file_id(git_fd, snap.index_rel)
+            if kept is not None:
+                kept.wrote(snap.files, build_fd, index_snapshot=True)

@@ -33,6 +33,7 @@ from worktrial.errors import WorkspaceError, WorktrialError
 from worktrial.isolation import ownership, safefs
 from worktrial.isolation.change import AgentChange, Staged, finish
 from worktrial.isolation.environment import ENV_OBJECTS
+from worktrial.isolation.gitdir import KeptGitDir
 from worktrial.isolation.patch import PATCH_GIT
 from worktrial.isolation.safefs import Identity
 from worktrial.isolation.workspace import (
@@ -135,6 +136,9 @@ class Slot(ABC, Generic[FoundT]):
         """The mode git gave the checkout's directories (0777 less the umask), restored where an agent changed it."""
         self.index_id: safefs.FileId | None = None
         """The private index as the harness last wrote it (reset or verifier's room), kept while nothing changed it."""
+        self.kept_git: KeptGitDir | None = None
+        """What the harness last wrote in the private git dir, for the kinds that rebuild it only when something
+        wrote there since (``gitdir.py``)."""
 
     # What the two kinds do differently.
 
@@ -190,7 +194,10 @@ class Slot(ABC, Generic[FoundT]):
             safefs.remove_at(build_fd, SCRATCH)
             os.mkdir(SCRATCH, 0o700, dir_fd=build_fd)
             ownership.hand_over_entry(build_fd, SCRATCH, self.owner)
-            return self._room(ws, build_fd)
+            room = self._room(ws, build_fd)
+            if self.kept_git is not None:
+                self.kept_git.settle(build_fd)  # before the room's first program
+            return room
 
     def agent_change(self, max_bytes: int | None) -> AgentChange:
         """What the agent changed, in O(the change) on both kinds: the patch (when ``max_bytes`` is given) and the

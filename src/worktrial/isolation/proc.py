@@ -407,6 +407,7 @@ class _Spawn:
     link: Link | None
     sweep: bool
     argv: tuple[str, ...] = ()
+    fds: tuple[int, ...] = ()
     tracked: bool = False
     on_release: Callable[[bool], None] | None = None
     """What the sandbox's ``wrap`` took for this program, given back once it has ended (``Wrapped.release``)."""
@@ -443,7 +444,7 @@ class _Spawn:
         """The argv that runs the program in its sandbox, in its own cgroup."""
         if self.sandbox is not None:
             wrapped = self.sandbox.wrap(self.args, Path(self.cwd), self.env)
-            self.argv, self.env, self.link = tuple(wrapped.argv), wrapped.env, wrapped.link
+            self.argv, self.env, self.link, self.fds = tuple(wrapped.argv), wrapped.env, wrapped.link, wrapped.fds
             self.on_release = wrapped.release
         if self.cgroup is not None and self.own_cgroup:  # outermost: the sandbox and all in it start inside the cgroup
             self.argv = (*_JOIN_CGROUP, str(self.cgroup / "cgroup.procs"), *self.argv)
@@ -458,7 +459,7 @@ class _Spawn:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                pass_fds=self.link.child_fds if self.link is not None else (),
+                pass_fds=(*(self.link.child_fds if self.link is not None else ()), *self.fds),
             )
             spawned(proc.pid)
         return proc

@@ -276,6 +276,8 @@ class Wrapped:
     release: Callable[[bool], None] | None = None
     """Called once the program and everything it started are gone, told whether it exited by itself: gives back
     what ``wrap`` took for this one program (files put where a container sees them, a container to remove)."""
+    fds: tuple[int, ...] = ()
+    """Descriptors the program inherits besides the link's (the slot's namespaces it enters)."""
 
 
 class Sandbox(ABC):
@@ -593,6 +595,14 @@ class Bubblewrap(Sandbox):
         """Every hidden path, existing or not: nothing shown may be one of them or hold one."""
         self._etc: list[str] = []
 
+    def _like(self, view: AttemptView) -> Bubblewrap:
+        """The same sandbox over another view: the same settings, so the hidden paths resolved once and the files
+        of its own ``/etc`` are its too."""
+        other = Bubblewrap.__new__(Bubblewrap)
+        other.__dict__.update(self.__dict__)
+        other.view = view
+        return other
+
     def prepare(self) -> None:
         self.view.home.mkdir(parents=True, exist_ok=True)
         self._etc = self._own_etc()
@@ -623,17 +633,11 @@ class Bubblewrap(Sandbox):
         return args
 
     def widened(self, readonly: Iterable[Path]) -> Sandbox:
-        view = replace(self.view, readonly=(*self.view.readonly, *readonly))
-        widened = Bubblewrap(self.settings, view, self.enforcer, self.program, self.decision)
-        widened._etc = self._etc
-        return widened
+        return self._like(replace(self.view, readonly=(*self.view.readonly, *readonly)))
 
     def in_room(self, old: Path, worktree: Path, layers: Layers | None) -> Sandbox:
         writable = tuple(worktree if p == old else p for p in self.view.writable)
-        view = replace(self.view, writable=writable, overlay=layers)
-        moved = Bubblewrap(self.settings, view, self.enforcer, self.program, self.decision)
-        moved._etc = self._etc
-        return moved
+        return self._like(replace(self.view, writable=writable, overlay=layers))
 
     def limit_hit(self) -> str | None:
         return self.enforcer.hit()
@@ -647,7 +651,11 @@ class Bubblewrap(Sandbox):
         args = [self.program, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"]
         args += ["--cap-drop", "ALL", *(_SWITCH_CAPS if self.uid is not None else ()), *_system_args(), *self._etc]
         link = None
-        if self.decision.network == "on" and (slirp := netstack.slirp_program()) is not None:
+        overlay = self.view.overlay
+        held = overlay.held if overlay is not None and overlay.mounted() else None
+        if held is not None and held.own_network:
+            pass  # the slot's network namespace, entered below: up already (slot_ns.py)
+        elif self.decision.network == "on" and (slirp := netstack.slirp_program()) is not None:
             link = netstack.Link(slirp)
             args += link.bwrap_args()
         elif self.decision.network == "off":
@@ -655,8 +663,12 @@ class Bubblewrap(Sandbox):
         binds, remount = _bind_args(ops)
         args += [*binds, *remount, *_skeleton_args(ops), "--remount-ro", "/", "--chdir", str(_real(cwd)), "--"]
         drop = _drop_to(self.uid) if self.uid is not None else []
-        mount = self.view.overlay.prefix() if self.view.overlay is not None else []
-        return Wrapped([*self.enforcer.prefix(), *mount, *args, *drop, *argv], child, link)
+        fds: tuple[int, ...] = ()
+        if held is not None:  # the room's overlay is mounted in the slot's namespaces: enter them
+            mount, fds = held.enter()
+        else:
+            mount = overlay.prefix() if overlay is not None else []
+        return Wrapped([*self.enforcer.prefix(), *mount, *args, *drop, *argv], child, link, fds=fds)
 
     def _child_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """The program's environment: a home of the attempt's (not the harness's), its own /tmp, its own user."""
@@ -719,11 +731,25 @@ def _skeleton_args(ops: dict[Path, str]) -> list[str]:
     """bwrap creates the directories leading to each mount, mode 0700: searchable by the sandbox's uid only with a
     chmod, and never writable (inside the writable private /tmp, "$REPO/README.md" could otherwise be written there
     and look like the repository to the agent)."""
-    binds = (*ops, *(Path(d) for d in (*SYSTEM_DIRS, ETC, "/proc", "/dev", "/sys")))
-    skeleton = {
-        a for p in ops for a in p.parents if a not in _OWN_MOUNTS and not any(_under(a, mounted) for mounted in binds)
-    }
-    return [arg for path in sorted(skeleton, key=lambda p: len(p.parts)) for arg in ("--chmod", "0555", str(path))]
+    binds = {str(p) for p in ops} | {*SYSTEM_DIRS, str(ETC), "/proc", "/dev", "/sys"}
+    own = {str(p) for p in _OWN_MOUNTS}
+    skeleton: set[str] = set()
+    for path in ops:
+        # The directories leading to it, from the top: each is under a mount once one of them (or it) is mounted.
+        leading = _leading(str(path))[:-1]
+        for depth, parent in enumerate(leading):
+            if parent in own or parent in skeleton:
+                continue
+            if any(lead in binds for lead in leading[: depth + 1]):
+                continue
+            skeleton.add(parent)
+    return [arg for path in sorted(skeleton, key=lambda p: p.count("/")) for arg in ("--chmod", "0555", path)]
+
+
+def _leading(path: str) -> list[str]:
+    """``/a/b/c`` -> ``/a``, ``/a/b``, ``/a/b/c``."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(2, len(parts) + 1)]
 
 
 def _readable(path: Path) -> str:

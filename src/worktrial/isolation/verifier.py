@@ -28,6 +28,7 @@ from pathlib import Path
 from worktrial.errors import WorkspaceError, WorktrialError
 from worktrial.isolation import ownership, safefs
 from worktrial.isolation.alternates import quote_line
+from worktrial.isolation.gitdir import Files, KeptGitDir
 from worktrial.isolation.pool import AdminSnapshot
 from worktrial.isolation.workspace import ATTEMPT_BRANCH, AttemptWorkspace, git
 
@@ -84,6 +85,7 @@ def enter(
     *,
     clean: bool = True,
     index_id: safefs.FileId | None = None,
+    kept_git: KeptGitDir | None = None,
 ) -> safefs.FileId | None:
     """Put the private repository back to the harness's ``snapshot`` (made before any agent ran) with the branch at
     ``head`` (the start commit when ``head`` is None or not a commit), an index the harness made for it, and the
@@ -95,11 +97,21 @@ def enter(
     an overlay whose lower layer already holds the harness's ``.git`` link. Raises WorkspaceError (or OSError) when
     the room cannot be built. ``index_id``: the index as the harness last left it, kept (not written again) when it
     is still that file and is the index the room needs. Returns the identity of the index the room has when it is
-    the snapshot's (None when the room needed another: a new commit's)."""
+    the snapshot's (None when the room needed another: a new commit's). ``kept_git``: what the harness last wrote in
+    the git dir (``gitdir.py``): when nothing wrote there since and the room needs the start commit and the
+    snapshot's index, only the few files that differ are written; it is settled before returning."""
     with contextlib.ExitStack() as fds:
         build_fd = fds.enter_context(safefs.opened_dir(ws.root, None))
         git_fd = fds.enter_context(safefs.opened_dir(ws.git_dir, ws.git_dir_id))
         work_fd = fds.enter_context(safefs.opened_dir(ws.worktree, ws.worktree_id))
+        if (
+            kept_git is not None
+            and head in (None, start_commit)
+            and (untouched or not clean)
+            and kept_git.index_snapshot
+            and kept_git.untouched(git_fd)
+        ):
+            return _enter_untouched(ws, snapshot, start_commit, owner, kept_git, build_fd, git_fd, work_fd)
         _set_objects_aside(build_fd, git_fd)
         reuse = head is None or head == start_commit
         kept = reuse and safefs.stash_if_same(git_fd, snapshot.index_rel, index_id, build_fd, _INDEX_KEPT)
@@ -121,8 +133,45 @@ def enter(
         ownership.hand_over_fd(git_fd, owner, recursive=True)
         if linked:
             ownership.hand_over_entry(work_fd, ".git", owner)
+        if kept_git is not None:
+            kept_git.wrote(verifier_files(snapshot, ws, commit), build_fd, index_snapshot=snapshot_index)
+            kept_git.settle(build_fd)
         # Only the snapshot's own index may be kept by the next reset; one read-tree made (a new commit) may not.
         return safefs.file_id(git_fd, snapshot.index_rel) if snapshot_index else None
+
+
+def _enter_untouched(
+    ws: AttemptWorkspace,
+    snapshot: AdminSnapshot,
+    start_commit: str,
+    owner: int | None,
+    kept_git: KeptGitDir,
+    build_fd: int,
+    git_fd: int,
+    work_fd: int,
+) -> safefs.FileId | None:
+    """The room when nothing wrote in the git dir since the harness did: no object of the agent's to set aside, the
+    branch at the start commit, the snapshot's index in place; only the alternates and the worktree's path change."""
+    safefs.remove_at(build_fd, AGENT_OBJECTS)
+    os.mkdir(AGENT_OBJECTS, 0o755, dir_fd=build_fd)  # listed in the alternates, as when the agent wrote objects
+    wanted = verifier_files(snapshot, ws, start_commit)
+    kept_git.update(git_fd, wanted, owner)
+    if _link_worktree(work_fd, ws, snapshot.admin):
+        ownership.hand_over_entry(work_fd, ".git", owner)
+    kept_git.wrote(wanted, build_fd, index_snapshot=True)
+    kept_git.settle(build_fd)
+    return safefs.file_id(git_fd, snapshot.index_rel)
+
+
+def verifier_files(snapshot: AdminSnapshot, ws: AttemptWorkspace, commit: str) -> Files:
+    """Every file the verifier's room has in its git dir but the index: the snapshot's, the agent's objects listed
+    after every base store, the room's worktree path and the branch at ``commit`` (``_restore_git_dir``)."""
+    files = {rel: (data, mode) for rel, (data, mode) in snapshot.files.items() if rel != "objects/info/alternates"}
+    alternates = snapshot.files.get("objects/info/alternates", (b"", 0o644))[0]
+    files["objects/info/alternates"] = (alternates + quote_line(ws.root / AGENT_OBJECTS) + b"\n", 0o644)
+    files[f"worktrees/{snapshot.admin}/gitdir"] = (f"{ws.worktree}/.git\n".encode(), 0o644)
+    files[f"refs/heads/{ATTEMPT_BRANCH}"] = (f"{commit}\n".encode(), 0o644)
+    return files
 
 
 def _restore_git_dir(git_fd: int, snapshot: AdminSnapshot, ws: AttemptWorkspace) -> None:

@@ -268,9 +268,30 @@ class ReuseInfo(BaseModel):
     )
 
 
+class LevelChange(BaseModel):
+    """One change of ``--jobs auto``'s level: when, to what, and why."""
+
+    at: str = Field(description="RFC 3339 UTC time of the change.")
+    level: int = Field(ge=1, description="Attempts allowed to run at once from then on.")
+    why: str = Field(description="What the level followed: the start, no pressure, CPU or memory pressure, a 429.")
+
+
+class ConcurrencyInfo(BaseModel):
+    """How many attempts ran at once under ``--jobs auto`` (``run.concurrency``; absent with a fixed ``--jobs``)."""
+
+    mode: Literal["auto"] = "auto"
+    max_jobs: int = Field(ge=1, description="--max-jobs: the level never went above it (run.jobs says the same).")
+    levels: list[LevelChange] = Field(
+        default_factory=list, description="Every change of the level, in order, over every session of the run."
+    )
+    omitted: int = Field(
+        default=0, ge=0, description="Changes left out between the first and the last ones kept (a very long run)."
+    )
+
+
 class RunInfo(NewerFieldsOmitted):
     model_config = FINITE
-    NEWER_FIELDS = ("paths_redacted", "reuse", "dirty_excluded")
+    NEWER_FIELDS = ("paths_redacted", "reuse", "dirty_excluded", "concurrency")
     id: str
     started_at: str
     finished_at: str | None
@@ -292,6 +313,9 @@ class RunInfo(NewerFieldsOmitted):
         "`sandbox` is an index into this list.",
     )
     budget: BudgetInfo | None = Field(default=None, description="--max-cost / --max-cost-per-attempt, when set.")
+    concurrency: ConcurrencyInfo | None = Field(
+        default=None, description="--jobs auto: the level chosen over time (absent with a fixed --jobs)."
+    )
     grace_secs: float | None = Field(
         default=None, description="--grace-secs: between SIGTERM at an agent's deadline and SIGKILL."
     )

@@ -22,6 +22,7 @@ DEFAULT_GRACE_SECS = 5.0
 
 EXECUTION_FLAGS = (
     "--jobs",
+    "--max-jobs",
     "--executor",
     "--ray-address",
     "--ray-cpus-per-attempt",

@@ -213,6 +213,7 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         sandboxes=sandboxes if len(sandboxes) > 1 else None,
         trace_root=meta.workspace,
         budget=_budget(meta, records),
+        concurrency=meta.concurrency,
         grace_secs=None if meta.lifted else config.grace_secs,
         label=config.label,
         selection=meta.selection,

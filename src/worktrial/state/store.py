@@ -28,7 +28,16 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from worktrial.errors import BadInputError, HarnessError
 from worktrial.isolation.safefs import read_regular
 from worktrial.jsonlimits import loads_limited
-from worktrial.model.envelope import BudgetInfo, Envelope, ReuseInfo, SandboxInfo, Selection, SuiteFileInfo
+from worktrial.model.envelope import (
+    BudgetInfo,
+    ConcurrencyInfo,
+    Envelope,
+    ReuseInfo,
+    SandboxInfo,
+    Selection,
+    SuiteFileInfo,
+)
+from worktrial.model.newer_fields import NewerFieldsOmitted
 from worktrial.model.records import AttemptRecord
 from worktrial.model.run_config import RunConfig
 from worktrial.model.suite import Category
@@ -59,8 +68,10 @@ class TaskMeta(BaseModel):
     """The digest of each part of its definition, what ``eval --reuse`` compares."""
 
 
-class RunMeta(BaseModel):
+class RunMeta(NewerFieldsOmitted):
     """What identifies a run and how to continue or re-render it (never secrets)."""
+
+    NEWER_FIELDS = ("concurrency",)
 
     id: str
     started_at: str
@@ -87,6 +98,9 @@ class RunMeta(BaseModel):
     base_url_redacted: bool = False
     """Whether anything (user info, query, fragment) was removed from the config's base URL."""
     jobs: int
+    """Attempts at once: ``--jobs N``, or with ``--jobs auto`` its ``--max-jobs``."""
+    concurrency: ConcurrencyInfo | None = None
+    """``--jobs auto``: its ``--max-jobs`` and the level over time (every session's); None: a fixed ``--jobs``."""
     retry_errors: int = 0
     work_root: str | None = None
     """Temp directory of the run's worktrees, removed on resume if a crash left it behind."""
