@@ -372,20 +372,9 @@ def _decide(task: Task, result: AgentResult, overran: bool) -> tuple[Outcome, st
 def _judge(job: AttemptJob, ran: AgentRun, limit: str | None) -> tuple[Verdict, bool | None]:
     """The verdict once the agent ended, and whether verification then decides it (True), only records what the
     verify commands say (False), or does not run (None)."""
-    task, result, report = job.task, ran.result, ran.report
-    if limit:
-        return Verdict("error", limit, ErrorCategory.LIMIT), None
-    if report is not None and report.over_budget is not None:
-        # The run's budget ended the agent, not its work or the provider: no verdict, and the driver keeps no record.
-        return Verdict("error", report.over_budget, over_budget=report.over_budget), None
-    if report is not None and (failure := report.failure) is not None:
-        # The provider failed, not the agent: never scored as the agent's work (and a fatal one stops the run).
-        why = f"model gateway: {failure.message}"
-        fatal = AgentError(failure.category, why, fatal=True) if failure.fatal else None
-        return Verdict("error", why, failure.category, fatal=fatal), None
-    if ran.capped is not None:
-        # Spending past the cap is the agent's failure to solve the task within it, like a timeout is: no verdict.
-        return Verdict("fail", ran.capped), None
+    task, result = job.task, ran.result
+    if (stopped := _stopped(ran, limit)) is not None:
+        return stopped, None
     error = result.error
     if _reward_decides(job) and (error is None or not (error.fatal or error.category in PROVIDER_CATEGORIES)):
         # Harbor's rule (docs/environments.md): the tests run however the agent ended (no claim asked, a timeout or
@@ -405,6 +394,26 @@ def _judge(job: AttemptJob, ran: AgentRun, limit: str | None) -> tuple[Verdict, 
         return verdict, True
     diagnosed = job.spec.verify_always and outcome in ("fail", "timeout")
     return verdict, (False if (outcome == "timeout" and task.on_timeout == "verify") or diagnosed else None)
+
+
+def _stopped(ran: AgentRun, limit: str | None) -> Verdict | None:
+    """The verdict of an agent that something else ended (a limit, the run's budget, the provider, its spending
+    cap), never graded: None when the agent's own work ended it."""
+    report = ran.report
+    if limit:
+        return Verdict("error", limit, ErrorCategory.LIMIT)
+    if report is not None and report.over_budget is not None:
+        # The run's budget ended the agent, not its work or the provider: no verdict, and the driver keeps no record.
+        return Verdict("error", report.over_budget, over_budget=report.over_budget)
+    if report is not None and (failure := report.failure) is not None:
+        # The provider failed, not the agent: never scored as the agent's work (and a fatal one stops the run).
+        why = f"model gateway: {failure.message}"
+        fatal = AgentError(failure.category, why, fatal=True) if failure.fatal else None
+        return Verdict("error", why, failure.category, fatal=fatal)
+    if ran.capped is not None:
+        # Spending past the cap is the agent's failure to solve the task within it, like a timeout is: no verdict.
+        return Verdict("fail", ran.capped)
+    return None
 
 
 def _reward_decides(job: AttemptJob) -> bool:
@@ -462,16 +471,14 @@ def _result(
     setup_secs, duration = round(setup_end - started, 3), round(ended - setup_end, 3)
     agent_secs, verify_secs = round(ran.secs if ran is not None else 0.0, 3), round(findings.verify_secs, 3)
     verdict, usage = _sanitised(findings.verdict, ran.result.usage if ran is not None else Usage(), redactor)
-    trace = build_trace(
-        task_id=task.id,
-        attempt=attempt,
-        outcome=verdict.outcome,
-        duration_secs=duration,
-        agent_secs=agent_secs,
-        verify_secs=verify_secs,
-        usage=usage,
-        setup_secs=setup_secs,
-    )
+    change, stored = _stored_change(findings, redactor) if spec.artifacts else (None, None)
+    timings = {
+        "duration_secs": duration,
+        "agent_secs": agent_secs,
+        "verify_secs": verify_secs,
+        "setup_secs": setup_secs,
+    }
+    trace = build_trace(task_id=task.id, attempt=attempt, outcome=verdict.outcome, usage=usage, **timings)
     record = AttemptRecord(
         task_id=task.id,
         attempt=attempt,
@@ -479,10 +486,7 @@ def _result(
         claimed=verdict.claimed,
         verified=verdict.verified,
         reason=verdict.reason,
-        duration_secs=duration,
-        agent_secs=agent_secs,
-        verify_secs=verify_secs,
-        setup_secs=setup_secs,
+        **timings,
         cost_usd=usage.cost_usd,
         tokens=usage.tokens,
         turns=usage.turns,
@@ -494,10 +498,9 @@ def _result(
         reward=verdict.reward,
         rewards=verdict.rewards,
         verifier_room=findings.verifier_room if findings.verdict.verified is not None else None,
+        change=stored,
     )
     artifacts = _artifacts(task.id, attempt, findings, redactor) if spec.artifacts else None
-    change, stored = _stored_change(findings, redactor) if spec.artifacts else (None, None)
-    record = record.model_copy(update={"change": stored})
     return AttemptResult(
         record=record,
         trace=trace,

@@ -220,23 +220,31 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
     options = options or CheckOptions()
     if options.repeats < 1:
         raise ValueError(f"repeats must be at least 1 (got {options.repeats})")
-    observer = options.observer
-    lints = static_lints(loaded)
-    in_containers = {t.id for t in _in_containers(loaded)}
-    on_host = [t for t in loaded.suite.tasks if t.solution and t.id not in in_containers]
-    phases = 2 + bool(in_containers) + bool(on_host)
-    number = 0
+    return _Checking(loaded, options).report()
 
-    def next_phase(title: str, total: int) -> CheckPhase:
-        nonlocal number
-        number += 1
-        return CheckPhase(number, phases, title, total)
 
-    stores: dict[str, Path] = {}
+class _Checking:
+    """One check of a suite, phase by phase: the oracle's run, the nop's, the container tasks' re-runs (fresh
+    containers) and the verifier re-runs of the host tasks on the oracle's result."""
 
-    def run(agent: str, suite: LoadedSuite = loaded, attempts: int = 1) -> Envelope:
+    def __init__(self, loaded: LoadedSuite, options: CheckOptions) -> None:
+        self.loaded, self.options, self.observer = loaded, options, options.observer
+        self.in_containers = {t.id for t in _in_containers(loaded)}
+        self.on_host = [t for t in loaded.suite.tasks if t.solution and t.id not in self.in_containers]
+        self.phases = 2 + bool(self.in_containers) + bool(self.on_host)
+        self.number = 0
+        self.stores: dict[str, Path] = {}
+
+    def next_phase(self, title: str, total: int) -> CheckPhase:
+        self.number += 1
+        return CheckPhase(self.number, self.phases, title, total)
+
+    def run(self, agent: str, suite: LoadedSuite | None = None, attempts: int = 1) -> Envelope:
+        """``agent`` on ``suite`` (default: the checked suite), ``attempts`` times each task, as one phase."""
+        suite = suite or self.loaded
         tasks = plural(len(suite.suite.tasks), "task")
         title = f"running the {agent} agent on {tasks}" + (f", {attempts} times each" if attempts > 1 else "")
+        options = self.options
         opts = RunOptions(
             agent=agent,
             attempts=attempts,
@@ -246,60 +254,78 @@ def check_suite(loaded: LoadedSuite, options: CheckOptions | None = None) -> Che
             jobs=options.jobs,
             container_runtime=options.container_runtime,
         )
-        with observer.run(next_phase(title, len(suite.suite.tasks) * attempts)) as watching:
+        with self.observer.run(self.next_phase(title, len(suite.suite.tasks) * attempts)) as watching:
             result = run_suite(suite, opts, watching)
-        stores.setdefault(agent, result.store_dir)  # the first run of each agent: nop's shows what setup left
+        self.stores.setdefault(agent, result.store_dir)  # the first run of each agent: nop's shows what setup left
         return result.envelope
 
-    oracle, nop = run("oracle"), run("nop")
-    oracle_tasks, nop_tasks = _by_id(oracle), _by_id(nop)
-    repeats_in_containers = _container_repeats(loaded, options.repeats, run)
-    base_commit = oracle.run.workspace.base_commit
-    bases = resolve_task_bases(loaded, options.workspace, base_commit)
-    work_root = Path(tempfile.mkdtemp(prefix="worktrial-check-"))
-    checks: list[TaskCheck] = []
-    if on_host:
-        times = plural(options.repeats, "time") + (" each" if len(on_host) > 1 else "")
-        title = f"re-running the verifier of {plural(len(on_host), 'task')} {times} on the oracle's result"
-        observer.begin_reruns(next_phase(title, len(on_host) * options.repeats))
-    done = 0
-    try:
-        with rebuilder(loaded, work_root, EnvironmentCache(cache_dir() / "environments")) as builder:
-            for task in loaded.suite.tasks:
-                repeats = None
-                if task.id in repeats_in_containers:
-                    repeats = repeats_in_containers[task.id]
-                    left = _setup_left(task, stores.get("nop"))
-                    repeats = replace(repeats, problems=[*repeats.problems, *left]) if left else repeats
-                elif task.solution:
+    def report(self) -> CheckReport:
+        loaded, options = self.loaded, self.options
+        lints = static_lints(loaded)
+        oracle, nop = self.run("oracle"), self.run("nop")
+        in_containers = _container_repeats(loaded, options.repeats, self.run)
+        base_commit = oracle.run.workspace.base_commit
+        checks, forged = self.tasks(_by_id(oracle), _by_id(nop), in_containers, base_commit, lints)
+        lints += forged
+        order = {t.id: i for i, t in enumerate(loaded.suite.tasks)}
+        lints.sort(key=lambda lint: order.get(lint.task_id or "", -1))  # each task's forgeries next to its lints
+        problems = sum(len(c.problems) for c in checks) + sum(1 for lint in lints if lint.severity == "problem")
+        return CheckReport(
+            suite_path=str(loaded.path),
+            suite_sha256=loaded.sha256,
+            suite_id=loaded.suite.id,
+            repeats=options.repeats,
+            flake_upper_bound=flake_upper_bound(options.repeats + 1),
+            detects_10pct_flake=detection_probability(FLAKE_RATE, options.repeats + 1),
+            base_commit=base_commit,
+            tasks=checks,
+            lints=lints,
+            without_solution=[t.id for t in loaded.suite.tasks if not t.solution],
+            problems=problems,
+            warnings=sum(1 for lint in lints if lint.severity == "warning"),
+            ok=problems == 0,
+        )
 
-                    def heard(activity: str, finished: int, task_id: str = task.id, before: int = done) -> None:
-                        observer.rerun(task_id, activity, before + finished)
+    def tasks(
+        self,
+        oracle: dict[str, TaskReport],
+        nop: dict[str, TaskReport],
+        in_containers: dict[str, Rebuild],
+        base_commit: str,
+        lints: list[Lint],
+    ) -> tuple[list[TaskCheck], list[Lint]]:
+        """Each task's check, after re-running its verifier (the host tasks' here, the container tasks' given), and
+        the forgeries those re-runs found."""
+        loaded, options = self.loaded, self.options
+        bases = resolve_task_bases(loaded, options.workspace, base_commit)
+        work_root = Path(tempfile.mkdtemp(prefix="worktrial-check-"))
+        checks: list[TaskCheck] = []
+        forged: list[Lint] = []
+        if self.on_host:
+            times = plural(options.repeats, "time") + (" each" if len(self.on_host) > 1 else "")
+            title = f"re-running the verifier of {plural(len(self.on_host), 'task')} {times} on the oracle's result"
+            self.observer.begin_reruns(self.next_phase(title, len(self.on_host) * options.repeats))
+        done = 0
+        try:
+            with rebuilder(loaded, work_root, EnvironmentCache(cache_dir() / "environments")) as builder:
+                for task in loaded.suite.tasks:
+                    repeats = None
+                    if task.id in in_containers:
+                        repeats = in_containers[task.id]
+                        left = _setup_left(task, self.stores.get("nop"))
+                        repeats = replace(repeats, problems=[*repeats.problems, *left]) if left else repeats
+                    elif task.solution:
+                        repeats = builder.rebuild(task, bases[task.id], options.repeats, self._heard(task.id, done))
+                        done += options.repeats
+                    count = sum(1 for lint in lints if lint.task_id == task.id and lint.severity == "problem")
+                    checks.append(_task_check(task, oracle[task.id], nop[task.id], repeats, count))
+                    forged += _forgery_lints(loaded, task, repeats)
+        finally:
+            if self.on_host:
+                self.observer.end_reruns()
+            remove_tree(work_root)
+        return checks, forged
 
-                    repeats = builder.rebuild(task, bases[task.id], options.repeats, heard)
-                    done += options.repeats
-                count = sum(1 for lint in lints if lint.task_id == task.id and lint.severity == "problem")
-                checks.append(_task_check(task, oracle_tasks[task.id], nop_tasks[task.id], repeats, count))
-                lints += _forgery_lints(loaded, task, repeats)
-    finally:
-        if on_host:
-            observer.end_reruns()
-        remove_tree(work_root)
-    order = {t.id: i for i, t in enumerate(loaded.suite.tasks)}
-    lints.sort(key=lambda lint: order.get(lint.task_id or "", -1))  # each task's forgeries next to its static lints
-    problems = sum(len(c.problems) for c in checks) + sum(1 for lint in lints if lint.severity == "problem")
-    return CheckReport(
-        suite_path=str(loaded.path),
-        suite_sha256=loaded.sha256,
-        suite_id=loaded.suite.id,
-        repeats=options.repeats,
-        flake_upper_bound=flake_upper_bound(options.repeats + 1),
-        detects_10pct_flake=detection_probability(FLAKE_RATE, options.repeats + 1),
-        base_commit=base_commit,
-        tasks=checks,
-        lints=lints,
-        without_solution=[t.id for t in loaded.suite.tasks if not t.solution],
-        problems=problems,
-        warnings=sum(1 for lint in lints if lint.severity == "warning"),
-        ok=problems == 0,
-    )
+    def _heard(self, task_id: str, before: int) -> Callable[[str, int], None]:
+        """Progress of one task's re-runs, counted on from the ``before`` of the phase's re-runs already done."""
+        return lambda activity, finished: self.observer.rerun(task_id, activity, before + finished)

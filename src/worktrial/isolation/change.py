@@ -89,18 +89,22 @@ def finish(staged: Staged, stage: Path, max_bytes: int | None, *, prepared: bool
     ignored += staged.odd  # FIFOs, sockets: not file contents, in neither the patch nor the verifier's room
     if max_bytes is None:
         return AgentChange(None, ignored, untouched=False)
-    skip = set(ignored)
-    for rel in present:
-        if rel in staged.moved:  # a renamed directory's file: the lower layer holds it, at its old path
-            link_or_copy(staged.moved[rel], stage / STAGE_NEW / rel, src_dir_fd=staged.lower_fd)
-        elif rel not in skip:
-            link_or_copy(rel, stage / STAGE_NEW / rel, src_dir_fd=staged.new_fd)
+    _stage_new(staged, stage, present, set(ignored))
     patch = staged_patch(stage, max_bytes)
     if patch is not None and nested:
         patch = _with_gitlinks(patch, {root: _nested_head(staged.new_fd, root) for root in nested}, max_bytes)
     if patch is not None and ignored_tracked:
         patch = replace(patch, ignored=sorted(ignored_tracked))
     return AgentChange(patch, ignored, untouched=False)
+
+
+def _stage_new(staged: Staged, stage: Path, present: list[str], skip: set[str]) -> None:
+    """The agent's version of each changed file but ``skip``, linked or copied where the patch reads it."""
+    for rel in present:
+        if rel in staged.moved:  # a renamed directory's file: the lower layer holds it, at its old path
+            link_or_copy(staged.moved[rel], stage / STAGE_NEW / rel, src_dir_fd=staged.lower_fd)
+        elif rel not in skip:
+            link_or_copy(rel, stage / STAGE_NEW / rel, src_dir_fd=staged.new_fd)
 
 
 def in_git_link(rel: str) -> bool:

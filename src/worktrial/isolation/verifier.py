@@ -121,15 +121,9 @@ def enter(
         commit = _agent_commit(base, head, start_commit)
         safefs.write_at(git_fd, f"refs/heads/{ATTEMPT_BRANCH}", f"{commit}\n".encode())
         snapshot_index = commit == start_commit and (untouched or not clean)
-        if kept and snapshot_index:
-            os.rename(_INDEX_KEPT, snapshot.index_rel, src_dir_fd=build_fd, dst_dir_fd=git_fd)
-        elif snapshot_index:
-            safefs.write_at(git_fd, snapshot.index_rel, snapshot.index)
-        else:
-            _read_tree(base, commit, clean)
-        if kept:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(_INDEX_KEPT, dir_fd=build_fd)  # kept but not used (a new commit: read-tree made one)
+        _place_index(
+            snapshot, base, commit, kept=kept, snapshot_index=snapshot_index, clean=clean, fds=(build_fd, git_fd)
+        )
         ownership.hand_over_fd(git_fd, owner, recursive=True)
         if linked:
             ownership.hand_over_entry(work_fd, ".git", owner)
@@ -138,6 +132,30 @@ def enter(
             kept_git.settle(build_fd)
         # Only the snapshot's own index may be kept by the next reset; one read-tree made (a new commit) may not.
         return safefs.file_id(git_fd, snapshot.index_rel) if snapshot_index else None
+
+
+def _place_index(
+    snapshot: AdminSnapshot,
+    base: list[str],
+    commit: str,
+    *,
+    kept: bool,
+    snapshot_index: bool,
+    clean: bool,
+    fds: tuple[int, int],
+) -> None:
+    """The room's index: the one kept aside (``kept``) or the snapshot's written again when the snapshot's is the
+    one it needs, else one ``read-tree`` makes for ``commit``; what was kept aside and not used is removed."""
+    build_fd, git_fd = fds
+    if kept and snapshot_index:
+        os.rename(_INDEX_KEPT, snapshot.index_rel, src_dir_fd=build_fd, dst_dir_fd=git_fd)
+    elif snapshot_index:
+        safefs.write_at(git_fd, snapshot.index_rel, snapshot.index)
+    else:
+        _read_tree(base, commit, clean)
+    if kept:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_INDEX_KEPT, dir_fd=build_fd)  # kept but not used (a new commit: read-tree made one)
 
 
 def _enter_untouched(
