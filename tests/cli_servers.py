@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -230,6 +231,15 @@ def has_tool_result(messages: list[Any]) -> bool:
         if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
             return True
     return False
+
+
+def still_running(items: list[Any]) -> int | None:
+    """Codex's session id when its last command result says the command still runs (its exec tool returns after
+    ``yield_time_ms`` however loaded the machine is): a real model then polls with ``write_stdin``."""
+    outputs = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+    text = str(outputs[-1].get("output", "")) if outputs else ""
+    found = re.search(r"Process running with session ID (\d+)", text)
+    return int(found.group(1)) if found else None
 
 
 # ---- OpenAI Responses, streamed ------------------------------------------------------------------------------------

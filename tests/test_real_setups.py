@@ -44,6 +44,7 @@ from tests.cli_servers import (
     responses_message,
     responses_stream,
     responses_usage,
+    still_running,
 )
 from tests.conftest import git
 from tests.real_agents.support import SOLVE, TASK, Served, assert_nothing_left, home, installed, marker, on_path
@@ -140,6 +141,10 @@ def responses_model(served: Served, command: str = SCAN_AND_SOLVE) -> Callable[[
             served.add(model, Tokens(input=900, cached_input=300, output=60, reasoning=20, cache_creation=0))
             call = responses_function_call("exec_command", {"cmd": command, "yield_time_ms": 120_000})
             return responses_stream(model, [call], responses_usage(900, 300, 60, 20))
+        if (session := still_running(request.body.get("input", []))) is not None:  # a loaded machine: wait for it
+            poll = responses_function_call("write_stdin", {"session_id": session, "chars": "", "yield_time_ms": 30_000})
+            served.add(model, Tokens(input=1100, cached_input=800, output=15, reasoning=5, cache_creation=0))
+            return responses_stream(model, [poll], responses_usage(1100, 800, 15, 5))
         served.add(model, Tokens(input=1100, cached_input=800, output=15, reasoning=5, cache_creation=0))
         return responses_stream(model, [responses_message("Done.")], responses_usage(1100, 800, 15, 5))
 
