@@ -378,7 +378,7 @@ def test_containers_of_a_killed_harness_are_removed_by_the_next_run(runtime, tmp
         for key, name in names.items():
             subprocess.run([runtime, "run", "-d", "--name", name, "--label", f"{HARNESS_LABEL}={owners[key]}",
                             *rt.run_options, BASE_IMAGE, "sleep", "300"], check=True, capture_output=True)  # fmt: skip
-        assert sweep_orphans(rt) >= 1
+        sweep_orphans(rt)  # its count may miss the dead one: another run's sweep on this runtime may take it first
         listed = subprocess.run([runtime, "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True)
         assert names["dead"] not in listed.stdout.split() and names["alive"] in listed.stdout.split()
     finally:

@@ -83,47 +83,60 @@ def plan_containers(
         warn(note)
     sweep_orphans(runtime)
     host = dict(os.environ)
-    tasks = {}
-    for task_id, env in wanted.items():
-        image = images[_image_key(env)]
-        harbor = env.harbor
-        workdir = env.workdir
-        image_user = image_config(runtime, image, "User") if env.user == "image" else None
-        if harbor is not None and harbor.workdir_from_image:
-            workdir = image_workdir(runtime, image) or env.workdir
-        mode: VerifierRoom = harbor.verifier_mode if harbor is not None and verifier_room == "task" else "fresh"
-        verifier_network: NetworkMode | None = None
-        if harbor is not None and harbor.verifier_network is not None:
-            if mode == "shared":
-                raise BadInputError(
-                    f"task {task_id}: task.toml field [verifier] network_mode: {harbor.verifier_network!r} differs "
-                    "from the agent's network, and its verifier shares the agent's container (environment_mode "
-                    "'shared'); set environment_mode = 'separate', or run with --verifier-room fresh"
-                )
-            verifier_network = "off" if harbor.verifier_network == "no-network" else "on"
-        tasks[task_id] = ContainerEnv(
-            image=image,
-            digest=image,
-            workdir=workdir,
-            user=env.user,
-            network=env.network,
-            cpus=env.cpus,
-            memory_mb=env.memory_mb,
-            tests_dir=env.verifier_tests,
-            seed_workdir=env.seed_workdir,
-            env=resolve_templates(harbor.env, host, task_id, "[environment] env") if harbor else {},
-            verifier_env=resolve_templates(harbor.verifier_env, host, task_id, "[verifier] env") if harbor else {},
-            image_home=harbor is not None,
-            image_user=image_user or None,
-            reward_decides=harbor is not None,
-            verifier_mode=mode,
-            verifier_user=harbor.verifier_user if harbor is not None else None,
-            verifier_network=verifier_network,
-            healthcheck=harbor.healthcheck if harbor is not None else None,
-            artifacts=tuple(harbor.artifacts) if harbor is not None else (),
-            solution_env=dict(harbor.solution_env) if harbor is not None else {},
-        )
+    tasks = {
+        task_id: _task_env(runtime, task_id, env, images[_image_key(env)], host, verifier_room)
+        for task_id, env in wanted.items()
+    }
     return ContainerPlan(runtime=runtime, tasks=tasks)
+
+
+def _task_env(
+    runtime: ContainerRuntime,
+    task_id: str,
+    env: Environment,
+    image: str,
+    host: dict[str, str],
+    room: VerifierRoomChoice,
+) -> ContainerEnv:
+    """How one task's attempts run in ``image``: its workdir, user, network, limits, the verifier's room and user,
+    and (a Harbor task) its task.toml's environment, healthcheck, artifacts and solution env."""
+    harbor = env.harbor
+    workdir = env.workdir
+    image_user = image_config(runtime, image, "User") if env.user == "image" else None
+    if harbor is not None and harbor.workdir_from_image:
+        workdir = image_workdir(runtime, image) or env.workdir
+    mode: VerifierRoom = harbor.verifier_mode if harbor is not None and room == "task" else "fresh"
+    verifier_network: NetworkMode | None = None
+    if harbor is not None and harbor.verifier_network is not None:
+        if mode == "shared":
+            raise BadInputError(
+                f"task {task_id}: task.toml field [verifier] network_mode: {harbor.verifier_network!r} differs "
+                "from the agent's network, and its verifier shares the agent's container (environment_mode "
+                "'shared'); set environment_mode = 'separate', or run with --verifier-room fresh"
+            )
+        verifier_network = "off" if harbor.verifier_network == "no-network" else "on"
+    return ContainerEnv(
+        image=image,
+        digest=image,
+        workdir=workdir,
+        user=env.user,
+        network=env.network,
+        cpus=env.cpus,
+        memory_mb=env.memory_mb,
+        tests_dir=env.verifier_tests,
+        seed_workdir=env.seed_workdir,
+        env=resolve_templates(harbor.env, host, task_id, "[environment] env") if harbor else {},
+        verifier_env=resolve_templates(harbor.verifier_env, host, task_id, "[verifier] env") if harbor else {},
+        image_home=harbor is not None,
+        image_user=image_user or None,
+        reward_decides=harbor is not None,
+        verifier_mode=mode,
+        verifier_user=harbor.verifier_user if harbor is not None else None,
+        verifier_network=verifier_network,
+        healthcheck=harbor.healthcheck if harbor is not None else None,
+        artifacts=tuple(harbor.artifacts) if harbor is not None else (),
+        solution_env=dict(harbor.solution_env) if harbor is not None else {},
+    )
 
 
 def combined_network(task: NetworkMode | None, run: NetworkMode) -> NetworkMode:
