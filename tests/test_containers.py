@@ -410,7 +410,15 @@ def test_a_root_container_agent_leaves_no_set_uid_file_or_device_on_the_host(cli
 
 
 def test_regrade_judges_a_container_tasks_stored_change_again(cli, runtime, workspace, dataset) -> None:
-    first = _eval(cli, workspace, dataset / "fix-sum", runtime, "--agent", "oracle")
+    """An attempt verified in a fresh room is judged again from its stored change; one whose verifier shared the
+    agent's container (a Harbor task's default) depended on more than the change holds and is left out, with why."""
+    shared = json.loads(_eval(cli, workspace, dataset / "fix-sum", runtime, "--agent", "oracle").stdout)
+    assert [a["verifier_room"] for a in _attempts(shared)["fix-sum"]] == ["shared"]
+    args = ["regrade", shared["run"]["id"], "--suite", str(dataset / "fix-sum"), "--trust", "--format", "json"]
+    result = cli([*args, "--runtime", runtime, "--quiet"], cwd=workspace)
+    (left,) = json.loads(result.stdout)["run"]["reuse"]["not_regraded"] if result.exit_code == 0 else [result.output]
+    assert "verifier mode shared" in left["reason"], left
+    first = _eval(cli, workspace, dataset / "fix-sum", runtime, "--agent", "oracle", "--verifier-room", "fresh")
     envelope = json.loads(first.stdout)
     assert [a["outcome"] for a in _attempts(envelope)["fix-sum"]] == ["pass"]
     tests = dataset / "fix-sum" / "tests" / "test.sh"  # a stricter verifier the oracle's change does not satisfy
