@@ -26,7 +26,9 @@ from worktrial.isolation.workspace import SourceRepo, materialize_source
 
 log = logging.getLogger(__name__)
 
-_POLL_SECS = 0.1
+_POLL_SECS = 1.0
+"""How long the driver waits for an event at a time: a bound only (a signal interrupts the wait), so a run whose
+attempts take minutes does not wake the driver ten times a second for nothing."""
 SLOTS_PER_WORKER = 2
 """Slots a worker keeps for different task bases (repository, commit, environment); the oldest is closed first."""
 _Kind = Literal["start", "phase", "done", "abandoned", "crash"]
