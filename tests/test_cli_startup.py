@@ -71,3 +71,44 @@ def test_eval_loads_neither_the_html_view_nor_jinja2(repo: Path, write_suite) ->
     args = ["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "-q", "--format", "json"]
     done = subprocess.run([sys.executable, "-c", probe, *args], cwd=repo, capture_output=True, text=True, timeout=120)
     assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
+
+
+WEB_STACK = ("uvicorn", "starlette", "httpx", "httpx2", "httpcore", "h11", "anyio", "asyncio")
+"""The model gateway's server and client: imported by a run only where an attempt may route through it."""
+
+_LOADED = """
+import json, sys
+from worktrial.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def _modules(args: list[str], cwd: Path) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def _web(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in WEB_STACK)
+
+
+@pytest.mark.slow
+def test_a_run_that_routes_nothing_never_loads_the_web_stack(repo: Path, write_suite) -> None:
+    """``eval`` of agents that never call a provider through the gateway (nop, oracle, a command without
+    ``--base-url``) imports neither the gateway's server nor its client; one whose command agent is given
+    ``--base-url`` does (the probe sees what a run imports)."""
+    suite = write_suite([task("t")])
+    run = ["eval", "--suite", str(suite), "--trust", "-q", "--format", "json", "--sandbox", "off"]
+    for agent in (["--agent", "nop"], ["--agent", "oracle"], ["--agent-cmd", "true"]):
+        loaded = _modules([*run, *agent], repo)
+        assert "worktrial.engine.run" in loaded, agent
+        assert _web(loaded) == [], agent
+        assert "worktrial.gateway.server" not in loaded, agent
+    routed = _modules([*run, "--agent-cmd", "true", "--base-url", "http://127.0.0.1:9/v1"], repo)
+    assert "worktrial.gateway.server" in routed and "uvicorn" in routed

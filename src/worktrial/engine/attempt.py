@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOutput, AgentResult
 from worktrial.agents.credentials import preset_credentials
@@ -19,7 +19,6 @@ from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, Ta
 from worktrial.engine.model_gateway import apply_report, open_session
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
-from worktrial.gateway import Gateway
 from worktrial.isolation import childenv, overlay, ownership, proc, safefs, verifier
 from worktrial.isolation.alternates import read_alternates
 from worktrial.isolation.env_cache import EnvironmentCache
@@ -42,6 +41,9 @@ from worktrial.model.records import AttemptRecord, ErrorCategory, Outcome, Usage
 from worktrial.model.suite import SUITE_DIR_ENV, Task
 from worktrial.model.trace import build_trace, trace_filename
 from worktrial.redaction import Redactor
+
+if TYPE_CHECKING:
+    from worktrial.gateway import Gateway
 
 # An agent that returns this long after its deadline overran it, whatever it says.
 DEADLINE_GRACE_SECS = 2.0

@@ -36,9 +36,8 @@ from worktrial.engine.confine import (
 from worktrial.engine.containers import plan_containers, with_agent_tools
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptSpec, Executor, RepoSource, TaskBase
 from worktrial.engine.local import LocalExecutor
-from worktrial.engine.model_gateway import routes_through_gateway
+from worktrial.engine.model_gateway import RunGateway, routes_through_gateway
 from worktrial.errors import BadInputError, WorkspaceError
-from worktrial.gateway import Gateway
 from worktrial.isolation import cgroups
 from worktrial.isolation.container import ContainerPlan, RuntimeChoice
 from worktrial.isolation.proc import ProcessScope
@@ -661,7 +660,7 @@ def execute(
     budget.count(records, free=meta.agent in FREE_AGENTS)
     observer.begin(meta.id, meta.attempts * len(task_ids) - len(done_keys), len(records))
     gateway = getattr(executor, "gateway", None)
-    if isinstance(gateway, Gateway) and budget.max_cost is not None:
+    if isinstance(gateway, RunGateway) and budget.max_cost is not None:
         gateway.limit_run(budget.max_cost, budget.total)  # live, over every model call: no attempt overshoots far
     scope = getattr(executor, "scope", None)
     if isinstance(scope, ProcessScope):  # an executor whose processes live in this one: record them for resume
