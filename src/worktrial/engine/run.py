@@ -654,11 +654,15 @@ def execute(
 ) -> RunResult:
     meta = settings.meta
     task_ids = {t.id for t in settings.loaded.suite.tasks}
-    records = [r for r in done if r.task_id in task_ids]
-    done_keys = {(r.task_id, r.attempt) for r in records}
+    earlier = [r for r in done if r.task_id in task_ids]
+    done_keys = {(r.task_id, r.attempt) for r in earlier}
     budget = budget or Budget(None)
-    budget.count(records, free=meta.agent in FREE_AGENTS)
-    observer.begin(meta.id, meta.attempts * len(task_ids) - len(done_keys), len(records))
+    budget.count(earlier, free=meta.agent in FREE_AGENTS)
+    observer.begin(meta.id, meta.attempts * len(task_ids) - len(done_keys), len(earlier))
+    # Each record is on disk once it exists: none is held while the run goes on (the envelope is built from the
+    # store at the end), so a run of any length keeps the same memory.
+    finished = [len(earlier)]
+    del earlier
     gateway = getattr(executor, "gateway", None)
     if isinstance(gateway, RunGateway) and budget.max_cost is not None:
         gateway.limit_run(budget.max_cost, budget.total)  # live, over every model call: no attempt overshoots far
@@ -670,9 +674,9 @@ def execute(
     try:
         with sigterm_as_interrupt():
             try:
-                error = _drain(settings, executor, store, observer, _plan(settings, done_keys), records, budget)
+                error = _drain(settings, executor, store, observer, _plan(settings, done_keys), finished, budget)
                 status = "aborted" if error else "complete"
-                if not error and budget.stopped and len(records) < meta.attempts * len(task_ids):
+                if not error and budget.stopped and finished[0] < meta.attempts * len(task_ids):
                     status = "stopped"
             except KeyboardInterrupt:
                 status = "stopped"
@@ -690,6 +694,10 @@ def execute(
     if budget.info() is not None:
         meta = meta.model_copy(update={"budget": budget.info()})
         store.write_meta(meta)
+    stored = store.load_records()
+    if (warning := stored.warning()) is not None:
+        observer.warning(warning)
+    records = [r for r in stored.records if r.task_id in task_ids]
     envelope = envelope_from_records(meta, records, complete=status == "complete")
     store.write_envelope(envelope)
     return RunResult(
@@ -708,10 +716,11 @@ def _drain(
     store: RunStore,
     observer: RunObserver,
     plan: Iterator[AttemptJob],
-    records: list[AttemptRecord],
+    finished: list[int],
     budget: Budget,
 ) -> str | None:
-    """Feed the executor lazily, persist each result as it arrives, decide retries; the abort reason or None.
+    """Feed the executor lazily, persist each result as it arrives (counted in ``finished[0]``), decide retries; the
+    abort reason or None.
 
     Under a budget only ``jobs`` attempts are in flight (none queued ahead), and each new one starts only while
     the budget allows it; once it does not, the running ones finish and nothing else starts.
@@ -756,7 +765,7 @@ def _drain(
                 observer.spend(budget.total, budget.max_cost)
             stopping = True
             continue
-        reasons = retry_reasons.setdefault(job.key, [])
+        reasons = retry_reasons.pop(job.key, [])  # kept only while the attempt may run again
         if (
             record.outcome == "error"
             and record.error_category in INFRA_ERROR_CATEGORIES
@@ -766,6 +775,7 @@ def _drain(
             and (not budget.limited or budget.allows_start(in_flight))
         ):
             reasons.append(record.reason or record.error_category or "error")
+            retry_reasons[job.key] = reasons
             executor.submit(dataclasses.replace(job, try_number=job.try_number + 1))
             in_flight += 1
             continue
@@ -784,7 +794,7 @@ def _drain(
             except OSError as exc:  # a full disk costs the logs, never the result
                 observer.warning(f"could not store the artifacts of {job.task.id} #{job.attempt}: {exc.strerror}")
         store.append(record)
-        records.append(record)
+        finished[0] += 1
         budget.add(record, free=free)
         if budget.limited:
             observer.spend(budget.total, budget.max_cost)
