@@ -112,3 +112,28 @@ def test_a_run_that_routes_nothing_never_loads_the_web_stack(repo: Path, write_s
         assert "worktrial.gateway.server" not in loaded, agent
     routed = _modules([*run, "--agent-cmd", "true", "--base-url", "http://127.0.0.1:9/v1"], repo)
     assert "worktrial.gateway.server" in routed and "uvicorn" in routed
+
+
+def test_help_loads_only_the_commands_definitions(tmp_path: Path) -> None:
+    """``worktrial --help`` lists every command without importing what any of them runs with: no models (pydantic),
+    no rich, none of the commands imported on first use, no psutil."""
+    loaded = _modules(["--help"], tmp_path)
+    assert "worktrial.cli.main" in loaded
+    heavy = {"pydantic", "rich", "psutil", "jinja2"} | {f"worktrial.cli.{m}" for m in ("numbers", "view", "init")}
+    assert sorted(m for m in loaded if m in heavy or m.split(".")[0] in heavy) == []
+
+
+def test_help_lists_each_lazy_command_as_the_command_describes_itself() -> None:
+    """The summaries --help shows for commands it does not import are the commands' own first lines."""
+    import importlib
+
+    import click
+
+    from worktrial.cli.main import _LAZY, _LAZY_SUMMARIES
+
+    assert set(_LAZY_SUMMARIES) == set(_LAZY)
+    for name, (module, attr) in _LAZY.items():
+        command = getattr(importlib.import_module(module), attr)
+        for limit in (30, 45, 80, 200):
+            shown = click.Command(name, help=_LAZY_SUMMARIES[name]).get_short_help_str(limit)
+            assert shown == command.get_short_help_str(limit), name

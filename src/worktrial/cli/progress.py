@@ -13,17 +13,16 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO
-
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+from typing import IO, TYPE_CHECKING
 
 from worktrial.engine.run import RunObserver
 from worktrial.model.records import OUTCOMES, AttemptRecord
 from worktrial.safe_text import for_terminal, terminal_text
 from worktrial.util import plural
+
+if TYPE_CHECKING:  # rich is imported for the live view only: plain lines and -q need none of it
+    from rich.console import RenderableType
+    from rich.live import Live
 
 _STYLE = {"pass": "green", "fail": "red", "timeout": "yellow", "error": "magenta"}
 REFRESH_PER_SECOND = 4
@@ -69,12 +68,13 @@ class ProgressReporter(RunObserver):
         self.running: dict[tuple[str, int], _Running] = {}
         self.total = 0
         self.done = 0
-        self.durations: list[float] = []
+        self.finished = 0
+        """Attempts finished in this session, and their total duration (the ETA's mean; nothing per attempt is kept)."""
+        self.finished_secs = 0.0
         self.most_parallel = 1
         self.run_id = ""
         self._clock = clock
         self._began = clock()
-        self._console = Console(file=self.stream)
         self._live: Live | None = None
 
     # -- callbacks ---------------------------------------------------------------------------------------
@@ -91,9 +91,12 @@ class ProgressReporter(RunObserver):
         self.done = self.earlier = done
         self._began = self._clock()
         if self.live_mode:
+            from rich.console import Console
+            from rich.live import Live
+
             self._live = Live(
                 get_renderable=self.render,
-                console=self._console,
+                console=Console(file=self.stream),
                 refresh_per_second=REFRESH_PER_SECOND,
                 transient=False,
             )
@@ -115,7 +118,8 @@ class ProgressReporter(RunObserver):
         self.running.pop((record.task_id, record.attempt), None)
         self.counts[record.outcome] += 1
         self.done += 1
-        self.durations.append(record.duration_secs + (record.setup_secs or 0.0))  # both are the run's wall time
+        self.finished += 1
+        self.finished_secs += record.duration_secs + (record.setup_secs or 0.0)  # both are the run's wall time
         if record.cost_usd is not None and self.max_cost is None:  # under a budget, ``spend`` says the run's total
             self.spent += record.cost_usd
             self.priced = True
@@ -151,9 +155,9 @@ class ProgressReporter(RunObserver):
 
     def eta_secs(self) -> float | None:
         """Seconds left, from the mean duration of attempts finished in this session; None before the first."""
-        if not self.durations:
+        if not self.finished:
             return None
-        mean = sum(self.durations) / len(self.durations)
+        mean = self.finished_secs / self.finished
         now = self._clock()
         queued = max(0, self.total - self.done - len(self.running))
         left_running = sum(max(0.0, mean - (now - r.started)) for r in self.running.values())
@@ -178,6 +182,10 @@ class ProgressReporter(RunObserver):
 
     def render(self) -> RenderableType:
         """The live view as of now (called by rich on every refresh)."""
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
         now = self._clock()
         filled = int(BAR_WIDTH * self.done / self.total) if self.total else 0
         eta = self.eta_secs()

@@ -33,8 +33,6 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 log = logging.getLogger(__name__)
 _PREFIX = "worktrial-"
 _KILL_WAIT_SECS = 5.0
@@ -159,7 +157,12 @@ def _pid_namespace() -> int:
 
 def _name() -> str:
     """``worktrial-<pid namespace>-<pid>-<start time>``: who made a parent cgroup, checkable by a later harness."""
-    start = int(psutil.Process().create_time() * 100)
+    import psutil  # imported where used: every command imports this module, --help too
+
+    try:
+        start = int(psutil.Process().create_time() * 100)
+    except psutil.Error as exc:
+        raise OSError(f"cannot read this process's start time: {exc}") from exc
     return f"{_PREFIX}{_pid_namespace()}-{os.getpid()}-{start}"
 
 
@@ -169,6 +172,8 @@ def _stale(name: str) -> bool:
     Only parents made in this PID namespace are judged: a pid from another namespace (a container, a Ray test's
     namespace) says nothing here, and its harness may well be running.
     """
+    import psutil
+
     try:
         ns_text, pid_text, start_text = name[len(_PREFIX) :].split("-")
         ns, pid, start = int(ns_text), int(pid_text), int(start_text)
@@ -204,7 +209,7 @@ class Cgroups:
             try:
                 parent = base / _name()
                 parent.mkdir(exist_ok=True)
-            except (OSError, psutil.Error) as exc:
+            except OSError as exc:
                 log.debug("no cgroup for attempts under %s: %s", base, exc)
                 return None
             self._parent = parent

@@ -45,8 +45,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from worktrial.isolation.cgroups import kill, members, remove
 
 log = logging.getLogger(__name__)
@@ -139,6 +137,8 @@ def _boot_time() -> float:
     """The boot time psutil computes create times from, read once (it does not change while the machine runs)."""
     global _boot
     if _boot is None:
+        import psutil  # only here and where there is no /proc: `worktrial --help` needs none of it
+
         _boot = psutil.boot_time()
     return _boot
 
@@ -179,6 +179,8 @@ def _children_of(pid: int, *, all_threads: bool = True) -> list[int]:
 def _table() -> dict[int, _Entry]:
     """Every visible process (one pass over the whole process table): only where children cannot be read per
     process. psutil where there is no ``/proc``."""
+    import psutil
+
     table: dict[int, _Entry] = {}
     if _PROC_STAT:
         for name in os.listdir("/proc"):
@@ -234,6 +236,8 @@ class Procs:
 
 
 def _create_time(pid: int) -> float:
+    import psutil
+
     if _PROC_STAT:
         entry = _stat(pid)
         return entry.create_time if entry is not None else 0.0
@@ -249,6 +253,8 @@ def pids_with_token(tokens: Iterable[str]) -> dict[int, str]:
     This looks at every process of the machine: it is only called where nothing else can find a process (no
     subreaper), when a root ends, and for a killed harness's leftovers.
     """
+    import psutil
+
     wanted = {f"{TOKEN_VAR}={t}".encode() for t in tokens}
     if not wanted:
         return {}
@@ -270,6 +276,8 @@ def pids_with_token(tokens: Iterable[str]) -> dict[int, str]:
 
 
 def _environ(pid: int) -> list[bytes]:
+    import psutil
+
     if _PROC_STAT:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             return fh.read().split(b"\0")
@@ -603,6 +611,8 @@ def kill_all(collect: Callable[[Procs], set[int]], tokens: Iterable[str] = ()) -
 
 
 def _ancestors() -> set[int]:
+    import psutil
+
     found: set[int] = set()
     with contextlib.suppress(psutil.Error):
         found = {p.pid for p in psutil.Process().parents()}
@@ -617,6 +627,8 @@ def end_leftovers(records: Iterable[ProcIdentity]) -> int:
     which is why the record itself must come from the harness: the caller checks its signature). This process,
     its ancestors and init are never touched.
     """
+    import psutil
+
     records = list(records)
     procs = Procs()
     never = _ancestors()

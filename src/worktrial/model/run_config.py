@@ -11,8 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DEFAULT_GRACE_SECS = 5.0
-"""Between SIGTERM at an agent's deadline and SIGKILL (``--grace-secs``): time for the agent to save its work."""
+from worktrial.model.defaults import DEFAULT_GRACE_SECS as DEFAULT_GRACE_SECS  # re-exported: its old home
 
 EXECUTION_FLAGS = (
     "--jobs",
