@@ -5,8 +5,10 @@ wall time on a shared machine swings with its load:
 
 1. **Agent time.** Harness CPU per attempt for a command agent that sleeps 3 s, beside the same agent sleeping 0 s
    and the in-process nop agent: sandbox on, ``--jobs 1``, verify ``true``, each attempt timed from inside the
-   process, the first attempt (which builds the slot) left out, the median of the rest. Targets: sleep 3 costs at
-   most nop + 10 ms, and at most 1 ms per second the agent runs ((sleep 3 - sleep 0) / 3).
+   process, the first attempt (which builds the slot) left out, the median of the rest. The sleeping and the
+   non-sleeping attempts are two tasks of one run, so they alternate under the same load, and the cost per second
+   the agent runs is the median of their differences, attempt by attempt, over 3. Targets: sleep 3 costs at most
+   nop + 10 ms, and at most 1 ms per second the agent runs.
 2. **Run length.** Memory over 5,000 nop attempts (2,500 tasks x 2, ``--jobs 2``): the process's RSS after every
    1,000th attempt (after a garbage collection, from ``/proc/self/status``), and the growth per 1,000 attempts from
    the 1,000th to the last. Target: at most 0.5 MB per 1,000 attempts. RSS moves in steps that are not per attempt
@@ -38,15 +40,16 @@ import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 HERE = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 FILES = 100
-AGENTS = {
-    "nop": ["--agent", "nop"],
-    "agent `sleep 0`": ["--agent-cmd", "sleep 0"],
-    "agent `sleep 3`": ["--agent-cmd", "sleep 3"],
-}
-ATTEMPTS = {"nop": 11, "agent `sleep 0`": 11, "agent `sleep 3`": 6}
+NOP_ATTEMPTS = 11
+SLEEP_SECS = 3
+SLEEP_ATTEMPTS = 8
+SLEEPER = f'if [ "$WORKTRIAL_TASK_ID" = long ]; then sleep {SLEEP_SECS}; else sleep 0; fi'
+"""One agent command for both tasks of the agent-time run: task ``long`` sleeps, task ``short`` does not."""
 STARTUP_REPEATS = 5
 
 # Runs worktrial with each finished attempt timed from inside: CPU (the process's own, all threads, plus the
@@ -71,7 +74,7 @@ def timed(*args, **kwargs):
         cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
         with lock:
             done[0] += 1
-            row = {"cpu": cpu}
+            row = {"cpu": cpu, "task": getattr(getattr(args[1], "task", None), "id", None)}
             if done[0] in marks:
                 gc.collect()
                 row["rss"] = rss_mb()
@@ -143,7 +146,7 @@ class Bench:
             **extra,
         }
 
-    def rows(self, label: str, args: list[str], marks: str = "") -> list[dict[str, float]]:
+    def rows(self, label: str, args: list[str], marks: str = "") -> list[dict[str, Any]]:
         self._runs += 1
         figures = self.root / f"figures-{self._runs}.jsonl"
         argv = [sys.executable, "-c", _PROBE, str(figures), "eval", *args, "-q", "--format", "json",
@@ -151,11 +154,22 @@ class Bench:
         cpu_of(argv, self.repo, self.env(label, BENCH_MARKS=marks))
         return [json.loads(line) for line in figures.read_text().splitlines()]
 
-    def per_attempt(self, label: str, agent: str) -> list[float]:
-        """CPU ms of each attempt after the first."""
-        path = suite(self.root, 1, ATTEMPTS[agent])
-        rows = self.rows(label, ["--suite", str(path), *AGENTS[agent], "--jobs", "1", "--sandbox", "on"])
+    def nop(self, label: str) -> list[float]:
+        """CPU ms of each nop attempt after the first."""
+        path = suite(self.root, 1, NOP_ATTEMPTS)
+        rows = self.rows(label, ["--suite", str(path), "--agent", "nop", "--jobs", "1", "--sandbox", "on"])
         return [r["cpu"] * 1000 for r in rows[1:]]
+
+    def sleepers(self, label: str) -> list[tuple[float, float]]:
+        """(CPU ms of the ``short`` attempt, of the ``long`` one) of each attempt number after the first: the two
+        tasks alternate in one run (short #1, long #1, short #2, ...), so each pair saw the same load."""
+        path = self.root / "sleepers.json"
+        tasks = [{"id": name, "prompt": "sleep or not", "verify_commands": ["true"]} for name in ("short", "long")]
+        path.write_text(json.dumps({"id": "sleepers", "attempts": SLEEP_ATTEMPTS, "tasks": tasks}))
+        rows = self.rows(label, ["--suite", str(path), "--agent-cmd", SLEEPER, "--jobs", "1", "--sandbox", "on"])
+        short = [r["cpu"] * 1000 for r in rows if r["task"] == "short"]
+        long = [r["cpu"] * 1000 for r in rows if r["task"] == "long"]
+        return list(zip(short, long, strict=True))[1:]  # the first short attempt builds the slot
 
     def memory(self, label: str, marks: list[int]) -> dict[int, tuple[float, int]]:
         """(RSS MB, Python's allocated blocks) after each attempt in ``marks`` of one nop run at --jobs 2."""
@@ -174,10 +188,10 @@ class Bench:
         return [cpu_of(argv, self.repo, env) * 1000]
 
 
-def alternate(labels: list[str], rounds: int, measure: Callable[[str], list[float]]) -> dict[str, list[float]]:
+def alternate(labels: list[str], rounds: int, measure: Callable[[str], list[T]]) -> dict[str, list[T]]:
     """Run ``measure`` for each label in turn, ``rounds`` times, in an order that gives each label the same share of
     early and late runs (a b, b a, ...)."""
-    found: dict[str, list[float]] = {label: [] for label in labels}
+    found: dict[str, list[T]] = {label: [] for label in labels}
     for i in range(rounds):
         for label in labels if i % 2 == 0 else list(reversed(labels)):
             found[label] += measure(label)
@@ -213,15 +227,18 @@ def main() -> None:
         if "agent" not in skip:
             print("\nharness CPU per attempt, ms (sandbox on, --jobs 1, verify `true`; median after the first)")
             print(header)
-            cpu: dict[str, dict[str, float]] = {}
-            for agent in AGENTS:
-                found = alternate(labels, 2, functools.partial(bench.per_attempt, agent=agent))
-                cpu[agent] = {label: statistics.median(v) for label, v in found.items()}
-                line(agent, {label: f"{cpu[agent][label]:.1f}" for label in labels})
-            line("sleep 3 - nop (target <= 10)", {
-                label: f"{cpu['agent `sleep 3`'][label] - cpu['nop'][label]:+.1f}" for label in labels})  # fmt: skip
-            line("per agent-second, (sleep 3 - sleep 0) / 3 (<= 1)", {
-                label: f"{(cpu['agent `sleep 3`'][label] - cpu['agent `sleep 0`'][label]) / 3:+.2f}"
+            nop = {label: statistics.median(v) for label, v in alternate(labels, 2, bench.nop).items()}
+            pairs = alternate(labels, 2, lambda label: [bench.sleepers(label)])
+            flat = {label: [pair for run in runs for pair in run] for label, runs in pairs.items()}
+            short = {label: statistics.median(s for s, _ in flat[label]) for label in labels}
+            long = {label: statistics.median(g for _, g in flat[label]) for label in labels}
+            line("nop", {label: f"{nop[label]:.1f}" for label in labels})
+            line("agent command, sleep 0", {label: f"{short[label]:.1f}" for label in labels})
+            line(f"agent command, sleep {SLEEP_SECS}", {label: f"{long[label]:.1f}" for label in labels})
+            line(f"sleep {SLEEP_SECS} - nop (target <= 10)", {
+                label: f"{long[label] - nop[label]:+.1f}" for label in labels})  # fmt: skip
+            line("per agent-second, paired (target <= 1)", {
+                label: f"{statistics.median((g - s) / SLEEP_SECS for s, g in flat[label]):+.2f}"
                 for label in labels})  # fmt: skip
         if "memory" not in skip:
             marks = [1_000, 2_000] if args.quick else [1_000, 2_000, 3_000, 4_000, 5_000]
