@@ -19,9 +19,15 @@ namespace, write one file, discard the upper directory). Each attempt is timed f
 slot (a checkout of the whole repository, once per run), is left out and the median of the other ten printed.
 CPU, not wall time, because wall times swing with the machine's load.
 
+The ratio of one changed file to a nop attempt (``--ratio``): the nop, the agent command changing nothing and the
+one changed file rows at 100 and 50,000 files, for this checkout and for a baseline git ref (``--baseline REF``,
+default the merge base with ``int``, else ``main``), run alternately, round after round, so both see the same load;
+each cell is the median of the rounds' medians.
+
     .venv/bin/python benchmarks/overhead.py            # everything (several minutes)
     .venv/bin/python benchmarks/overhead.py --quick    # skip the 5,000-attempt memory run
     .venv/bin/python benchmarks/overhead.py --cpu-only # only the CPU table and the start-up figures
+    .venv/bin/python benchmarks/overhead.py --ratio --baseline b4792d5 --rounds 3
 """
 
 from __future__ import annotations
@@ -152,9 +158,14 @@ entry()
 """
 
 
-def cpu_per_attempt(repo: Path, root: Path, agent: list[str], overlay: str, config: Path) -> tuple[float, float]:
-    """Median CPU and wall ms per attempt after the first (sandbox on, --jobs 1, verify ``true``)."""
+def cpu_per_attempt(
+    repo: Path, root: Path, agent: list[str], overlay: str, config: Path, src: Path | None = None
+) -> tuple[float, float]:
+    """Median CPU and wall ms per attempt after the first (sandbox on, --jobs 1, verify ``true``); ``src``: the
+    worktrial source tree to run (default: the one installed)."""
     env = {**os.environ, "WORKTRIAL_TRUST": "1", "WORKTRIAL_CONFIG_DIR": str(config), "WORKTRIAL_OVERLAY": overlay}
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH", "")]))
     suite = root / "cpu-suite.json"
     suite.write_text(json.dumps({"id": "cpu", "attempts": CPU_ATTEMPTS, "tasks": [
         {"id": "t", "prompt": "nothing", "verify_commands": ["true"]}]}))  # fmt: skip
@@ -246,16 +257,71 @@ def cpu_table(root: Path, config: Path, sizes: tuple[int, ...]) -> None:
     startup_figures(root, repos[sizes[0]], config)
 
 
+RATIO_SIZES = (100, 50_000)
+RATIO_AGENTS = ("nop", "command, no change", "1 changed file")
+
+
+def checkout_of(ref: str, into: Path) -> Path:
+    """The ``src`` directory of ``ref`` of this repository, exported (``git archive``) under ``into``."""
+    repo = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(["git", "archive", "--format=tar", ref, "src"], cwd=repo, check=True, capture_output=True)
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "src"
+
+
+def default_baseline() -> str:
+    repo = Path(__file__).resolve().parent.parent
+    for branch in ("int", "main"):
+        found = subprocess.run(["git", "merge-base", "HEAD", branch], cwd=repo, capture_output=True, text=True)
+        if found.returncode == 0 and found.stdout.strip():
+            return found.stdout.strip()[:12]
+    raise SystemExit("no baseline: pass --baseline REF")
+
+
+def ratio_table(root: Path, config: Path, baseline: str, rounds: int) -> None:
+    """The changed-file and nop rows of this checkout and of ``baseline``, alternately, ``rounds`` times."""
+    here = Path(__file__).resolve().parent.parent / "src"
+    codes = {"this checkout": here, f"baseline {baseline}": checkout_of(baseline, root / "baseline")}
+    repos = {n: make_repo(root, n) for n in RATIO_SIZES}
+    found: dict[tuple[int, str, str], list[float]] = {}
+    loads = [os.getloadavg()[0]]
+    for number in range(1, rounds + 1):
+        for n in RATIO_SIZES:
+            for code, src in codes.items():
+                for agent in RATIO_AGENTS:
+                    cpu, _ = cpu_per_attempt(repos[n], root, AGENTS[agent], "on", config, src)
+                    found.setdefault((n, code, agent), []).append(cpu)
+        loads.append(os.getloadavg()[0])
+        print(f"round {number} of {rounds} done, load average {loads[-1]:.2f}", flush=True)
+    print(f"\nCPU ms per attempt, median of {rounds} rounds (each the median of 10 attempts), sandbox on, --jobs 1;")
+    print(f"load average {min(loads):.2f}-{max(loads):.2f} over the run")
+    head = f"{'files':>7} {'code':>24}" + "".join(f"{a:>20}" for a in RATIO_AGENTS) + f"{'changed / nop':>15}"
+    print(head)
+    print("-" * len(head))
+    for n in RATIO_SIZES:
+        for code in codes:
+            cells = [sorted(found[(n, code, a)])[rounds // 2] for a in RATIO_AGENTS]
+            print(f"{n:>7,} {code:>24}" + "".join(f"{c:>20.1f}" for c in cells) + f"{cells[2] / cells[0]:>14.2f}x")
+    print("target: one changed file <= 1.5x a nop attempt at 100 and 50,000 files")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="skip the 5,000-attempt memory run")
     parser.add_argument("--cpu-only", action="store_true", help="only the CPU-per-attempt table and start-up figures")
     parser.add_argument("--sizes", default=",".join(map(str, CPU_SIZES)), help="repository sizes of the CPU table")
+    parser.add_argument("--ratio", action="store_true", help="only the changed-file / nop ratio beside a baseline")
+    parser.add_argument("--baseline", help="git ref of the baseline for --ratio (default: merge base with int/main)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of --ratio")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory(prefix="worktrial-bench-") as tmp:
         root = Path(tmp)
         config = root / "config"
+        if args.ratio:
+            ratio_table(root / "ratio", config, args.baseline or default_baseline(), args.rounds)
+            return
         cpu_table(root / "cpu", config, tuple(int(n) for n in args.sizes.split(",")))
         if args.cpu_only:
             return

@@ -49,6 +49,8 @@ class Plain:
     status: int
     body: Json
     headers: dict[str, str] = field(default_factory=dict)
+    cut: bool = False
+    """Close the connection halfway through the body (its content-length promised all of it)."""
 
 
 Answer = Sse | Plain
@@ -86,7 +88,11 @@ class CliServer:
                     for key, value in answer.headers.items():
                         self.send_header(key, value)
                     self.end_headers()
-                    if method != "HEAD":  # a HEAD answer has no body: one would corrupt a kept-alive connection
+                    if answer.cut:
+                        self.wfile.write(data[: len(data) // 2])
+                        self.wfile.flush()
+                        self.close_connection = True
+                    elif method != "HEAD":  # a HEAD answer has no body: one would corrupt a kept-alive connection
                         self.wfile.write(data)
                     return
                 self.send_response(200)
@@ -380,3 +386,47 @@ def chat_plain(model: str, usage: Json, text: str | None = None, call: tuple[str
         "usage": usage,
     }
     return Plain(200, body)
+
+
+# ---- A vendor's host, seen through the proxy everything outbound goes through ---------------------------------------
+
+
+class ProxyRecorder:
+    """An HTTP(S) proxy that records the host of every request it is asked to carry and carries none (403): set as
+    ``HTTPS_PROXY``, it shows whether anything on this machine tried to reach a provider's own host."""
+
+    def __init__(self) -> None:
+        self.hosts: list[str] = []
+        self._lock = threading.Lock()
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _refuse(self) -> None:
+                target = self.path.split("://", 1)[-1].split("/", 1)[0]
+                with recorder._lock:
+                    recorder.hosts.append(target.rsplit(":", 1)[0] if ":" in target else target)
+                self.send_response(403)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            do_CONNECT = do_GET = do_POST = do_HEAD = _refuse
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> ProxyRecorder:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)

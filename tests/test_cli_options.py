@@ -18,6 +18,7 @@ OWN_MEANING = {
     ("--attempts", "power"),  # the attempts of a planned comparison, not of a run
     ("--base-url", "resume"),  # the stored URL again, when it held credentials
     ("--output", "view"),  # the HTML page, not a report
+    ("--output", "export"),  # a directory in another tool's layout, not a report
     ("--trust", "agents"),  # hidden: the old spelling of --trust-project, refused with the new name
 }
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -108,7 +110,8 @@ def test_a_command_agent_runs_inside_and_sees_neither_the_host_nor_the_tests(
     secret = tmp_path / "host-secret.txt"
     secret.write_text("do not read\n")
     probe = (
-        f"{{ pwd; id -u; test -e /tests && echo tests-visible; test -e {secret} && echo host-visible; "
+        f'{{ pwd; id -u; test -n "$(ls -A /tests; ls -A /logs/verifier)" && echo tests-visible; '
+        f"test -e {secret} && echo host-visible; "
         f"test -e {dataset} && echo suite-visible; cat /app/words.txt | wc -w; }} > /app/probe.txt; "
         "ls /sys/class/net > /app/net.txt; "
         "wc -w < /app/words.txt | tr -d ' ' > /app/count.txt"
@@ -183,7 +186,10 @@ def test_resume_runs_what_is_missing_in_the_same_image(cli, runtime, workspace, 
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (lambda d: (d / "task.toml").write_text("[verifier]\ntimeout_sec = 'soon'\n"), "must be a positive number"),
+        (
+            lambda d: (d / "task.toml").write_text("[verifier]\ntimeout_sec = 'soon'\n"),
+            "field [verifier] timeout_sec: Input should be a valid number",
+        ),
         (lambda d: (d / "environment" / "Dockerfile").unlink(), "environment/Dockerfile: missing"),
         (lambda d: (d / "environment" / "Dockerfile").write_text("FROM localhost/worktrial-none:x\n"), "build failed"),
     ],
@@ -198,9 +204,19 @@ def test_bad_tasks_are_one_line_and_exit_2(cli, runtime, workspace, dataset, cha
 
 
 def test_check_passes_on_the_example_dataset(cli, runtime, workspace, dataset) -> None:
-    result = cli(["check", str(dataset), "--trust", "--repeats", "1", "--runtime", runtime, "--quiet"], cwd=workspace)
+    result = cli(["check", str(dataset), "--trust", "--repeats", "2", "--runtime", runtime], cwd=workspace)
     assert result.exit_code == 0, result.output
     assert "No problems found" in result.stdout
+    # Its progress: each phase named, the container tasks' re-runs (runs of the oracle) counted with the ETA.
+    phases = [line for line in result.stderr.splitlines() if line.startswith("worktrial: check ")]
+    assert phases == [
+        "worktrial: check 1/3: running the oracle agent on 3 tasks",
+        "worktrial: check 2/3: running the nop agent on 3 tasks",
+        "worktrial: check 3/3: running the oracle agent on 3 tasks, 2 times each",
+    ]
+    reruns = result.stderr.split(phases[2])[1].splitlines()
+    counted = [line for line in reruns if re.match(r"\[\d/6\] +pass ", line)]
+    assert len(counted) == 6 and all(" · ETA ~" in line for line in counted[:-1])
 
 
 def test_init_container_writes_a_suite_check_passes(cli, runtime, repo) -> None:
@@ -213,30 +229,50 @@ def test_init_container_writes_a_suite_check_passes(cli, runtime, repo) -> None:
     result = cli(["check", "evals/suite.json", "--trust", "--repeats", "1", "--runtime", runtime, "--quiet"], cwd=repo)
     assert result.exit_code == 0, result.output
     assert "No problems found" in result.stdout
+    # The regression task's bug is in the image, not planted per attempt: the do-nothing agent's patch is empty.
+    nop = _eval(cli, repo, repo / "evals" / "suite.json", runtime, "--agent", "nop")
+    run_dir = repo / ".worktrial" / "runs" / json.loads(nop.stdout)["run"]["id"]
+    patches = {p.parent.parent.name: json.loads(p.read_text())["patch"] for p in run_dir.rglob("artifacts.json")}
+    assert sorted(patches) == ["add-slugify", "fix-version-compare"]
+    assert all(patch["files"] == [] and patch["diff"] == "" for patch in patches.values()), patches
+
+    # Planted per attempt again, as the starter once did: check says so on the container path as on the host's.
+    suite = json.loads((repo / "evals" / "suite.json").read_text())
+    plant = {"sh": 'cat "$WORKTRIAL_SUITE_DIR/planted/worktrial_version.sh" > worktrial_version.sh'}
+    suite["tasks"][1]["setup_commands"] = [plant]
+    (repo / "evals" / "suite.json").write_text(json.dumps(suite))
+    args = ["check", "evals/suite.json", "--trust", "--repeats", "1", "--runtime", runtime, "--quiet"]
+    flagged = cli([*args, "--format", "json"], cwd=repo)
+    assert flagged.exit_code == 1, flagged.output
+    problems = {t["task_id"]: t["problems"] for t in json.loads(flagged.stdout)["tasks"]}
+    assert any(
+        "setup_commands leave the tree dirty (worktrial_version.sh)" in p for p in problems["fix-version-compare"]
+    )
+    assert "into the image (its Dockerfile)" in problems["fix-version-compare"][0]
 
 
-def test_ending_an_attempt_s_containers_removes_one_whose_client_was_killed(runtime, tmp_path: Path) -> None:
-    """A killed `run` client leaves its container running (Docker's always, Podman's when only the client dies):
-    the attempt removes every container it started before its verifier starts, and at cleanup."""
-    from worktrial.isolation.container import ContainerEnv, ContainerPlan, ContainerSandbox, Mounts, find_runtime, probe
+def test_removing_an_attempt_s_container_ends_a_process_whose_client_was_killed(runtime, tmp_path: Path) -> None:
+    """A killed `exec` client leaves its process running in the container: removing the attempt's container (after
+    the agent, before a verifier of its own, and at cleanup) ends it with everything else in there."""
+    from worktrial.isolation.attempt_container import AttemptContainer, Mounts
+    from worktrial.isolation.container import ContainerEnv, ContainerPlan, find_runtime, probe
 
     rt = probe(find_runtime(runtime), BASE_IMAGE)
     worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
     worktree.mkdir()
-    sandbox = ContainerSandbox(
+    scratch.mkdir()
+    box = AttemptContainer(
         ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), Mounts(worktree, (), (), scratch), network="off"
     )
-    sandbox.prepare()
-    wrapped = sandbox.wrap(["/bin/sh", "-c", "touch /app/started; while :; do sleep 0.1; done"], worktree, {})
+    wrapped = box.wrap(["/bin/sh", "-c", "touch /app/started; while :; do sleep 0.1; done"], worktree, {})
     client = subprocess.Popen(wrapped.argv, env=wrapped.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    (name,) = sandbox.names
 
     def running() -> bool:
-        out = subprocess.run([runtime, "ps", "-q", "--filter", f"name={name}"], capture_output=True, text=True)
+        out = subprocess.run([runtime, "ps", "-q", "--filter", f"name={box.name}"], capture_output=True, text=True)
         return bool(out.stdout.strip())
 
     try:
-        for _ in range(600):  # the container is up once it has touched its file
+        for _ in range(600):  # the process is up once it has touched its file
             if (worktree / "started").exists():
                 break
             client.poll()
@@ -244,12 +280,12 @@ def test_ending_an_attempt_s_containers_removes_one_whose_client_was_killed(runt
         assert (worktree / "started").exists()
         client.kill()
         client.wait()
-        assert running()  # the client is gone, its container is not
-        sandbox.end_containers()
+        assert running()  # the client is gone, its container (and the process in it) is not
+        box.remove()
         assert not running()
-        assert sandbox.names == []
+        assert not box.running
     finally:
-        subprocess.run([runtime, "rm", "--force", name], capture_output=True)
+        subprocess.run([runtime, "rm", "--force", box.name], capture_output=True)
 
 
 def test_audit_checks_the_pinned_images_and_rewards(cli, runtime, workspace, dataset, tmp_path: Path) -> None:
@@ -294,24 +330,29 @@ def test_container_tasks_refuse_a_remote_executor(runtime, workspace, dataset) -
 
 
 def test_variables_reach_the_container_by_name_never_on_its_command_line(runtime, tmp_path: Path) -> None:
-    from worktrial.isolation.container import ContainerEnv, ContainerPlan, ContainerSandbox, Mounts, find_runtime, probe
+    from worktrial.isolation.attempt_container import AttemptContainer, Mounts
+    from worktrial.isolation.container import ContainerEnv, ContainerPlan, find_runtime, probe
 
     rt = probe(find_runtime(runtime), BASE_IMAGE)
     worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
     worktree.mkdir()
-    sandbox = ContainerSandbox(
-        ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), Mounts(worktree, (), (), scratch), network="off"
-    )
-    sandbox.prepare()
+    scratch.mkdir()
+    mounts = Mounts(worktree, (), (), scratch)
+    boxes = [AttemptContainer(ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), mounts, network="off")]
+    boxes.append(AttemptContainer(ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), mounts, network="off"))
     home = scratch / "home"
     home.mkdir()
     env = {"API_TOKEN": "s3cret-value", "HOME": str(home), "PATH": "/nowhere", "WHERE": str(worktree / "sub")}
     script = 'echo "$API_TOKEN"; echo "$HOME"; echo "$TMPDIR"; echo "$PATH"; echo "$WHERE"; pwd'
-    wrapped = sandbox.wrap(["/bin/sh", "-c", script], worktree, env)
-    assert not any("s3cret" in arg for arg in wrapped.argv)
-    out = subprocess.run(wrapped.argv, env=wrapped.env, capture_output=True, text=True, check=True)
-    sandbox.cleanup()
-    assert out.stdout.splitlines() == ["s3cret-value", str(home), "/tmp", "/bin", "/app/sub", "/app"]
+    try:
+        for box, last in zip(boxes, (False, True), strict=True):  # an exec into a started container; its own one
+            wrapped = box.wrap(["/bin/sh", "-c", script], worktree, env, last=last)
+            assert not any("s3cret" in arg for arg in wrapped.argv)
+            out = subprocess.run(wrapped.argv, env=wrapped.env, capture_output=True, text=True, check=True)
+            assert out.stdout.splitlines() == ["s3cret-value", str(home), "/tmp", "/bin", "/app/sub", "/app"]
+            assert wrapped.argv[1] == ("run" if last else "exec")
+    finally:
+        subprocess.run([runtime, "rm", "--force", *(b.name for b in boxes)], capture_output=True)
 
 
 def test_the_oracle_runs_solve_sh_beside_the_rest_of_its_solution(cli, runtime, workspace, dataset) -> None:
@@ -342,3 +383,42 @@ def test_containers_of_a_killed_harness_are_removed_by_the_next_run(runtime, tmp
         assert names["dead"] not in listed.stdout.split() and names["alive"] in listed.stdout.split()
     finally:
         subprocess.run([runtime, "rm", "--force", "--time", "0", *names.values()], capture_output=True)
+
+
+def test_a_root_container_agent_leaves_no_set_uid_file_or_device_on_the_host(cli, runtime, workspace, dataset) -> None:
+    """Harbor tasks keep their image's user, root here: what the agent makes set-uid (or set-gid), or a device node
+    it makes, must not come back to the host as such, also in a kept worktree (podman's nosuid mount protects only
+    the container; a copy or a publication of the tree would not keep that mount option)."""
+    agent = (
+        "cp /bin/busybox suid && chmod 4755 suid && cp /bin/busybox sgid && chmod 2755 sgid "
+        "&& mkdir -p deep/er && cp /bin/busybox deep/er/suid && chmod 6755 deep/er/suid "
+        "&& (mknod null-dev c 1 3 || true) && echo 'Hello, world!' > /app/hello.txt"
+    )
+    result = _eval(cli, workspace, dataset / "hello-file", runtime, "--agent-cmd", agent, "--keep-worktrees")
+    assert result.exit_code == 0, result.output
+    (attempt,) = _attempts(json.loads(result.stdout))["hello-file"]
+    assert attempt["outcome"] == "pass", attempt
+    kept = Path(attempt["worktree"])
+    modes = {}
+    for path in kept.rglob("*"):
+        st = path.lstat()
+        assert not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)), path
+        modes[path.relative_to(kept).as_posix()] = stat.S_IMODE(st.st_mode)
+    assert {name: modes[name] for name in ("suid", "sgid", "deep/er/suid")} == dict.fromkeys(
+        ("suid", "sgid", "deep/er/suid"), 0o755
+    ), modes
+
+
+def test_regrade_judges_a_container_tasks_stored_change_again(cli, runtime, workspace, dataset) -> None:
+    first = _eval(cli, workspace, dataset / "fix-sum", runtime, "--agent", "oracle")
+    envelope = json.loads(first.stdout)
+    assert [a["outcome"] for a in _attempts(envelope)["fix-sum"]] == ["pass"]
+    tests = dataset / "fix-sum" / "tests" / "test.sh"  # a stricter verifier the oracle's change does not satisfy
+    tests.write_text(tests.read_text().replace("ok=1\n", 'ok=1\n[ "$(sh /app/sum.sh 2 2)" = "5" ] || ok=0\n'))
+    args = ["regrade", envelope["run"]["id"], "--suite", str(dataset / "fix-sum"), "--trust", "--format", "json"]
+    result = cli([*args, "--runtime", runtime, "--quiet"], cwd=workspace)
+    assert result.exit_code == 0, result.output
+    assert not json.loads(result.stdout)["run"]["reuse"]["not_regraded"], result.stdout
+    (attempt,) = _attempts(json.loads(result.stdout))["fix-sum"]
+    assert (attempt["outcome"], attempt["reward"], attempt["claimed"]) == ("fail", 0.0, True)
+    assert attempt["provenance"]["kind"] == "regraded" and attempt["provenance"]["reverified"]

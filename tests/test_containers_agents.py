@@ -112,6 +112,57 @@ def _codex_static(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return found[0]
 
 
+SOLVE_AND_DUMP = (
+    "mkdir -p notes && echo hi > notes/hello.txt && env > notes/env.txt && ls /sys/class/net > notes/net.txt"
+)
+
+
+def codex_dumping_its_env(served: Served) -> Callable[[Request], Sse | Plain]:
+    def respond(request: Request) -> Sse | Plain:
+        if request.method != "POST" or not request.path.split("?")[0].endswith("/responses"):
+            return Plain(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
+        model = str(request.body.get("model"))
+        if not has_tool_result(request.body.get("input", [])):
+            served.add(model, Tokens(input=900, cached_input=300, output=60, reasoning=20, cache_creation=0))
+            call = responses_function_call("exec_command", {"cmd": SOLVE_AND_DUMP})
+            return responses_stream(model, [call], responses_usage(900, 300, 60, 20))
+        served.add(model, Tokens(input=1100, cached_input=800, output=15, reasoning=5, cache_creation=0))
+        return responses_stream(model, [responses_message("Done.")], responses_usage(1100, 800, 15, 5))
+
+    return respond
+
+
+def test_codex_in_a_container_without_network_reaches_its_model_through_the_gateway(
+    cli,
+    runtime,  # noqa: F811
+    repo,
+    tmp_path: Path,
+    monkeypatch,
+) -> None:
+    """The container has no network but its loopback: the run's gateway is forwarded into it from the host, and
+    Codex holds only the attempt's gateway token, never the key (the gateway adds it outside)."""
+    _codex_static(tmp_path, monkeypatch)
+    _isolated_home(tmp_path, monkeypatch)
+    key = "sk-openai-never-inside-0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    served = Served()
+    with CliServer(codex_dumping_its_env(served)) as server:
+        route = ["--agent", "codex", "--model", "openai/gpt-5", "--base-url", f"{server.url}/v1"]
+        envelope = _run(cli, runtime, repo, _suite(tmp_path, BASE_IMAGE), *route, network="off")
+        assert all(key in r.headers.get("authorization", "") for r in server.requests if r.method == "POST")
+    attempt = _only_attempt(envelope)
+    assert attempt["outcome"] == "pass", attempt
+    assert attempt["tokens"] == served.tokens.model_dump()
+    notes = Path(str(attempt["worktree"])) / "notes"
+    assert (notes / "net.txt").read_text().split() == ["lo"]  # no network of its own but its loopback
+    seen = (notes / "env.txt").read_text()
+    assert key not in seen and "wt-gw-" in seen  # the attempt's gateway token, worthless once it ended
+
+
+NO_CACHE = {"cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+"""What the provider says of its cache: the gateway, which counts from the answers, records what they say."""
+
+
 def claude_in_container(served: Served) -> Callable[[Request], Sse | Plain]:
     """Bash once, then a final message (Anthropic's Messages API); side calls without tools get a short answer."""
 
@@ -124,7 +175,7 @@ def claude_in_container(served: Served) -> Callable[[Request], Sse | Plain]:
         model = str(body.get("model"))
         if "Bash" not in {t.get("name") for t in body.get("tools", []) if isinstance(t, dict)}:
             served.add(model, Tokens(input=50, output=7, cached_input=0, cache_creation=0))
-            usage = {"input_tokens": 50, "output_tokens": 7, "cache_read_input_tokens": 0}
+            usage = {"input_tokens": 50, "output_tokens": 7, **NO_CACHE}
             text = [{"type": "text", "text": "Notes"}]
             if body.get("stream"):
                 return anthropic_stream(model, text, usage, "end_turn")
@@ -132,10 +183,11 @@ def claude_in_container(served: Served) -> Callable[[Request], Sse | Plain]:
         if not has_tool_result(body.get("messages", [])):
             served.add(model, Tokens(input=1200, output=40, cached_input=0, cache_creation=0))
             call = {"type": "tool_use", "id": "toolu_solve", "name": "Bash", "input": {"command": SOLVE_AND_LOOK}}
-            return anthropic_stream(model, [call], {"input_tokens": 1200, "output_tokens": 40}, "tool_use")
+            usage = {"input_tokens": 1200, "output_tokens": 40, **NO_CACHE}
+            return anthropic_stream(model, [call], usage, "tool_use")
         served.add(model, Tokens(input=1500, output=12, cached_input=0, cache_creation=0))
         done = [{"type": "text", "text": "Created notes/hello.txt."}]
-        return anthropic_stream(model, done, {"input_tokens": 1500, "output_tokens": 12}, "end_turn")
+        return anthropic_stream(model, done, {"input_tokens": 1500, "output_tokens": 12, **NO_CACHE}, "end_turn")
 
     return respond
 
@@ -159,7 +211,7 @@ def mini_in_container(served: Served) -> Callable[[Request], Sse | Plain]:
     return respond
 
 
-def _run(cli, program: str, repo: Path, suite: Path, *args: str) -> dict[str, object]:
+def _run(cli, program: str, repo: Path, suite: Path, *args: str, network: str = "host") -> dict[str, object]:
     result = cli(
         [
             "eval",
@@ -172,7 +224,7 @@ def _run(cli, program: str, repo: Path, suite: Path, *args: str) -> dict[str, ob
             "--runtime",
             program,
             "--network",
-            "host",
+            network,
             "--keep-worktrees",
             *args,
         ],

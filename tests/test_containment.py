@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -106,12 +106,14 @@ def kill_marked(marker: str) -> None:
 
 
 def harness(
-    repo: Path, *args: str, marker: str = "", extra_env: dict[str, str] | None = None
+    repo: Path, *args: str, marker: str = "", extra_env: dict[str, str] | None = None, cgroup: Path | None = None
 ) -> subprocess.Popen[bytes]:
+    """``worktrial ARGS`` in ``repo``; with ``cgroup`` (``private_cgroup``) it starts inside that cgroup."""
     env = {**os.environ, "WORKTRIAL_TRUST": "1", "MARK": marker, **(extra_env or {})}
     passed = ["--pass-env", "MARK"] if args and args[0] == "eval" else []  # resume keeps the run's own
+    join = ["/bin/sh", "-c", 'echo $$ >"$0" && exec "$@"', str(cgroup / "cgroup.procs")] if cgroup else []
     return subprocess.Popen(
-        [sys.executable, "-m", "worktrial", *args, *passed],
+        [*join, sys.executable, "-m", "worktrial", *args, *passed],
         cwd=repo,
         env=env,
         stdout=subprocess.PIPE,
@@ -211,6 +213,12 @@ def test_degraded_mode_still_ends_marker_carriers(repo: Path, write_suite: Suite
         kill_marked(marker)
 
 
+@pytest.fixture
+def stack() -> Iterator[contextlib.ExitStack]:
+    with contextlib.ExitStack() as opened:
+        yield opened
+
+
 def _run_dir(repo: Path) -> Path:
     runs = repo / ".worktrial" / "runs"
     dirs = list(runs.iterdir()) if runs.is_dir() else []
@@ -227,7 +235,9 @@ def _recorded(run_dir: Path) -> set[int]:
 
 
 @pytest.mark.parametrize("then", ["resume", "eval"])
-def test_kill_9_then_resume_ends_the_leftovers(repo: Path, write_suite: SuiteWriter, tmp_path: Path, then: str) -> None:
+def test_kill_9_then_resume_ends_the_leftovers(
+    repo: Path, write_suite: SuiteWriter, tmp_path: Path, then: str, stack: contextlib.ExitStack
+) -> None:
     """After kill -9 of the harness, `resume` of its run, or the next `eval` in the workspace, ends its processes."""
     marker = f"wt-kill9-{uuid.uuid4().hex}"
     pid_dir = tmp_path / "pids"
@@ -240,7 +250,10 @@ def test_kill_9_then_resume_ends_the_leftovers(repo: Path, write_suite: SuiteWri
         + f"{sleeper(marker)} & {sleeper(marker)}; fi; touch done.txt"
     )
     suite = write_suite([task("t", timeout_secs=300)], attempts=1)
-    proc = harness(repo, "eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json", marker=marker)
+    own = stack.enter_context(private_cgroup())
+    proc = harness(
+        repo, "eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json", marker=marker, cgroup=own
+    )
     try:
         wait_for(lambda: len(alive_with_marker(marker)) == 3, "the agent's three processes")
         run_dir = _run_dir(repo)
@@ -250,11 +263,10 @@ def test_kill_9_then_resume_ends_the_leftovers(repo: Path, write_suite: SuiteWri
         assert len(alive_with_marker(marker)) == 3
 
         if then == "resume":
-            resumed = harness(repo, "resume", run_dir.name, "--format", "json", marker=marker)
+            resumed = harness(repo, "resume", run_dir.name, "--format", "json", marker=marker, cgroup=own)
         else:
-            resumed = harness(
-                repo, "eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json", marker=marker
-            )
+            again = ["eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json"]
+            resumed = harness(repo, *again, marker=marker, cgroup=own)
         out, err = finish(resumed)
         assert resumed.returncode == 0, err.decode()
         # the agent's shell, its two sleepers and the escape
@@ -351,6 +363,25 @@ def _cgroup_base() -> Path | None:
 needs_cgroup = pytest.mark.skipif(_cgroup_base() is None, reason="no writable cgroup v2 hierarchy on this machine")
 
 
+@contextlib.contextmanager
+def private_cgroup() -> Iterator[Path | None]:
+    """A cgroup of this test's own (None where worktrial gets no cgroups): harnesses started in it keep their parent
+    cgroups below it, where no other worktrial on the machine looks. Every harness that starts ends the leftovers of
+    killed harnesses in its own cgroup's directory (``cgroups.end_stale``): without this, another run starting in
+    the same PID namespace (a parallel test run, a user's worktrial) could end a killed harness's processes first,
+    and the harness under test would have nothing left to end or report."""
+    base = _cgroup_base()
+    if base is None:
+        yield None
+        return
+    own = base / f"test-{uuid.uuid4().hex[:12]}"
+    own.mkdir()
+    try:
+        yield own
+    finally:
+        cgroups.remove(own)
+
+
 @needs_cgroup
 @pytest.mark.parametrize("disable", ["subreaper", "subreaper,cgroup"])
 def test_the_cgroup_ends_an_escape_no_other_mechanism_sees(
@@ -384,9 +415,11 @@ def test_the_cgroup_ends_an_escape_no_other_mechanism_sees(
 
 
 @needs_cgroup
-def test_the_next_run_ends_what_a_killed_harness_left_in_its_cgroup(repo: Path, write_suite: SuiteWriter) -> None:
+def test_the_next_run_ends_what_a_killed_harness_left_in_its_cgroup(
+    repo: Path, write_suite: SuiteWriter, stack: contextlib.ExitStack
+) -> None:
     """A parent cgroup whose harness is gone is emptied and removed; one made in another PID namespace is not."""
-    base = _cgroup_base()
+    base = stack.enter_context(private_cgroup())
     assert base is not None
     marker = f"wt-stale-{uuid.uuid4().hex}"
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -404,7 +437,7 @@ def test_the_next_run_ends_what_a_killed_harness_left_in_its_cgroup(repo: Path, 
             (parent / "attempt" / "cgroup.procs").write_text(str(sleeper_proc.pid))
         wait_for(lambda: len(alive_with_marker(marker)) == 2, "two sleepers")
         suite = write_suite([task("t")], attempts=1)
-        run = harness(repo, "eval", "--suite", str(suite), "--agent", "oracle", "-q")
+        run = harness(repo, "eval", "--suite", str(suite), "--agent", "oracle", "-q", cgroup=base)
         _, err = finish(run)
         assert run.returncode == 0, err.decode()
         assert "ended 1 process(es) left in the cgroup of a worktrial killed with kill -9" in err.decode()

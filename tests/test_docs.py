@@ -249,7 +249,7 @@ def test_the_cli_flag_table_and_the_real_eval_options_agree() -> None:
 
 def _runnable(shown: Shown) -> bool:
     path, _, words = resolve(shown.argv)
-    if not path or path[0] in ("exec",) or any(PLACEHOLDER.match(word) for word in shown.argv):
+    if not path or path[0] in ("exec",) or is_synopsis(shown.argv) or any(PLACEHOLDER.match(w) for w in shown.argv):
         return False
     if any(word.split("=", 1)[0] in NEEDS_THE_READER for word in words):
         return False
@@ -293,6 +293,9 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         subprocess.run(["git", *args], cwd=copy, check=True, capture_output=True)
     state = tmp_path_factory.mktemp("docs-state")
     env = {**os.environ, "WORKTRIAL_TRUST": "1", "WORKTRIAL_CONFIG_DIR": str(state), "TMPDIR": str(state)}
+    # This checkout's code, as every test's own subprocesses get it (conftest), not the venv's editable install:
+    # a module fixture runs before the autouse fixture that sets PYTHONPATH.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
     # One attempt a task, not the suite's three: the commands below need a stored run, not its error bars.
     suite = "suites/smoke-workspace-basics.json"
     quick_start = ["eval", "--suite", suite, "--agent", "oracle", "--attempts", "1", "-q"]

@@ -3,6 +3,7 @@ how it sorts provider failures (tests/cli_servers.py serves the formats)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -269,8 +270,8 @@ def test_rate_limit_and_unreachable(gateway: Gateway) -> None:
     url = session.route(Route("openai", "http://127.0.0.1:9/v1", KEY, "openai"))  # nothing listens on port 9
     assert httpx.post(f"{url}/responses", json={}).status_code == 502
     failure = session.report().failure
-    assert failure is not None and failure.category == ErrorCategory.PROVIDER_SERVER
-    assert "could not be reached" in failure.message
+    assert failure is not None and failure.category == ErrorCategory.PROVIDER_UNREACHABLE
+    assert "could not be reached (ConnectError)" in failure.message
 
 
 @pytest.mark.parametrize(
@@ -363,3 +364,108 @@ def test_the_forwarder_relays_to_the_socket_and_exits_with_its_program(gateway: 
         done = subprocess.run(argv, timeout=60)
     assert done.returncode == 3
     assert session.report().usage.tokens == Tokens(input=2, output=1, cached_input=0, reasoning=0)
+
+
+@pytest.mark.parametrize("wire", ["responses", "messages", "chat"])
+def test_a_stream_that_stops_before_its_last_event_is_cut(gateway: Gateway, wire: str) -> None:
+    """The provider answered 200 and closed the connection early (no error on the wire): what it served so far is
+    counted, and the attempt's last call ended on a cut stream, not on an unreachable provider."""
+    if wire == "responses":
+        name, path = "openai", "responses"
+        answer = responses_stream("gpt-r", [responses_message("ok")], responses_usage(5, 0, 2, 0))
+    elif wire == "messages":
+        name, path = "anthropic", "v1/messages"
+        answer = anthropic_stream(
+            "claude-x", [{"type": "text", "text": "hi"}], {"input_tokens": 9, "output_tokens": 2}, "end_turn"
+        )
+    else:
+        name, path = "openai", "chat/completions"
+        answer = chat_stream("gpt-c", chat_usage(3, 1), text="done")
+    answer.cut_after = 2
+    with CliServer(lambda _request: answer) as server:
+        at = opened(gateway, server, name)
+        got = httpx.post(f"{at.url}/{path}", json={"stream": True})
+    assert got.status_code == 200  # relayed as it came: the agent sees the stream end, as it would
+    report = at.session.report()
+    assert report.failure is not None and report.failure.category == ErrorCategory.PROVIDER_STREAM_CUT
+    assert "answered 200" in report.failure.message and not report.failure.fatal
+    assert report.requests == 1 and report.statuses == {"200": 1}
+    if wire == "messages":  # message_start had come: the input the provider billed is counted
+        assert report.usage.tokens.input == 9
+
+
+def test_a_whole_stream_is_no_cut(gateway: Gateway) -> None:
+    with CliServer(lambda _request: chat_stream("gpt-c", chat_usage(3, 1), text="done")) as server:
+        at = opened(gateway, server)
+        httpx.post(f"{at.url}/chat/completions", json={"stream": True})
+    assert at.session.report().failure is None
+
+
+def test_only_model_calls_are_requests(gateway: Gateway) -> None:
+    """A model list, a HEAD probe and a WebSocket attempt (a GET of the model path) are counted apart, and a
+    failing one is not a provider failure; a model call's startup time is measured from the session's opening."""
+    answers = {"GET": Plain(404, {}), "HEAD": Plain(200, {})}
+    with CliServer(lambda request: answers.get(request.method) or chat_plain("m", chat_usage(1, 1), "ok")) as server:
+        at = opened(gateway, server)
+        httpx.get(f"{at.url}/models")
+        httpx.head(f"{at.url}")
+        httpx.get(f"{at.url}/responses", headers={"upgrade": "websocket"})
+        assert at.session.report().startup_secs is None  # no model call yet
+        httpx.post(f"{at.url}/chat/completions", json={})
+    report = at.session.report()
+    assert (report.requests, report.other_requests, report.statuses) == (1, 3, {"200": 1})
+    assert report.failure is None and report.startup_secs is not None and report.startup_secs >= 0
+    assert report.where == f"{server.url}/v1"
+
+
+@pytest.fixture
+def silent_provider() -> Iterator[str]:
+    """A provider that takes connections and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    listener.close()
+    for conn in accepted:
+        conn.close()
+
+
+def test_a_call_waiting_on_a_silent_provider_is_reported_and_ended_quietly(
+    silent_provider: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The report says how long the call in flight has waited (the attempt's attribution reads it); closing the
+    session ends the call (the agent gets an answer of the gateway's), and the gateway stops without a traceback."""
+    gateway = Gateway()
+    cancel = threading.Event()
+    session = gateway.open(cancel)
+    url = session.route(Route("openai", silent_provider, KEY, "openai"))
+    answers: list[int] = []
+    client = threading.Thread(
+        target=lambda: answers.append(httpx.post(f"{url}/chat/completions", json={}, timeout=60).status_code)
+    )
+    client.start()
+    deadline = time.monotonic() + 30
+    while not session.report().waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    report = session.report()
+    assert len(report.waiting) == 1 and report.requests == 0  # in flight: not answered yet
+    session.close()
+    client.join(timeout=30)
+    assert answers == [504]
+    second = gateway.open(cancel)  # a call still waiting when the whole gateway stops
+    url = second.route(Route("openai", silent_provider, KEY, "openai"))
+    late = threading.Thread(target=lambda: httpx.post(f"{url}/chat/completions", json={}, timeout=60), daemon=True)
+    late.start()
+    while not second.report().waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gateway.close()
+    late.join(timeout=30)
+    assert "Traceback" not in capfd.readouterr().err

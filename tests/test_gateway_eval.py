@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,17 @@ import pytest
 from rich.console import Console
 
 from tests.builtin_support import write_user_config
-from tests.cli_servers import CliServer, Plain, Request, anthropic_error, anthropic_stream, chat_plain, chat_usage
+from tests.cli_servers import (
+    CliServer,
+    Plain,
+    Request,
+    Sse,
+    anthropic_error,
+    anthropic_stream,
+    chat_plain,
+    chat_stream,
+    chat_usage,
+)
 from tests.conftest import task
 from worktrial.gateway.session import TOKEN_PREFIX
 from worktrial.model.envelope import Envelope
@@ -107,7 +118,15 @@ def test_a_server_error_is_retried_and_never_lowers_the_score(cli, repo: Path, w
     assert attempt["model"] == "m-1-2026"
     assert [r.headers["authorization"] for r in server.requests] == ["Bearer sk-agent-own"] * 2
     trace = json.loads((repo / attempt["trace"]).read_text())
-    assert trace["gateway"] == {"requests": 1, "statuses": {"200": 1}, "failure": None}
+    gateway = trace["gateway"]
+    assert gateway["agent_startup_secs"] >= 0  # from the agent's start to its first model call
+    assert {k: v for k, v in gateway.items() if k != "agent_startup_secs"} == {
+        "requests": 1,
+        "statuses": {"200": 1},
+        "failure": None,
+        "other_requests": 0,
+        "upstream": f"{server.url}/v1",
+    }
 
 
 def test_the_agents_own_report_is_a_cross_check(cli, repo: Path, write_suite) -> None:
@@ -126,6 +145,71 @@ def test_without_retries_a_server_error_is_an_error_not_a_failure(cli, repo: Pat
     [attempt] = envelope["report"]["tasks"][0]["attempts"]
     assert attempt["outcome"] == "error" and attempt["error_category"] == "provider_server"
     assert envelope["report"]["infrastructure_errors"] == 1
+    # The closing line names the cause, not the setup.
+    assert result.exit_code == 1
+    assert "because the provider failed on every attempt" in result.stderr and "HTTP 503" in result.stderr
+    assert "fix the setup" not in result.stderr
+
+
+def test_a_cut_stream_is_the_providers_not_an_unreachable_one(cli, repo: Path, write_suite) -> None:
+    """The provider answers 200 and closes the stream before its end: the agent fails on it (exit 1), and the
+    attempt is a ``provider_stream_cut``, retried, never the agent's failure."""
+    cut = chat_stream("m-1", USAGE, text="partial")
+    cut.cut_after = 2
+    answers = iter([cut])
+
+    def respond(_request: Request) -> Sse | Plain:
+        return next(answers, None) or chat_plain("m-1", USAGE, text="ok")
+
+    with CliServer(respond) as server:
+        result = _eval(cli, repo, write_suite([_solve()]), server.url, "--retry-errors", "1")
+    [attempt] = json.loads(result.stdout)["report"]["tasks"][0]["attempts"]
+    assert attempt["outcome"] == "pass" and attempt["retries"] == 1, attempt
+    assert "answered 200 and its stream ended early" in attempt["retry_reasons"][0]
+
+
+def test_a_provider_that_never_answers_is_slow_not_the_agents_timeout(
+    cli, repo: Path, write_suite, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The agent's call waits at the gateway until the task's timeout ends the agent: ``provider_slow``, not a
+    timeout of the agent's, and the run ends without a traceback from the gateway's server."""
+    release = threading.Event()
+
+    def respond(_request: Request) -> Plain:
+        release.wait(120)  # answers only once the test is over
+        return chat_plain("m-1", USAGE, text="late")
+
+    with CliServer(respond) as server:
+        try:
+            result = _eval(cli, repo, write_suite([dict(_solve(), timeout_secs=8)]), server.url, "--grace-secs", "1")
+            printed = capfd.readouterr().err  # before the scripted server, released, writes to a closed connection
+        finally:
+            release.set()
+    [attempt] = json.loads(result.stdout)["report"]["tasks"][0]["attempts"]
+    assert attempt["outcome"] == "error" and attempt["error_category"] == "provider_slow", attempt
+    assert "waited" in attempt["reason"] and "without an answer" in attempt["reason"]
+    assert "did not answer in time on any attempt" in result.stderr
+    assert "Traceback" not in printed
+
+
+def test_a_run_stopped_by_a_refused_key_still_writes_its_partial_report(
+    cli, repo: Path, write_suite, tmp_path: Path
+) -> None:
+    answers = iter([chat_plain("m-1", USAGE, text="ok")])
+
+    def respond(_request: Request) -> Plain:
+        return next(answers, None) or Plain(401, {"error": {"message": "key revoked"}})
+
+    out = tmp_path / "report.json"
+    with CliServer(respond) as server:
+        suite = write_suite([_solve(), dict(_solve(), id="second"), dict(_solve(), id="third")])
+        result = _eval(cli, repo, suite, server.url, "--jobs", "1", "--output", str(out))
+    assert result.exit_code == 2, result.output
+    assert f"the partial report is in {out}" in result.output
+    envelope = json.loads(out.read_text())
+    attempts = [a for t in envelope["report"]["tasks"] for a in t["attempts"]]
+    assert [a["outcome"] for a in attempts] == ["pass", "error"]
+    assert envelope["run"]["complete"] is False
 
 
 def _reports(envelope: Envelope) -> dict[str, str]:
@@ -254,17 +338,23 @@ found = []
 environ = "\n".join(f"{{k}}={{v}}" for k, v in os.environ.items()).encode()
 if planted in environ:
     found.append("environment")
-skip = ("/proc", "/sys", "/dev", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The system's directories and this interpreter's own installation (a virtualenv of thousands of files, shown
+# read-only to run this script: nothing of the harness's is ever written there) are not scanned. Reading them made
+# the scan's cost grow with the machine's load until the task's deadline cut it short on a busy machine.
+skip = ("/proc", "/sys", "/dev", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", sys.prefix,
+        sys.base_prefix)
+programs = {{"site-packages", "node_modules", ".git"}}  # Python's and the CLIs' own files, shown read-only
 for root, dirs, files in os.walk("/"):
-    if root.startswith(skip) and root != "/":
+    if root.startswith(skip) and root != "/" or programs & set(root.split("/")):
         dirs[:] = []
         continue
     for name in files:
         path = os.path.join(root, name)
         try:
-            with open(path, "rb") as fh:
-                if planted in fh.read(4 << 20):
-                    found.append(path)
+            if os.path.isfile(path) and os.path.getsize(path) <= 4 << 20:
+                with open(path, "rb") as fh:
+                    if planted in fh.read():
+                        found.append(path)
         except OSError:
             pass
 for pid in os.listdir("/proc"):
@@ -305,7 +395,8 @@ def test_a_planted_key_never_enters_the_sandbox(
         return anthropic_stream("claude-sonnet-4-5-20250929", [{"type": "text", "text": "ok"}], usage, "end_turn")
 
     with CliServer(respond) as server:
-        suite = write_suite([task("t", verify_commands=["test -f done.txt"])])
+        # A deadline far from what the scan takes: the test is about what it finds, never how fast.
+        suite = write_suite([task("t", verify_commands=["test -f done.txt"], timeout_secs=600)])
         argv = ["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", "--agent", "claude-code"]
         result = cli([*argv, "--base-url", server.url, "--sandbox", "on", "--keep-worktrees"], cwd=repo)
     assert result.exit_code == 0, result.output

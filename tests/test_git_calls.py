@@ -24,19 +24,30 @@ REVIEWED = {
     "isolation/workspace.py:materialize_source": "a bundle cloned into the harness's cache",
     "isolation/workspace.py:resolve_commit": "the user's own repository, before any attempt",
     "isolation/workspace.py:tracked_in": "the user's own repository, before any attempt",
-    "isolation/workspace.py:is_dirty": "the user's own repository, before any attempt",
+    "isolation/workspace.py:uncommitted": "the user's own repository, before any attempt",
+    "isolation/workspace.py:tree_digest": "the user's own repository (or a pinned clone in the harness's cache), "
+    "before any attempt: rev-parse of a base commit's tree",
+    "isolation/workspace.py:_hash_tree": "ls-tree of a base commit's trees, as tree_digest",
     "isolation/workspace.py:fetch_pinned": "a pinned repository cloned into the harness's cache",
     "isolation/workspace.py:create_attempt_workspace": "a private repository the harness creates, before any agent",
     "isolation/gitbundle.py:create_bundle": "a scratch bare repository of the harness's, from the user's objects",
     # Attempt state.
-    "isolation/pool.py:Slot._reset": "after restoring the private git dir (config, index) from the harness's snapshot",
-    "isolation/verifier.py:enter": "after the private git dir is restored from the harness's snapshot: its config, "
-    "its alternates (the agent's objects listed last), an index it makes (read-tree), ignored files removed",
+    "isolation/copying_slot.py:CopyingSlot._git_reset": "after restoring the private git dir (config, index) from "
+    "the harness's snapshot",
+    "isolation/verifier.py:_agent_commit": "cat-file of the agent's HEAD after enter restored the private git dir "
+    "from the harness's snapshot: its config, its alternates (the agent's objects listed last)",
+    "isolation/verifier.py:_read_tree": "enter's index for the room (read-tree; clean -X of ignored files), in the "
+    "private git dir restored from the harness's snapshot",
     "isolation/patch.py:_harness_git_dir": "the harness's own patch git dir (read-tree of the start commit)",
     "isolation/patch.py:_patch": "the harness's own patch git dir; drivers undefined, worktree by checked descriptor",
     "isolation/patch.py:staged_patch": "diff --no-index of two trees the harness staged; no repository, no config",
+    "isolation/patch.py:apply_change": "regrade's apply of a stored change (its digest in the signed record) to a "
+    "fresh checkout of its base: outside any repository (no git dir, no config), so nothing of the tree's git "
+    "metadata is read; git refuses paths beyond a symlink or out of the tree",
+    "isolation/patch.py:_ignored_files": "check-ignore in the harness's own patch git dir, as _patch: the worktree's "
+    ".gitignore files are read as patterns only (what `add -A` there reads too); no driver, hook or excludes file",
     "isolation/basetree.py:_batch": "cat-file --batch on the slot's private git dir after the harness restored it",
-    "isolation/pool.py:_ignored": "check-ignore in a git dir the harness wrote, on .gitignore files it copied out",
+    "isolation/change.py:_ignored": "check-ignore in a git dir the harness wrote, on .gitignore files it copied out",
     "isolation/environment.py:_head": "before the setup commands ran: the private repository as the harness made it",
     "isolation/environment.py:commit_result": "inside the attempt's sandbox, after the harness's config is restored",
     "isolation/environment.py:_git_line": "commit_result's steps (add, write-tree, commit-tree, update-ref): in the "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from worktrial.engine.containers import read_reward
+from worktrial.engine.containers import Reward, read_reward
 from worktrial.errors import SuiteError
 from worktrial.model.commands import ShCommand
 from worktrial.model.suite import load_suite
@@ -36,11 +36,13 @@ def test_a_dataset_maps_every_task(dataset: Path) -> None:
     assert env is not None and env.container
     assert env.dockerfile == "dataset/hello-file/environment/Dockerfile"
     assert (env.network, env.cpus, env.memory_mb, env.user, env.workdir) == ("off", 1.0, 256, "image", "/app")
+    assert env.harbor is not None and env.harbor.workdir_from_image and env.harbor.verifier_mode == "shared"
     assert env.verifier_tests == "dataset/hello-file/tests"
     assert hello.solution is not None
     solution = hello.solution[0]
     assert isinstance(solution, ShCommand)
-    assert solution.sh == 'bash "$WORKTRIAL_SUITE_DIR"/dataset/hello-file/solution/solve.sh'
+    assert 'cp -R "$WORKTRIAL_SUITE_DIR"/dataset/hello-file/solution/. /solution/' in solution.sh
+    assert solution.sh.endswith('bash "$dir/solve.sh"')
     assert [str(c) for c in hello.verify_commands] == ["bash /tests/test.sh"]
 
 
@@ -73,7 +75,7 @@ def test_memory_in_harbor_s_older_spelling(dataset: Path) -> None:
     ("change", "expected"),
     [
         (lambda d: (d / "task.toml").write_text("[agent\ntimeout_sec = 1"), "task.toml: invalid TOML"),
-        (lambda d: (d / "task.toml").write_text("[agent]\ntimeout_sec = -5\n"), "[agent].timeout_sec: must be a"),
+        (lambda d: (d / "task.toml").write_text("[agent]\ntimeout_sec = -5\n"), "field [agent] timeout_sec:"),
         (lambda d: (d / "environment" / "Dockerfile").unlink(), "Dockerfile: missing"),
         (lambda d: (d / "environment" / "docker-compose.yaml").write_text("services: {}\n"), "compose"),
         (lambda d: (d / "tests" / "test.sh").unlink(), "test.sh: missing"),
@@ -93,29 +95,37 @@ def test_a_directory_without_tasks_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "body", "reward", "problem"),
+    ("name", "body", "reward", "rewards", "problem"),
     [
-        ("reward.txt", "1\n", 1.0, None),
-        ("reward.txt", "0.5", 0.5, None),
-        ("reward.json", '{"reward": 1}', 1.0, None),
-        ("reward.json", '{"a": 1, "b": 1}', None, "exactly one"),
-        ("reward.txt", "yes", None, "not a number"),
-        ("reward.json", '{"reward": true}', None, "does not hold a number"),
+        ("reward.txt", "1\n", 1.0, None, None),
+        ("reward.txt", "0.5", 0.5, None, None),
+        ("reward.json", '{"reward": 1}', 1.0, None, None),
+        ("reward.json", '{"reward": 1, "style": 0.25}', 1.0, {"reward": 1.0, "style": 0.25}, None),
+        ("reward.json", '{"a": 1, "b": 0}', 0.0, {"a": 1.0, "b": 0.0}, None),
+        ("reward.json", '{"a": 1, "b": 1}', 1.0, {"a": 1.0, "b": 1.0}, None),
+        ("reward.json", "{}", None, None, "no key"),
+        ("reward.json", '{"a": 1, "b": "x"}', None, None, "does not hold a number"),
+        ("reward.txt", "yes", None, None, "not a number"),
+        ("reward.json", '{"reward": true}', None, None, "does not hold a number"),
     ],
 )
-def test_reward_files(tmp_path: Path, name: str, body: str, reward: float | None, problem: str | None) -> None:
+def test_reward_files(
+    tmp_path: Path, name: str, body: str, reward: float | None, rewards: dict[str, float] | None, problem: str | None
+) -> None:
     (tmp_path / name).write_text(body)
-    value, why = read_reward(tmp_path)
-    assert value == reward
-    assert (why is None) if problem is None else (why is not None and problem in why)
+    found = read_reward(tmp_path)
+    assert (found.value, found.rewards) == (reward, rewards)
+    assert (found.problem is None) if problem is None else (found.problem is not None and problem in found.problem)
 
 
 def test_no_reward_file_and_a_symlinked_one_are_no_reward(tmp_path: Path) -> None:
-    assert read_reward(tmp_path) == (None, "the verifier wrote no reward (/logs/verifier/reward.txt or reward.json)")
+    assert read_reward(tmp_path) == Reward(
+        None, problem="the verifier wrote no reward (/logs/verifier/reward.txt or reward.json)"
+    )
     (tmp_path / "elsewhere").write_text("1")
     (tmp_path / "reward.txt").symlink_to(tmp_path / "elsewhere")
-    value, why = read_reward(tmp_path)
-    assert value is None and why is not None
+    found = read_reward(tmp_path)
+    assert found.value is None and found.problem is not None
 
 
 def test_existing_suites_keep_their_environment_rules(tmp_path: Path) -> None:
@@ -123,7 +133,6 @@ def test_existing_suites_keep_their_environment_rules(tmp_path: Path) -> None:
     base = {"id": "s", "tasks": [{"id": "t", "prompt": "p", "verify_commands": ["true"]}]}
     for environment, problem in [
         ({}, 'needs "setup" commands'),
-        ({"image": "x", "dockerfile": "Dockerfile"}, "not both"),
         ({"image": "x", "setup": ["true"]}, "put the setup steps in the Dockerfile"),
     ]:
         suite.write_text(json.dumps({**base, "environment": environment}))

@@ -212,12 +212,12 @@ def test_remove_tree_of_unreadable_and_deep_dirs_without_root(tmp_path: Path) ->
 def test_an_honest_reset_reuses_the_slot(repo: Path, tmp_path: Path) -> None:
     """The checks above must not cost the pool its point: without an attack the slot is reset, not rebuilt."""
     from tests.conftest import git
-    from worktrial.isolation.pool import Slot
+    from worktrial.isolation.copying_slot import CopyingSlot
     from worktrial.isolation.workspace import open_source
 
     work = tmp_path / "work"
     work.mkdir()
-    slot = Slot(open_source(repo), git(repo, "rev-parse", "HEAD"), work / "slot-0")
+    slot = CopyingSlot(open_source(repo), git(repo, "rev-parse", "HEAD"), work / "slot-0")
     try:
         paths = []
         for _ in range(3):

@@ -120,7 +120,7 @@ def test_edited_run_json_is_refused(repo: Path, write_suite, tmp_path: Path) -> 
     envelope = _forging_run(repo, write_suite, tmp_path, attempts=1)
     run_dir = repo / ".worktrial" / "runs" / envelope["run"]["id"]
     meta = json.loads((run_dir / "run.json").read_text())
-    meta["attempts"] = 100
+    meta["config"]["attempts"] = 100
     meta["work_root"] = str(tmp_path / "precious")
     (tmp_path / "precious").mkdir()
     (run_dir / "run.json").write_text(json.dumps(meta))

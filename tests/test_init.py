@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import git
 from worktrial.cli.main import main
-from worktrial.engine.starter_env import environment
+from worktrial.scaffold.project import environment
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +44,7 @@ def _init_and_check(cli: Any, repo: Path, kind: str, details: str = "") -> dict[
     assert check.exit_code == 0, check.output
     report: dict[str, Any] = json.loads(check.stdout)
     assert report["ok"] is True, report
+    assert report["warnings"] == 0, report["lints"]  # the starter's verifiers are judges check cannot forge
     for t in report["tasks"]:
         assert t["oracle"] == "pass" and t["nop"] == "fail", t
     _readme_commands_parse(repo, repo / "evals" / "README.md")
@@ -189,3 +190,13 @@ def test_init_refuses_to_overwrite(cli, tmp_path: Path) -> None:
     again = cli(["init"], cwd=repo)
     assert again.exit_code == 2 and "already exists" in again.stderr and "--force" in again.stderr
     assert cli(["init", "--force"], cwd=repo).exit_code == 0
+
+
+def test_the_container_starter_plants_its_bug_in_the_image_never_per_attempt(tmp_path: Path) -> None:
+    from worktrial.scaffold.container import PLANTED, container_suite, dockerfile
+
+    suite = container_suite(tmp_path, "s")
+    assert all(not task.get("setup_commands") and "environment" not in task for task in suite["tasks"])
+    regression = next(task for task in suite["tasks"] if task["id"] == "fix-version-compare")
+    assert PLANTED in regression["prompt"]
+    assert f"COPY planted/worktrial_version.sh {PLANTED}" in dockerfile("debian:bookworm-slim").splitlines()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,6 +117,38 @@ def test_dirty_workspace_warns_and_is_not_part_of_base(cli, repo: Path, write_su
     envelope = json.loads(result.stdout)
     assert envelope["run"]["workspace"]["dirty"] is True
     assert (repo / "README.md").read_text() == "uncommitted edit\n"
+
+
+@pytest.mark.slow  # three runs
+def test_an_uncommitted_suite_alone_leaves_the_workspace_clean_and_says_so(cli, repo: Path) -> None:
+    evals = repo / "evals"  # as `worktrial init` writes it: a directory of its own, not committed yet
+    (evals / "hidden").mkdir(parents=True)
+    (evals / "hidden" / "check.sh").write_text('test -f "$1"\n')
+    (evals / "README.md").write_text("how to run it\n")
+    verify = {"sh": 'sh "$WORKTRIAL_SUITE_DIR/hidden/check.sh" done.txt'}
+    suite: dict[str, Any] = {"id": "s", "files": ["hidden/**"], "tasks": [task("t", verify_commands=[verify])]}
+    (evals / "suite.json").write_text(json.dumps(suite))
+
+    def run() -> tuple[dict[str, Any], str]:
+        args = ["eval", "--suite", "evals/suite.json", "--agent", "oracle", "--trust", "--format", "json"]
+        result = cli(args, cwd=repo)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["run"], result.stderr
+
+    untracked, stderr = run()
+    assert not untracked["workspace"]["dirty"] and untracked["dirty_excluded"] == ["evals/"]
+    assert "uncommitted changes" not in stderr
+    git(repo, "add", "evals")
+    git(repo, "commit", "-q", "-m", "the suite")
+    suite["tasks"][0]["prompt"] = "Do t, edited"
+    (evals / "suite.json").write_text(json.dumps(suite))
+    (evals / "hidden" / "check.sh").write_text('test -s "$1"\n')
+    edited, _ = run()
+    assert not edited["workspace"]["dirty"]
+    assert sorted(edited["dirty_excluded"]) == ["evals/hidden/check.sh", "evals/suite.json"]
+    (evals / "README.md").write_text("an edit that is not the suite's\n")  # not declared: it counts
+    readme, stderr = run()
+    assert readme["workspace"]["dirty"] and "uncommitted changes" in stderr
 
 
 def test_keep_worktrees_prints_paths(cli, repo: Path, write_suite) -> None:

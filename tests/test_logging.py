@@ -13,14 +13,14 @@ import pytest
 from click.testing import Result
 
 from tests.conftest import task
-from worktrial.isolation.pool import Slot
+from worktrial.isolation.copying_slot import CopyingSlot
 from worktrial.isolation.workspace import open_source, resolve_commit
 
 
 def test_a_failed_slot_reset_is_logged_and_the_slot_rebuilt(
     repo: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    slot = Slot(open_source(repo), resolve_commit(repo), tmp_path / "slot")
+    slot = CopyingSlot(open_source(repo), resolve_commit(repo), tmp_path / "slot")
     try:
         ws = slot.acquire()
         shutil.rmtree(ws.worktree)  # what an agent that deletes its whole worktree leaves behind

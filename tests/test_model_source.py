@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from worktrial.model.records import AttemptRecord
+from worktrial.model.run_config import RunConfig
 from worktrial.state.history import envelope_from_records
 from worktrial.state.store import RunMeta, TaskMeta
 
@@ -21,10 +22,7 @@ def meta(model: str | None) -> RunMeta:
         source_repo="/w",
         base_commit="0" * 40,
         dirty=False,
-        agent="claude-code",
-        model=model,
-        attempts=2,
-        k=2,
+        config=RunConfig(agent="claude-code", model=model, attempts=2, k=2),
         jobs=1,
     )
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import git, task
-from worktrial.isolation import overlay
+from worktrial.isolation import overlay, slot_ns
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -88,7 +88,10 @@ def _repo(path: Path) -> Path:
 
 
 def _run(cli: Any, repo: Path, suite: Path, mode: str, *args: str) -> dict[str, Any]:
-    os.environ["WORKTRIAL_OVERLAY"] = mode
+    """``mode``: ``on`` (overlay rooms, mounted in the slot's namespaces), ``per-program`` (overlay rooms, each
+    program mounting its own), ``off`` (the copying path)."""
+    os.environ["WORKTRIAL_OVERLAY"] = "off" if mode == "off" else "on"
+    os.environ[slot_ns.DISABLE_VAR] = "off" if mode == "per-program" else "on"
     result = cli(
         ["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", "--sandbox", "on", *args], cwd=repo
     )
@@ -112,12 +115,13 @@ def _outcomes(envelope: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 def restore_env() -> Any:
-    before = os.environ.get("WORKTRIAL_OVERLAY")
+    before = {name: os.environ.get(name) for name in ("WORKTRIAL_OVERLAY", slot_ns.DISABLE_VAR)}
     yield
-    if before is None:
-        os.environ.pop("WORKTRIAL_OVERLAY", None)
-    else:
-        os.environ["WORKTRIAL_OVERLAY"] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.mark.usefixtures("restore_env")
@@ -133,7 +137,7 @@ def test_every_kind_of_change_gives_the_same_patch_and_verdict_on_both_paths(
     agent.write_text(f"{PRISTINE.replace('&&', '&& ')} || exit 3\n{HOSTILE}")
     suite = write_suite(tasks, attempts=3)
     found = {}
-    for mode in ("on", "off"):
+    for mode in ("on", "per-program", "off"):
         repo = _repo(tmp_path / f"repo-{mode}")
         envelope = _run(cli, repo, suite, mode, "--agent-cmd", f"sh {agent}")
         outcomes = _outcomes(envelope)
@@ -141,7 +145,7 @@ def test_every_kind_of_change_gives_the_same_patch_and_verdict_on_both_paths(
         patches = [_artifacts(repo, envelope, "hostile", n)["patch"] for n in (1, 2, 3)]
         assert patches[0] == patches[1] == patches[2]
         found[mode] = (outcomes, patches[0])
-    assert found["on"] == found["off"]
+    assert found["on"] == found["per-program"] == found["off"]
     patch = found["on"][1]
     for name in ("README.md", "gone.txt", "renamed.txt", "old.txt", "script.sh", "file2dir/x", "dir2file", "sub",
                  "movedir/m/deep.txt", "renameddir/m/deep.txt", "replaced/x", "source/x", "nested-inner/i",
@@ -236,3 +240,91 @@ def test_an_unprivileged_harness_uses_the_copying_path_with_the_same_results(tmp
         assert patch["files"] == ["a.txt", "fs.txt"] and "+overlay" not in patch["diff"], patch
     finally:
         subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+# The agent (uid 60901 under a root harness) sets overlay metadata in the namespace the kernel ignores on a root
+# overlay: a redirect out of the lower layer (relative with ``..``, absolute with ``..``, ``/``) and an opaque mark.
+# The kernel shows an ordinary directory in both rooms; the harness must read the change the same way.
+FORGED_XATTRS = r"""
+import os, sys
+secret = sys.argv[1].lstrip("/")
+up = "../" * 40
+for name, value in (("rel", up + secret), ("abs", "/" + up + secret), ("root", "/"), ("dots", "..")):
+    with open(f"{name}/new.txt", "w") as fh:
+        fh.write(name + "\n")
+    os.setxattr(name, "user.overlay.redirect", value.encode())
+with open("opq/new.txt", "w") as fh:
+    fh.write("opaque\n")
+os.setxattr("opq", "user.overlay.opaque", b"y")
+"""
+
+
+@pytest.mark.usefixtures("restore_env")
+def test_overlay_metadata_the_agent_sets_never_reaches_the_patch(cli: Any, tmp_path: Path, write_suite) -> None:
+    """A redirect the agent wrote never makes the harness read outside the lower layer (a root-only file of the
+    host stays out of the patch and the artifacts), an opaque mark it wrote never makes the patch say files were
+    deleted that the verifier saw, and the patch is the same as on the copying path, where xattrs mean nothing."""
+    if overlay.unavailable() is not None:
+        pytest.skip(f"overlays cannot be mounted here: {overlay.unavailable()}")
+    if os.geteuid() != 0:
+        pytest.skip("the agent's xattrs are ignored by the kernel only on a root harness's overlays")
+    secret = tmp_path / "host-secret"
+    secret.mkdir()
+    (secret / "id_rsa").write_text("HOST-SECRET-KEY-7f3a\n")
+    (secret / "id_rsa").chmod(0o600)
+    agent = tmp_path / "agent.py"
+    agent.write_text(FORGED_XATTRS)
+    # The verifier sees ordinary directories: the lower layer's files are all there, nothing of the host is.
+    verify = (
+        "for d in rel abs root dots opq; do test -f $d/orig.txt && test -f $d/new.txt && test ! -e $d/id_rsa "
+        "&& test ! -e $d/README.md || exit 1; done"
+    )
+    suite = write_suite([task("xattrs", verify_commands=[{"sh": verify}])])
+    found = {}
+    for mode in ("on", "off"):
+        repo = tmp_path / f"repo-{mode}"
+        repo.mkdir()
+        git(repo, "init", "-q", "-b", "main")
+        (repo / "README.md").write_text("# r\n")
+        for name in ("rel", "abs", "root", "dots", "opq"):
+            (repo / name).mkdir()
+            (repo / name / "orig.txt").write_text(f"{name}\n")
+        git(repo, "add", ".")
+        git(repo, "commit", "-qm", "base")
+        envelope = _run(cli, repo, suite, mode, "--agent-cmd", f"python3 {agent} {secret}")
+        assert [o[2] for o in _outcomes(envelope)] == ["pass"], _outcomes(envelope)
+        run_dir = repo / ".worktrial" / "runs" / envelope["run"]["id"]
+        for path in run_dir.rglob("*"):
+            if path.is_file():
+                assert b"HOST-SECRET" not in path.read_bytes(), path
+        found[mode] = _artifacts(repo, envelope, "xattrs", 1)["patch"]
+    expected = [f"{name}/new.txt" for name in ("abs", "dots", "opq", "rel", "root")]
+    assert found["on"]["files"] == expected, found["on"]["files"]
+    assert found["on"] == found["off"]
+
+
+def test_a_redirect_is_read_below_the_lower_layer_and_never_through_a_link(tmp_path: Path) -> None:
+    """Even a redirect in the namespace the kernel honours (which only the kernel writes on a root overlay) names a
+    path of the lower layer: one through a symlink the repository committed (to a host directory) or with ``..``
+    lists nothing, and files come only from the lower layer's own directories."""
+    if os.geteuid() != 0:
+        pytest.skip("trusted xattrs need root")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "secret").write_text("host\n")
+    lower, upper = tmp_path / "lower", tmp_path / "upper"
+    (lower / "real").mkdir(parents=True)
+    (lower / "real" / "kept.txt").write_text("kept\n")
+    (lower / "link").symlink_to(host)
+    for name, value in (("moved", b"/real"), ("through-link", b"/link"), ("escape", b"/real/../../host")):
+        (upper / name).mkdir(parents=True)
+        os.setxattr(upper / name, "trusted.overlay.redirect", value)
+    lower_fd, upper_fd = os.open(lower, os.O_RDONLY), os.open(upper, os.O_RDONLY)
+    try:
+        changes = overlay.scan_upper(upper_fd)
+        assert changes.origins == {"moved": "real", "through-link": "link"}
+        assert overlay.moved_files(lower_fd, changes) == {"moved/kept.txt": "real/kept.txt"}
+        assert overlay.lower_files(lower_fd, "link/secret") == [] and overlay.lower_kind(lower_fd, "link") == "link"
+    finally:
+        os.close(lower_fd)
+        os.close(upper_fd)

@@ -65,7 +65,7 @@ def test_run_store_holds_every_attempt(cli, repo: Path, write_suite) -> None:
     lines = (run_dir / "attempts.jsonl").read_text().splitlines()
     assert len(lines) == 10
     meta = json.loads((run_dir / "run.json").read_text())
-    assert meta["suite_sha256"] == envelope["suite_sha256"] and meta["agent"] == "command"
+    assert meta["suite_sha256"] == envelope["suite_sha256"] and meta["config"]["agent"] == "command"
     assert meta["base_commit"] == git(repo, "rev-parse", "HEAD")
     assert json.loads((run_dir / "envelope.json").read_text()) == envelope
 
@@ -217,7 +217,7 @@ def test_credentials_in_a_base_url_are_never_stored(cli, repo: Path, write_suite
     run_dir = repo / ".worktrial" / "runs" / envelope["run"]["id"]
     stored = "".join(p.read_text() for p in run_dir.rglob("*") if p.is_file())  # artifacts included
     assert "s3cret" not in stored and "abc123" not in stored
-    assert json.loads((run_dir / "run.json").read_text())["base_url"] == "http://m.invalid:9/v1"
+    assert json.loads((run_dir / "run.json").read_text())["config"]["base_url"] == "http://m.invalid:9/v1"
     refused = cli(["resume", envelope["run"]["id"]], cwd=repo)
     assert refused.exit_code == 2 and "pass --base-url http://m.invalid:9/v1 with them again" in refused.stderr
     other = cli(["resume", envelope["run"]["id"], "--base-url", "http://m.invalid:8/v1"], cwd=repo)

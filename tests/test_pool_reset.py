@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import git
-from worktrial.isolation import overlay, pool, safefs, workspace
-from worktrial.isolation.pool import Slot
+from worktrial.isolation import copying_slot, ctime, overlay, safefs, workspace
+from worktrial.isolation.copying_slot import CopyingSlot
+from worktrial.isolation.overlay_slot import OverlaySlot
 from worktrial.isolation.workspace import open_source
 
 
@@ -122,7 +123,7 @@ EDITS: dict[str, Callable[[Path], None]] = {
 
 
 @pytest.fixture
-def slot(repo: Path, tmp_path: Path) -> Iterator[Slot]:
+def slot(repo: Path, tmp_path: Path) -> Iterator[CopyingSlot]:
     (repo / "src" / "lib").mkdir(parents=True)
     (repo / "src" / "lib" / "util.py").write_text("def f():\n    return 1\n")
     (repo / "docs" / "lib").mkdir(parents=True)
@@ -132,7 +133,7 @@ def slot(repo: Path, tmp_path: Path) -> Iterator[Slot]:
     git(repo, "commit", "-q", "-m", "tree")
     work = tmp_path / "work"
     work.mkdir()
-    made = Slot(open_source(repo), git(repo, "rev-parse", "HEAD"), work / "slot-0")
+    made = CopyingSlot(open_source(repo), git(repo, "rev-parse", "HEAD"), work / "slot-0")
     try:
         yield made
     finally:
@@ -149,11 +150,11 @@ def git_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.extend(a for a in args if a in ("reset", "clean"))
         return real(args, cwd, **kwargs)
 
-    monkeypatch.setattr(pool, "git", counting)
+    monkeypatch.setattr(copying_slot, "git", counting)
     return calls
 
 
-def test_an_untouched_attempt_resets_without_git(slot: Slot, git_calls: list[str]) -> None:
+def test_an_untouched_attempt_resets_without_git(slot: CopyingSlot, git_calls: list[str]) -> None:
     ws = slot.acquire()
     pristine = _tree(ws.worktree)
     assert slot.untouched()
@@ -171,7 +172,7 @@ def test_an_untouched_attempt_resets_without_git(slot: Slot, git_calls: list[str
 
 
 @pytest.mark.parametrize("edit", sorted(EDITS))
-def test_every_kind_of_change_is_seen_and_undone(slot: Slot, git_calls: list[str], edit: str) -> None:
+def test_every_kind_of_change_is_seen_and_undone(slot: CopyingSlot, git_calls: list[str], edit: str) -> None:
     ws = slot.acquire()
     pristine = _tree(ws.worktree)
     EDITS[edit](ws.worktree)
@@ -183,17 +184,17 @@ def test_every_kind_of_change_is_seen_and_undone(slot: Slot, git_calls: list[str
     assert slot.builds == 1
 
 
-def test_the_python_walk_sees_what_find_sees(slot: Slot, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_python_walk_sees_what_find_sees(slot: CopyingSlot, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where find(1) is missing or is not GNU find, the walk in Python gives the same answer."""
     ws = slot.acquire()
     fd = os.open(ws.worktree, os.O_RDONLY | os.O_DIRECTORY)
-    mark = pool._fs_now_ns(fd)
+    mark = ctime.fs_now_ns(fd)
     (ws.worktree / "src" / "lib" / "new.txt").write_text("x\n")
     (ws.worktree / "README.md").unlink()
     try:
-        by_find = pool._changed_since(fd, ws.worktree, mark)
+        by_find = ctime.changed_since(fd, ws.worktree, mark)
         monkeypatch.setenv("PATH", "/nonexistent")
-        by_python = pool._changed_since(fd, ws.worktree, mark)
+        by_python = ctime.changed_since(fd, ws.worktree, mark)
     finally:
         os.close(fd)
     assert sorted(by_find.files) == sorted(by_python.files) == ["src/lib/new.txt"]
@@ -201,7 +202,7 @@ def test_the_python_walk_sees_what_find_sees(slot: Slot, monkeypatch: pytest.Mon
 
 
 def test_the_index_is_kept_while_nothing_changed_it_and_written_again_once_something_did(
-    slot: Slot, monkeypatch: pytest.MonkeyPatch
+    slot: CopyingSlot, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The private index (megabytes in a large repository) is not rewritten by a reset while it is, to the inode and
     its ctime, the one the harness left; an agent that staged something gets the harness's index back."""
@@ -262,7 +263,7 @@ def test_an_overlay_room_sees_every_change_and_its_reset_leaves_the_pristine_che
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "tree")
     (tmp_path / "work").mkdir()
-    slot = Slot(open_source(repo), git(repo, "rev-parse", "HEAD"), tmp_path / "work" / "slot-0", overlay=True)
+    slot = OverlaySlot(open_source(repo), git(repo, "rev-parse", "HEAD"), tmp_path / "work" / "slot-0")
     try:
         ws = slot.acquire()
         assert slot.pristine is not None and ws.worktree != slot.pristine

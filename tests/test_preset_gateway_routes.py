@@ -22,6 +22,7 @@ from tests.cli_servers import CliServer, anthropic_plain, chat_plain, chat_usage
 from worktrial.agents.base import AgentContext, AgentOptions
 from worktrial.agents.presets import PRESETS
 from worktrial.agents.presets.base import PresetAgent
+from worktrial.agents.presets.carry import UserSetup
 from worktrial.errors import BadInputError
 from worktrial.gateway import Gateway, Session
 
@@ -33,7 +34,8 @@ def _handed(agent: PresetAgent, gateway: Gateway, scratch: Path, env: dict[str, 
     """Route one attempt: (the URL the CLI is pointed at, the attempt's session, everything the CLI is given)."""
     session = gateway.open(threading.Event())
     ctx = cast(AgentContext, SimpleNamespace(gateway=session))
-    invocation, withheld = agent._through_gateway(ctx, agent._invocation("prompt", scratch, scratch), env)
+    invocation, rewrite = agent._through_gateway(ctx, agent._invocation("prompt", scratch, scratch), env, UserSetup())
+    withheld = rewrite.withheld
     spec = agent.spec
     given = dict(env)
     if spec.run_env is not None:
@@ -83,7 +85,7 @@ def test_base_url_goes_through_the_gateway_and_the_key_stays_out(
         assert routed.key == SECRET and routed.base_url == UPSTREAM  # the gateway forwards there with the key
 
 
-@pytest.mark.parametrize("preset", ["copilot", "continue", "kilo", "gptme", "droid"])
+@pytest.mark.parametrize("preset", ["copilot", "continue", "kilo", "droid"])
 def test_without_base_url_the_cli_talks_to_its_vendor(preset: str, tmp_path: Path) -> None:
     agent = PresetAgent(PRESETS[preset], AgentOptions(model="openai/gpt-4.1-mini"))
     env = {"OPENAI_API_KEY": SECRET}
@@ -91,6 +93,16 @@ def test_without_base_url_the_cli_talks_to_its_vendor(preset: str, tmp_path: Pat
         url, _session, _given = _handed(agent, gateway, tmp_path, env)
         assert url == "" and env == {"OPENAI_API_KEY": SECRET}
         assert gateway.port is None  # nothing was routed, so the gateway never started
+
+
+def test_gptme_with_an_openai_key_goes_through_the_gateway(tmp_path: Path) -> None:
+    """gptme's OpenAI provider takes ``OPENAI_BASE_URL``: with the key alone it is routed, run as ``local/NAME``."""
+    agent = PresetAgent(PRESETS["gptme"], AgentOptions(model="openai/gpt-4.1-mini"))
+    with Gateway() as gateway:
+        url, session, handed = _given_env(agent, gateway, tmp_path, {"OPENAI_API_KEY": SECRET})
+    assert url.endswith(f"/g/{session.token}/openai") and handed["env"]["OPENAI_BASE_URL"] == url
+    assert handed["env"]["OPENAI_API_KEY"] == session.token and SECRET not in json.dumps(handed)
+    assert handed["argv"][handed["argv"].index("-m") + 1] == "local/gpt-4.1-mini"
 
 
 def test_gptme_with_a_provider_of_its_own_is_not_routed(tmp_path: Path) -> None:
@@ -108,7 +120,8 @@ def _given_env(
     """Like ``_handed``, but the environment the CLI gets and its argv kept apart."""
     session = gateway.open(threading.Event())
     ctx = cast(AgentContext, SimpleNamespace(gateway=session))
-    invocation, withheld = agent._through_gateway(ctx, agent._invocation("prompt", scratch, scratch), env)
+    invocation, rewrite = agent._through_gateway(ctx, agent._invocation("prompt", scratch, scratch), env, UserSetup())
+    withheld = rewrite.withheld
     given = dict(env)
     if agent.spec.run_env is not None:
         given.update(agent.spec.run_env(invocation, given))
@@ -149,7 +162,9 @@ def test_a_provider_key_alone_goes_through_the_gateway(
         given, argv = handed["env"], handed["argv"]
         assert url.endswith(f"/g/{session.token}/{route}")
         assert given[key_var] == session.token and SECRET not in json.dumps(handed)
-        assert "OPENAI_ORGANIZATION" not in given  # every variable of the CLI's providers leaves
+        assert (
+            given["OPENAI_ORGANIZATION"] == "org-x"
+        )  # a setting of the provider's, neither key nor endpoint: it stays
         assert argv[argv.index(provider_flag[0]) : argv.index(provider_flag[0]) + len(provider_flag)] == provider_flag
         base_var = {
             ("goose", "openai"): "OPENAI_HOST",

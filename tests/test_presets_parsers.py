@@ -180,3 +180,32 @@ def test_as_int(value: object, expected: int | None) -> None:
 @pytest.mark.parametrize(("value", "expected"), [(0.5, 0.5), ("0.25", 0.25), (-1, None), ("nan", None), (False, None)])
 def test_as_cost(value: object, expected: float | None) -> None:
     assert as_cost(value) == expected
+
+
+def _grok(tmp_path: Path, messages: list[object], code: int = 0) -> Verdict:
+    from worktrial.agents.presets.grok_cli import GrokMessagesParser
+
+    parser = GrokMessagesParser()
+    parser.feed(stream(messages))
+    return parser.finish(exit_ok(tmp_path, code))
+
+
+def test_grok_cli_conversation(tmp_path: Path) -> None:
+    """Finishing after a model reply claims success (the verify commands decide); tool calls are counted; an error
+    reply with a status is a provider failure, one without is a claimed failure; no reply is no claim."""
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    done = [
+        {"role": "user", "content": "do it"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "assistant", "content": "Done."},
+    ]
+    verdict = _grok(tmp_path, done)
+    assert verdict.claimed is True and verdict.usage.turns == 2 and verdict.usage.tool_counts == {"bash": 1}
+    refused = _grok(
+        tmp_path, [{"role": "assistant", "content": "Sorry, I encountered an error: 401 Incorrect API key"}]
+    )
+    assert refused.error_category == "provider_auth" and refused.fatal
+    broken = _grok(tmp_path, [{"role": "assistant", "content": "Sorry, I encountered an error: tool loop"}])
+    assert broken.claimed is False and broken.error_category is None
+    assert _grok(tmp_path, [], code=1).error_category == "agent_failed"  # nothing printed: the CLI broke

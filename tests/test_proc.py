@@ -9,8 +9,11 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import alive_with_marker
-from worktrial.isolation import proc
+from worktrial.isolation import cgroups, proc
+from worktrial.isolation.cgroups import CGROUPS
 from worktrial.isolation.proc import run_command
 from worktrial.model.commands import to_argv
 
@@ -136,3 +139,17 @@ def test_waiting_for_a_command_never_polls(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(time_module, "sleep", no_sleep)
     result = proc.run(["sh", "-c", "sleep 0.1; exit 3"], cwd=tmp_path, timeout=30, sweep=False)
     assert result.returncode == 3 and not result.timed_out
+
+
+def test_a_process_that_fails_to_start_leaves_no_cgroup(tmp_path: Path) -> None:
+    """Popen refuses the argv (longer than the kernel takes for one argument): the cgroup made for the process is
+    removed, not left behind in the harness's parent cgroup (issue #38)."""
+    probe = CGROUPS.create(f"probe-{uuid.uuid4().hex}")
+    if probe is None:
+        pytest.skip("this machine gives worktrial no cgroup v2 of its own")
+    parent = probe.parent
+    cgroups.remove(probe)
+    before = {p.name for p in parent.iterdir() if p.is_dir()}
+    result = proc.run(["/bin/true", "x" * (512 * 1024)], cwd=tmp_path, timeout=30)
+    assert result.start_error is not None and result.start_error.startswith("cannot start"), result
+    assert {p.name for p in parent.iterdir() if p.is_dir()} == before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -139,3 +140,75 @@ def test_ctrl_c_on_a_terminal_says_stopping_at_once_and_leaves_nothing(
         child.close(force=True)
     assert child.exitstatus == 130
     assert list(tmp.iterdir()) == []  # no worktree, slot or scratch directory left to delete by hand
+
+
+def _on_a_terminal(repo: Path, args: list[str], columns: int) -> pexpect.spawn[str]:
+    """A worktrial command under a real pseudo-terminal ``columns`` wide."""
+    return pexpect.spawn(
+        sys.executable,
+        ["-c", "from worktrial.cli import main; main()", *args],
+        cwd=str(repo),
+        env={**os.environ, "TERM": "xterm-256color", "COLUMNS": str(columns), "LINES": "40"},
+        encoding="utf-8",
+        timeout=DEADLINE_SECS,
+        dimensions=(40, columns),
+    )
+
+
+def _held(tmp_path: Path) -> tuple[Path, str]:
+    """A file whose existence holds a command (``sh -c '... hold ...'``) until the test removes it: the display is
+    read while a step is known to be running, never at a guessed moment."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    return hold, f"while [ -e {hold} ]; do sleep 0.05; done"
+
+
+@pytest.mark.pty
+@pytest.mark.slow
+def test_check_shows_each_phase_and_the_reruns_with_count_and_eta(
+    repo: Path, write_suite: SuiteWriter, tmp_path: Path
+) -> None:
+    hold, wait = _held(tmp_path)
+    count = tmp_path / "verifications"
+    # The oracle's own verification counts 0, the first re-run 1; the second re-run waits until the test lets it go.
+    verify = f"test -f done.txt && n=$(cat {count} 2>/dev/null || echo 0) && echo $((n + 1)) > {count} && "
+    verify += f'if [ "$n" = 2 ]; then {wait}; fi'
+    suite = write_suite([task("fix-pipe-cell-escaping", verify_commands=[{"sh": verify}])])
+    child = _on_a_terminal(repo, ["check", str(suite), "--trust", "--repeats", "3", "--sandbox", "off"], 100)
+    try:
+        child.expect("check 1/3: running the oracle agent on 1 task")
+        child.expect("check 2/3: running the nop agent on 1 task")
+        child.expect("check 3/3: re-running the verifier of 1 task 3 times on the oracle's result")
+        child.expect(r"1/3 · elapsed \d+:\d\d · ETA ~\d+:\d\d")  # one re-run done, the second held
+        child.expect(r"fix-pipe-cell-escaping: re-run 2 of 3")
+        hold.unlink()
+        child.expect(r"3/3 · elapsed \d+:\d\d · ETA ~0:00")
+        child.expect("verifier on oracle result")  # the report
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 1  # its findings: the lints name the two files outside the worktree this verifier uses
+
+
+@pytest.mark.pty
+@pytest.mark.slow
+def test_at_80_columns_setup_is_named_and_task_ids_are_never_cut(
+    repo: Path, write_suite: SuiteWriter, tmp_path: Path
+) -> None:
+    hold, wait = _held(tmp_path)
+    ids = ["fix-pipe-cell-escaping-in-tables-with-unicode", "fix-pipe-cell-escaping-in-headers-with-unicode"]
+    suite = write_suite([task(i) for i in ids], environment={"setup": [{"sh": wait}]})
+    args = ["eval", "--suite", str(suite), "--trust", "--agent", "oracle", "--sandbox", "off"]
+    child = _on_a_terminal(repo, args, 80)
+    try:
+        child.expect(r"-with-unicode #1\s+setup\s+\d+s")  # the environment's setup runs: said, not "starting"
+        hold.unlink()
+        child.expect("## Tasks|Tasks")
+        child.expect(pexpect.EOF)
+        report = str(child.before)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert "…" not in report
+    table = "".join(re.findall(r"^ (\S+)", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", report), re.MULTILINE))
+    assert all(i in table for i in ids)  # each id whole once its wrapped pieces are joined

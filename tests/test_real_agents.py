@@ -197,7 +197,8 @@ def test_claude_code_is_ended_at_its_cost_cap_as_its_usage_streams(
 def test_claude_code_uses_the_users_own_settings(
     claude: Tool, home: Path, cli: Callable[..., Result], repo: Path, write_suite
 ) -> None:
-    """Nothing in worktrial's config: ~/.claude/settings.json names the server, key and model."""
+    """Nothing in worktrial's config: ~/.claude/settings.json names the server (on this host's loopback, reached
+    from the default sandbox through the model gateway), the key and the model."""
     served = Served()
     with CliServer(claude_model(served)) as server:
         settings = {
@@ -206,7 +207,7 @@ def test_claude_code_uses_the_users_own_settings(
         }
         (home / ".claude").mkdir()
         (home / ".claude" / "settings.json").write_text(json.dumps(settings))
-        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "claude-code")
+        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "claude-code", network=None)
     assert envelope is not None, result.output
     attempt = only_attempt(envelope)
     assert attempt["outcome"] == "pass", attempt
@@ -340,7 +341,8 @@ def test_codex_solves_a_task_with_exact_usage_and_cost(
 def test_codex_uses_the_users_own_provider(
     codex: Tool, home: Path, cli: Callable[..., Result], repo: Path, write_suite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Nothing in worktrial's config: ~/.codex/config.toml names a custom provider, its key variable and model."""
+    """Nothing in worktrial's config: ~/.codex/config.toml names a custom provider (on this host's loopback, reached
+    from the default sandbox through the model gateway), its key variable and model."""
     served = Served()
     monkeypatch.setenv("SCRIPTED_PROVIDER_KEY", "sk-custom")
     with CliServer(codex_model(served)) as server:
@@ -349,7 +351,7 @@ def test_codex_uses_the_users_own_provider(
             'model = "gpt-5-mini"\nmodel_provider = "scripted"\n\n[model_providers.scripted]\nname = "scripted"\n'
             f'base_url = "{server.url}/v1"\nenv_key = "SCRIPTED_PROVIDER_KEY"\nwire_api = "responses"\n'
         )
-        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "codex")
+        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "codex", network=None)
         auth = {r.headers.get("authorization") for r in server.posts("/responses")}
     assert envelope is not None, result.output
     attempt = only_attempt(envelope)

@@ -124,12 +124,13 @@ def test_aider_solves_a_task_with_exact_usage_and_unknown_cost(
 def test_aider_uses_the_users_own_config_and_is_priced(
     aider: Tool, home: Path, cli: Callable[..., Result], repo: Path, write_suite
 ) -> None:
-    """Nothing in worktrial's config: ~/.aider.conf.yml names the model, ~/.env the provider's key and URL."""
+    """Nothing in worktrial's config: ~/.aider.conf.yml names the model, ~/.env the provider's key and URL, on this
+    host's loopback, reached from the default sandbox through the model gateway."""
     served = Served()
     with CliServer(chat_model(served, "aider")) as server:
         (home / ".aider.conf.yml").write_text(f"model: {PRICED}\nedit-format: whole\n")
         (home / ".env").write_text(f"OPENROUTER_API_KEY=sk-aider-env\nOPENROUTER_API_BASE={server.url}/v1\n")
-        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "aider")
+        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "aider", network=None)
         keys = {r.headers.get("authorization") for r in server.posts("/chat/completions")}
     assert envelope is not None, result.output
     attempt = only_attempt(envelope)
@@ -141,9 +142,9 @@ def test_aider_uses_the_users_own_config_and_is_priced(
         "openai/gpt-5.1",
         "agent",
     )
-    # Not routed through the model gateway (the key is in the user's ~/.env, not worktrial's environment): these are
-    # aider's own figures, which have no cached or reasoning counts.
-    assert attempt["tokens"] == served.tokens.model_copy(update={"cached_input": None, "reasoning": None}).model_dump()
+    # Routed through the model gateway (the key and the endpoint in the user's ~/.env are OpenRouter's, which the
+    # gateway speaks): the figures are the provider's, cached and reasoning counts included.
+    assert attempt["tokens"] == served.tokens.model_dump()
     # The model came from the user's file; aider names it in its banner, so the run is priced from the table.
     assert attempt["cost_usd"] == pytest.approx(priced(served.tokens), rel=1e-6)
     assert sorted(p.name for p in home.iterdir()) == [".aider.conf.yml", ".env"]  # copied, nothing written here
@@ -170,7 +171,8 @@ def test_aider_rejected_key_stops_the_run(
 def test_mini_swe_agent_uses_the_users_own_config_with_exact_usage_and_price(
     mini: Tool, home: Path, cli: Callable[..., Result], repo: Path, write_suite
 ) -> None:
-    """Nothing in worktrial's config: mini's global .env names the model, the key and the URL."""
+    """Nothing in worktrial's config: mini's global .env names the model, the key and the URL (on this host's
+    loopback, reached from the default sandbox through the model gateway)."""
     served = Served()
     user_config = home / ".config" / "mini-swe-agent"
     user_config.mkdir(parents=True)
@@ -178,7 +180,7 @@ def test_mini_swe_agent_uses_the_users_own_config_with_exact_usage_and_price(
         (user_config / ".env").write_text(
             f"MSWEA_MODEL_NAME={PRICED}\nOPENROUTER_API_KEY=sk-mini\nOPENROUTER_API_BASE={server.url}/v1\n"
         )
-        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "mini-swe-agent")
+        result, envelope = evaluate(cli, repo, write_suite([TASK]), "--agent", "mini-swe-agent", network=None)
         keys = {r.headers.get("authorization") for r in server.posts("/chat/completions")}
     assert envelope is not None, result.output
     attempt = only_attempt(envelope)
@@ -191,8 +193,8 @@ def test_mini_swe_agent_uses_the_users_own_config_with_exact_usage_and_price(
         "openai/gpt-5.1",
         "agent",
     )
-    # Summed from each message's extra.response.usage; mini reports no cache writes.
-    assert attempt["tokens"] == served.tokens.model_copy(update={"cache_creation": None}).model_dump()
+    # Routed through the model gateway (OpenRouter's key and endpoint in mini's .env): the provider's figures.
+    assert attempt["tokens"] == served.tokens.model_dump()
     assert attempt["turns"] == 2
     # mini's instance_cost is 0.0 for a model litellm cannot price; the model it ran is in the table.
     assert attempt["cost_usd"] == pytest.approx(priced(served.tokens), rel=1e-6)

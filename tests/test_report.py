@@ -57,13 +57,17 @@ def test_markdown_report(cli, repo: Path, write_suite) -> None:
     assert "| slow | regression | 0/2 | 0.000 | 0.000 | 2 timeout |" in md
     assert "| broken | regression | 0/2 | 0.000 | 0.000 | 2 error |" in md
     assert "## Errors and timeouts" in md
-    assert "- `slow` #1: **timeout** — agent exceeded its 1s timeout" in md
-    assert "- `broken` #2: **error** — command not found: no-such-binary-qq" in md
+    # one line per task for attempts that ended the same way
+    assert "- `slow` attempts 1–2: **timeout** — agent exceeded its 1s timeout" in md
+    assert "- `broken` attempts 1–2: **error** — command not found: no-such-binary-qq" in md
+    assert "`slow` #1" not in md and "`broken` #2" not in md
     assert "**Efficiency:** cost unknown (unpriced: 8 of 8 attempts" in md
-    # progress lines go to stderr, one per attempt
+    # progress lines go to stderr, one per attempt, with the ETA until the last
     lines = [line for line in result.stderr.splitlines() if re.match(r"\[\d/8\] ", line)]
     assert len(lines) == 8
-    assert any(re.match(r"\[\d/8\] timeout slow #1 \(\d+\.\ds\) — agent exceeded its 1s timeout", x) for x in lines)
+    slow = r"\[\d/8\] timeout slow #1 \(\d+\.\ds\)( · ETA ~\d+:\d\d)? — agent exceeded its 1s timeout"
+    assert any(re.match(slow, x) for x in lines)
+    assert all(" · ETA ~" in x for x in lines[:-1]) and " · ETA" not in lines[-1]
 
 
 def test_envelope_contents(cli, repo: Path, write_suite) -> None:

@@ -25,7 +25,8 @@ def test_validate_prints_warnings_and_still_passes(cli, tmp_path: Path, write_su
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"{suite}: ok — 1 task, 1 attempt, suite file sha256 ")
     assert "1 warning (see Lints)" in result.stdout
-    assert "- **warning** `$.tasks[0].verify_commands[0]`: runs code the agent controls" in result.stdout
+    line = "- **warning** `$.tasks[0].verify_commands[0]`: its verdict is the exit status of code the agent controls"
+    assert line in result.stdout
 
 
 def test_a_clean_suite_is_one_line(cli, tmp_path: Path, write_suite) -> None:

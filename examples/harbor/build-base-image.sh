@@ -6,7 +6,7 @@ set -eu
 runtime=${1:-podman}
 tag=${2:-localhost/worktrial-base:busybox}
 if "$runtime" image inspect "$tag" >/dev/null 2>&1; then
-    exit 0
+    echo "image $tag: present"; exit 0
 fi
 busybox=$(command -v busybox || echo /bin/busybox)
 [ -x "$busybox" ] || { echo "busybox is missing: apt-get install busybox-static" >&2; exit 1; }

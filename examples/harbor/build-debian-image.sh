@@ -9,7 +9,7 @@ tag=${2:-localhost/worktrial-base:debian}
 cache=${WORKTRIAL_IMAGES_CACHE:-$HOME/.cache/worktrial-images}
 rootfs="$cache/debian-bookworm-2"  # -2: with python3-venv
 if "$runtime" image inspect "$tag" >/dev/null 2>&1; then
-    exit 0
+    echo "image $tag: present"; exit 0
 fi
 command -v mmdebstrap >/dev/null || { echo "mmdebstrap is missing: apt-get install mmdebstrap" >&2; exit 1; }
 if [ ! -d "$rootfs" ]; then

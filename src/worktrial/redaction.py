@@ -87,6 +87,10 @@ class Redactor:
         # Longest first, so a secret that contains another is replaced whole.
         return cls(tuple(sorted(found, key=len, reverse=True)))
 
+    def holds_value(self, data: bytes) -> bool:
+        """Whether ``data`` holds one of the secret values (the shapes aside): bytes kept exactly must not."""
+        return any(value.encode("utf-8", "surrogateescape") in data for value in self.values)
+
     def redact(self, text: str) -> tuple[str, int]:
         count = 0
         for value in self.values:

@@ -22,7 +22,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     replace_file(path, text)
 
 
-def replace_file(path: Path, text: str, *, durable: bool = True) -> None:
+def replace_file(path: Path, text: str | bytes, *, durable: bool = True) -> None:
     """Write one of the harness's own files: always a new regular file renamed into place.
 
     Unlike ``atomic_write_text`` it never writes through whatever is at ``path``: a symlink, FIFO or device
@@ -31,9 +31,10 @@ def replace_file(path: Path, text: str, *, durable: bool = True) -> None:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    data = text.encode("utf-8") if isinstance(text, str) else text
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())

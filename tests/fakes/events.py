@@ -448,3 +448,22 @@ DROID_FAILED = [
     {"type": "message", "role": "user", "id": "u1", "text": "Create done.txt"} | _DROID_SESSION,
     {"type": "error", "source": "cli", "message": "Exec failed"} | _DROID_SESSION,
 ]
+
+
+# --- grok-cli (the conversation as OpenAI-style messages, one per line) ----------------------------------------------
+
+_GROK_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "bash", "arguments": '{"command": "touch done.txt"}'},
+}
+GROK_NORMAL = [
+    {"role": "user", "content": "Create done.txt"},
+    {"role": "assistant", "content": "", "tool_calls": [_GROK_CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "Command executed successfully"},
+    {"role": "assistant", "content": "Created done.txt."},
+]
+GROK_FAILED = [
+    {"role": "user", "content": "Create done.txt"},
+    {"role": "assistant", "content": "Sorry, I encountered an error: the tool loop ended early"},
+]

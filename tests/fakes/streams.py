@@ -27,6 +27,8 @@ from tests.fakes.events import (
     GOOSE_NORMAL,
     GPTME_FAILED,
     GPTME_NORMAL,
+    GROK_FAILED,
+    GROK_NORMAL,
     OPENCODE_FAILED,
     OPENCODE_NORMAL,
     VTCODE_FAILED,
@@ -264,6 +266,7 @@ SCENARIOS: dict[str, tuple[str, dict[str, dict[str, Any]]]] = {
     "kilo": ("kilo", _scenarios(OPENCODE_NORMAL, OPENCODE_FAILED, touch_env=("XDG_DATA_HOME",))),
     "gptme": ("gptme", _scenarios(GPTME_NORMAL, GPTME_FAILED, touch_env=("XDG_DATA_HOME",))),
     "droid": ("droid", _scenarios(DROID_NORMAL, DROID_FAILED, touch_env=("FACTORY_HOME_OVERRIDE",))),
+    "grok-cli": ("grok", _scenarios(GROK_NORMAL, GROK_FAILED, failed_exit=0, touch_env=("HOME",))),
 }
 """preset name -> (binary, scenarios)."""
 
@@ -352,6 +355,13 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "turns": 2,
         "tool_counts": {"shell": 1, "complete": 1},
     },
+    "grok-cli": {
+        # Grok CLI reports no usage: its tokens are the model gateway's count, when it is routed.
+        "tokens": {"input": None, "output": None, "cached_input": None, "cache_creation": None, "reasoning": None},
+        "cost_usd": None,
+        "turns": 2,
+        "tool_counts": {"bash": 1},
+    },
 }
 EXPECTED["kilo"] = EXPECTED["opencode"]
 # Droid's input excludes cache reads and writes: added back.
@@ -378,5 +388,6 @@ CONFIG_ENV: dict[str, str] = {
     "kilo": "XDG_DATA_HOME",
     "gptme": "XDG_DATA_HOME",
     "droid": "FACTORY_HOME_OVERRIDE",
+    "grok-cli": "HOME",
 }
 """The config-directory variable each preset must point into the attempt's scratch directory."""

@@ -84,8 +84,17 @@ def install(tool: Tool) -> None:
 
 
 def main() -> None:
-    for tool in tools().values():
+    found = tools()
+    missing = [name for name, tool in found.items() if not tool.installed]
+    for tool in found.values():
         install(tool)
+    where = sorted({str(tool.home.parent) for tool in found.values()})
+    print(
+        f"make: agents: {len(found) - len(missing)} of {len(found)} pinned agent CLIs already installed"
+        + (f", installed now: {', '.join(missing)}" if missing else "")
+        + f" (in {', '.join(where)})",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -85,10 +85,14 @@ def on_path(monkeypatch: pytest.MonkeyPatch, tool: Tool) -> None:
     monkeypatch.setenv("PATH", f"{tool.executable.parent}{os.pathsep}{os.environ['PATH']}")
 
 
-def evaluate(cli: Callable[..., Result], repo: Path, suite: Path, *args: str) -> tuple[Result, dict[str, Any] | None]:
+def evaluate(
+    cli: Callable[..., Result], repo: Path, suite: Path, *args: str, network: str | None = "host"
+) -> tuple[Result, dict[str, Any] | None]:
     # The scripted model servers listen on this host's loopback: the attempts share the host's network to reach
-    # them, as a user with a model server on localhost does (--network on would refuse the connections).
-    argv = ["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", "--network", "host", *args]
+    # them, as a user with a model server on localhost does (a CLI that is not routed through the model gateway
+    # could not reach them from a network of its own). ``network=None``: the default sandbox.
+    flags = ["--network", network] if network else []
+    argv = ["eval", "--suite", str(suite), "--trust", "--format", "json", "-q", *flags, *args]
     result = cli(argv, cwd=repo)
     envelope = json.loads(result.stdout) if result.exit_code == 0 else None
     return result, envelope

@@ -1,8 +1,7 @@
 """Hidden test of add-kebabize: run by pytest from the attempt's worktree, so `inflection` is the agent's copy."""
 
-import pytest
-
 import inflection
+import pytest
 
 
 @pytest.mark.parametrize(

@@ -1,16 +1,28 @@
 """Hidden test of fix-ordinal-teens: the base commit gives 11st, 12nd and 13rd."""
 
-import pytest
-
 import inflection
+import pytest
 
 
 @pytest.mark.parametrize(
     ("number", "suffix"),
     [
-        (1, "st"), (2, "nd"), (3, "rd"), (4, "th"), (10, "th"),
-        (11, "th"), (12, "th"), (13, "th"), (111, "th"), (1013, "th"), (-11, "th"),
-        (21, "st"), (22, "nd"), (23, "rd"), (101, "st"), (-1021, "st"),
+        (1, "st"),
+        (2, "nd"),
+        (3, "rd"),
+        (4, "th"),
+        (10, "th"),
+        (11, "th"),
+        (12, "th"),
+        (13, "th"),
+        (111, "th"),
+        (1013, "th"),
+        (-11, "th"),
+        (21, "st"),
+        (22, "nd"),
+        (23, "rd"),
+        (101, "st"),
+        (-1021, "st"),
     ],
 )
 def test_ordinal(number, suffix):

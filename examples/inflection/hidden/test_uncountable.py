@@ -1,8 +1,7 @@
 """Hidden test of fix-uncountable-case: the base commit pluralizes "Sheep" to "Sheeps"."""
 
-import pytest
-
 import inflection
+import pytest
 
 
 @pytest.mark.parametrize("word", ["sheep", "Sheep", "SHEEP", "Information", "Equipment", "rice"])

@@ -19,6 +19,7 @@ from worktrial.model.config import Config
 from worktrial.model.records import ErrorCategory, Usage
 from worktrial.model.run_config import DEFAULT_GRACE_SECS
 from worktrial.model.suite import Task
+from worktrial.model.trajectory import StepLog
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class AgentContext:
     """The attempt's session at the run's model gateway (``worktrial.gateway``): an agent that routes its provider
     through it gives its program the session's URL and token in place of the provider's base URL and key; the
     harness then counts usage and provider failures from the traffic. None where no gateway runs."""
+    trajectory: StepLog | None = None
+    """Set when the run records trajectories (``--trajectories``): an agent that runs its own loop in the harness
+    (the built-in agent) adds each step here; a command agent is told ``$WORKTRIAL_TRAJECTORY_FILE`` instead."""
 
     def env_with(self, patterns: Iterable[str]) -> dict[str, str]:
         """``env`` plus the credentials the patterns name (``OPENAI_API_KEY``, ``ANTHROPIC_*``)."""

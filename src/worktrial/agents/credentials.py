@@ -65,6 +65,7 @@ PRESET_PROVIDERS: dict[str, tuple[str, ...]] = {
     "kilo": (*_MANY, "moonshot", "zai"),
     "gptme": (*_MANY, "moonshot"),
     "droid": ("openai", "anthropic", "google", "openrouter", "groq", "deepseek", "xai", "fireworks", "ollama"),
+    "grok-cli": ("xai",),
 }
 """Preset -> the providers its CLI can be configured for."""
 
@@ -84,6 +85,7 @@ PRESET_EXTRA: dict[str, tuple[str, ...]] = {
     "kilo": ("KILO_*",),
     "gptme": ("GPTME_*",),
     "droid": ("FACTORY_*", "DROID_*"),
+    "grok-cli": ("GROK_*",),
 }
 """Preset -> its CLI's own variables (a vendor login token, the CLI's documented settings)."""
 

@@ -156,6 +156,8 @@ GATEWAY_URL_VAR = "WORKTRIAL_BASE_URL"
 """With ``--base-url``: the URL a command agent calls its model at, the run's gateway in front of ``--base-url``."""
 USAGE_FILE = "usage.json"
 """Name of ``$WORKTRIAL_USAGE_FILE`` in the attempt's scratch directory."""
+TRAJECTORY_FILE = "trajectory.json"
+"""Name of ``$WORKTRIAL_TRAJECTORY_FILE`` in the attempt's scratch directory (set only with ``--trajectories``)."""
 
 
 def command_env(ctx: AgentContext, pass_env: Sequence[str] = ()) -> dict[str, str]:
@@ -164,7 +166,7 @@ def command_env(ctx: AgentContext, pass_env: Sequence[str] = ()) -> dict[str, st
 
     The one definition of the contract documented in docs/agents.md, so both kinds of command agent see the same.
     """
-    return {
+    env = {
         **ctx.env_with(pass_env),
         **inline_prompt_env(ctx.task.prompt),
         **prompt_file_env(prompt_file_of(ctx)),
@@ -174,6 +176,9 @@ def command_env(ctx: AgentContext, pass_env: Sequence[str] = ()) -> dict[str, st
         "WORKTRIAL_SCRATCH": str(ctx.scratch),
         "WORKTRIAL_USAGE_FILE": str(ctx.scratch / USAGE_FILE),
     }
+    if ctx.trajectory is not None:  # the run records trajectories: the agent may write its own there
+        env["WORKTRIAL_TRAJECTORY_FILE"] = str(ctx.scratch / TRAJECTORY_FILE)
+    return env
 
 
 PROMPT_PLACEHOLDER = "{prompt}"

@@ -3,12 +3,14 @@
 The digest of the suite file must match; every published metric must equal what this harness recomputes from
 the per-attempt records (only fields the envelope actually publishes are compared, so an envelope from an
 older version is judged on what it claims); every attempt's outcome must agree with its ``claimed`` and
-``verified`` facts; and every referenced trace file must exist, describe the same attempt, and hold no
-transcript fields.
+``verified`` facts; every referenced trace file must exist, describe the same attempt, and hold no
+transcript fields; and every trajectory file a record names (``--trajectories``) must have the digest recorded
+with it, where it is present (trajectories stay local: an envelope published without them only gets a note).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -26,6 +28,7 @@ from worktrial.model.envelope import Envelope, parse_envelope_json
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import LoadedSuite
 from worktrial.model.trace import FORBIDDEN_KEYS
+from worktrial.model.trajectory import MAX_TRAJECTORY_BYTES
 from worktrial.safe_read import InputFileError, read_input
 from worktrial.safe_text import for_terminal
 
@@ -36,6 +39,7 @@ class AuditReport(BaseModel):
     attempts: int
     values_compared: int
     traces_checked: int
+    trajectories_checked: int = 0
     mismatches: list[str]
     notes: list[str]
     ok: bool
@@ -111,6 +115,7 @@ def _outcome_problems(record: AttemptRecord) -> list[str]:
     return []
 
 
+MAX_TRAJECTORY_FILE_BYTES = 4 * MAX_TRAJECTORY_BYTES
 _IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -158,7 +163,7 @@ def _forbidden(value: Any, path: str = "$") -> list[str]:
     return found
 
 
-def _trace_root(envelope_path: Path, envelope: Envelope) -> Path:
+def trace_root(envelope_path: Path, envelope: Envelope) -> Path:
     """Trace paths are relative to the state root that stored the run: ``<root>/.worktrial/runs/<id>/envelope.json``.
 
     For a run of a suite pinned to another repository that root is not the recorded workspace (the pinned clone):
@@ -197,6 +202,26 @@ def _trace_problems(record: AttemptRecord, workspace: Path) -> list[str]:
     return problems
 
 
+def _trajectory_problems(record: AttemptRecord, root: Path) -> list[str] | None:
+    """Mismatches of the trajectory file a record names (None: the file is not there, as when not published)."""
+    ref = record.trajectory
+    assert ref is not None
+    where = f"report.tasks[{record.task_id}].attempts[{record.attempt}].trajectory"
+    path = Path(ref.path)
+    path = path if path.is_absolute() else root / path
+    try:
+        digest = hashlib.sha256(read_input(path, MAX_TRAJECTORY_FILE_BYTES, follow_symlinks=False)).hexdigest()
+    except FileNotFoundError:
+        return None
+    except InputFileError as exc:
+        return [f"{where}: trajectory file {path} {exc.problem}"]
+    except OSError as exc:
+        return [f"{where}: trajectory file {path} cannot be read ({exc.strerror or exc})"]
+    if digest != ref.sha256:
+        return [f"{where}: trajectory file {path} has sha256 {digest}, the record says {ref.sha256}"]
+    return []
+
+
 def attempt_count_problems(envelope: Envelope) -> list[str]:
     """Each task holds attempts 1..run.attempts at most once each, and (in a complete run) every one of them."""
     problems: list[str] = []
@@ -213,6 +238,21 @@ def attempt_count_problems(envelope: Envelope) -> list[str]:
         if envelope.run.complete and len(numbers) != planned:
             problems.append(f"{where}: {len(numbers)} attempts, but the run has {planned} per task")
     return problems
+
+
+def reuse_count_problems(envelope: Envelope) -> list[str]:
+    """``run.reuse``'s counts are those of the records' provenance (a run made from another run's attempts)."""
+    reuse = envelope.run.reuse
+    if reuse is None:
+        return []
+    kinds = Counter(
+        a.provenance.kind if a.provenance is not None else "ran" for t in envelope.report.tasks for a in t.attempts
+    )
+    return [
+        f"run.reuse.{kind}: {getattr(reuse, kind)}, but {kinds[kind]} record(s) say so"
+        for kind in ("reused", "regraded", "ran")
+        if getattr(reuse, kind) != kinds[kind]
+    ]
 
 
 def load_envelope_json(path: Path) -> tuple[dict[str, Any], Envelope]:
@@ -295,6 +335,7 @@ def audit_envelope(
         if strays:
             mismatches.append(f"report.tasks[{t.task_id}]: attempts {strays} belong to another task id")
     mismatches += attempt_count_problems(envelope)
+    mismatches += reuse_count_problems(envelope)
     expected = len(loaded.suite.tasks) * envelope.run.attempts
     if envelope.run.complete and len(records) != expected:
         mismatches.append(f"run.complete: true, but it holds {len(records)} attempts, not {expected}")
@@ -308,9 +349,14 @@ def audit_envelope(
     mismatches += differ.mismatches
     if differ.unknown:
         notes.append(f"not recomputable by this harness version (skipped): {', '.join(differ.unknown[:8])}")
-    traces = 0
+    traces = trajectories = 0
     if check_traces:
-        root = workspace or _trace_root(envelope_path, envelope)
+        root = workspace or trace_root(envelope_path, envelope)
+        if envelope.run.paths_redacted and workspace is None:
+            notes.append(
+                "the envelope's paths were redacted for publishing: its trace files were looked up from the current "
+                "directory (give --workspace for another)"
+            )
         for record in records:
             if record.trace is not None:
                 traces += 1
@@ -318,12 +364,28 @@ def audit_envelope(
         missing = [f"{r.task_id}#{r.attempt}" for r in records if r.trace is None]
         if missing:
             notes.append(f"{len(missing)} attempt(s) reference no trace file: {', '.join(missing[:8])}")
+        absent = []
+        for record in records:
+            if record.trajectory is None:
+                continue
+            found = _trajectory_problems(record, root)
+            if found is None:
+                absent.append(f"{record.task_id}#{record.attempt}")
+                continue
+            trajectories += 1
+            mismatches += found
+        if absent:
+            notes.append(
+                f"{len(absent)} trajectory file(s) are not here (they stay local unless shared): "
+                + ", ".join(absent[:8])
+            )
     return AuditReport(
         envelope_path=str(envelope_path),
         suite_path=str(loaded.path),
         attempts=len(records),
         values_compared=differ.compared,
         traces_checked=traces,
+        trajectories_checked=trajectories,
         mismatches=mismatches,
         notes=notes,
         ok=not mismatches,
@@ -336,6 +398,7 @@ def render_audit(report: AuditReport) -> str:
         f"audit of {for_terminal(report.envelope_path)} against {for_terminal(report.suite_path)}: "
         f"{report.attempts} attempts, {report.values_compared} published values recomputed, "
         f"{report.traces_checked} trace files checked"
+        + (f", {report.trajectories_checked} trajectory files checked" if report.trajectories_checked else "")
     )
     lines = [head]
     # Each finding quotes the envelope (task ids, paths): one line each, so none can forge another.

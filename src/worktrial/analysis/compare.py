@@ -338,12 +338,39 @@ def compare_pair(first: LoadedEnvelope, second: LoadedEnvelope) -> PairCompariso
     )
 
 
+def made_from_note(a: Envelope, b: Envelope) -> str | None:
+    """What a pair means when one run was made from the other's attempts (``regrade``, ``eval --reuse``)."""
+    for first, second, name in ((a, b, "B"), (b, a, "A")):
+        reuse = second.run.reuse
+        if reuse is None or reuse.source != first.run.id:
+            continue
+        other = "A" if name == "B" else "B"
+        if reuse.mode == "regrade":
+            return (
+                f"{name} is {other} regraded: the same agent runs judged by another verifier (suite digest "
+                f"{reuse.source_suite_digest[:12]} -> {second.bundle_digest[:12]}), so the difference is the "
+                "verifier's, not the agent's"
+            )
+        return (
+            f"{name} reused {reuse.reused + reuse.regraded} attempt(s) of {other}: those are the same agent runs in "
+            "both (regraded ones judged again), so they agree by construction, not as independent samples"
+        )
+    return None
+
+
+def _made_from_one_another(runs: Sequence[LoadedEnvelope]) -> bool:
+    """Two runs of different suites where one was made from the other's attempts: comparing them is the point."""
+    ids = {r.envelope.run.id for r in runs}
+    return len(runs) == 2 and any(r.envelope.run.reuse is not None and r.envelope.run.reuse.source in ids for r in runs)
+
+
 def compare_runs(runs: Sequence[LoadedEnvelope], *, allow_different_suites: bool = False) -> Comparison:
     """Every pair of runs, in the order given; refuses runs of different suite files unless allowed."""
     if len(runs) < 2:
         raise BadInputError("compare needs at least two envelopes or run ids")
     digests = {r.envelope.bundle_digest for r in runs}
-    if len(digests) > 1 and not allow_different_suites:
+    made = _made_from_one_another(runs)
+    if len(digests) > 1 and not allow_different_suites and not made:
         listing = "\n".join(
             f"{r.label}: suite {r.envelope.suite_path} bundle sha256 {r.envelope.bundle_digest[:12]}" for r in runs
         )
@@ -356,7 +383,10 @@ def compare_runs(runs: Sequence[LoadedEnvelope], *, allow_different_suites: bool
         clusters = pair.overall.pass_at_1.clusters
         if (small := small_suite_note(pair.overall.tasks, pair.k, clusters=clusters)) is not None:
             pair.notes.append(small)
-    if len(digests) > 1:
+    if len(digests) > 1 and not made:
         for pair in pairs:
             pair.notes.insert(0, "the suites differ (--allow-different-suites): only shared task ids are compared")
+    for pair, (a, b) in zip(pairs, itertools.combinations(runs, 2), strict=True):
+        if (note := made_from_note(a.envelope, b.envelope)) is not None:
+            pair.notes.insert(0, note)
     return Comparison(runs=[summarize(r) for r in runs], same_suite=len(digests) == 1, pairs=pairs)

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from worktrial.analysis.agent_code import NOTE as AGENT_CODE_NOTE
 from worktrial.analysis.agent_code import agent_code_warning
 from worktrial.model.commands import Command
 from worktrial.model.suite import Suite, Task
@@ -35,6 +36,8 @@ class Lint(BaseModel):
     suggestion: str | None = None
     severity: Literal["problem", "warning"] = "problem"
     """A warning is shown but does not fail ``worktrial check`` (a risk the author may have accepted)."""
+    note: str | None = None
+    """What the finding risks and how to avoid it, when many lints share it: reports say it once, under them."""
 
 
 def shell_syntax(command: str) -> list[str]:
@@ -89,7 +92,7 @@ def lint_task(task: Task, index: int) -> list[Lint]:
         warning = agent_code_warning(command)
         if warning:
             where = f"$.tasks[{index}].verify_commands[{i}]"
-            lints.append(Lint(task_id=task.id, where=where, message=warning, severity="warning"))
+            lints.append(Lint(task_id=task.id, where=where, message=warning, severity="warning", note=AGENT_CODE_NOTE))
     if task.timeout_secs < MIN_AGENT_TIMEOUT_SECS:
         lints.append(
             Lint(

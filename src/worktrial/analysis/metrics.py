@@ -79,7 +79,14 @@ def task_report(task: TaskInfo, attempts: Sequence[AttemptRecord], k: int) -> Ta
         pass_power_k=pass_power_k(n, c, k) if 1 <= k <= n else None,
         curves=curves,
         attempts=list(ordered),
+        mean_reward=mean_reward(ordered),
     )
+
+
+def mean_reward(attempts: Sequence[AttemptRecord]) -> float | None:
+    """The mean of the attempts' rewards (Harbor reports this beside pass@k); None when none has one."""
+    rewards = [a.reward for a in attempts if a.reward is not None]
+    return math.fsum(rewards) / len(rewards) if rewards else None
 
 
 def headline_interval(
@@ -195,6 +202,7 @@ def build_report(
         timeouts_verified=sum(1 for a in attempts if a.outcome == "timeout" and a.verified is True),
         **efficiency,
         **setup_figures(attempts),
+        mean_reward=mean_reward(attempts),
     )
 
 

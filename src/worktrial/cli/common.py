@@ -60,9 +60,10 @@ def emit(text: str, output: Path | None, *, quiet: bool = False, what: str = "re
             err(f"worktrial: {what} written to {output}")
     elif fmt == "auto" and sys.stdout.isatty():
         from rich.console import Console
-        from rich.markdown import Markdown
 
-        Console(highlight=False).print(Markdown(text))
+        from worktrial.render.terminal import ReportMarkdown
+
+        Console(highlight=False).print(ReportMarkdown(text))
     else:
         click.echo(text, nl=False)
 

@@ -31,8 +31,8 @@ from worktrial.isolation.workspace import find_workspace
 def init_cmd(directory: Path | None, workspace: Path | None, force: bool, container: bool, base_image: str) -> None:
     """Write a starter suite (two tasks, hidden tests, solutions, a detected environment) that check passes."""
     repo = find_workspace(workspace)
-    from worktrial.engine.starter import write_starter
-    from worktrial.engine.starter_container import write_container_starter
+    from worktrial.scaffold.container import write_container_starter
+    from worktrial.scaffold.starter import write_starter
 
     target = directory.resolve() if directory else None
     if container:

@@ -9,17 +9,19 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from worktrial.cli import logs
 from worktrial.cli.common import emit, ensure_project_trust, ensure_trust, err, print_table
-from worktrial.cli.executors import executor_factory, executor_options
+from worktrial.cli.executors import executor_options
 from worktrial.cli.options import (
     budget_options,
+    harbor_run_options,
     jobs_option,
     junit_option,
+    max_jobs_option,
     output_option,
     quiet_option,
     reasons_option,
@@ -34,6 +36,7 @@ from worktrial.cli.options import (
     trust_project_option,
     workspace_option,
 )
+from worktrial.cli.run_flags import Printing, run_options
 from worktrial.errors import EXIT_BUDGET, EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
 from worktrial.model.defaults import DEFAULT_GRACE_SECS
 from worktrial.safe_text import for_terminal, terminal_text
@@ -58,6 +61,9 @@ _LAZY = {
     "show": ("worktrial.cli.view", "show_cmd"),
     "view": ("worktrial.cli.view", "view_cmd"),
     "init": ("worktrial.cli.init", "init_cmd"),
+    "export": ("worktrial.cli.export", "export_cmd"),
+    "gc": ("worktrial.cli.gc", "gc_cmd"),
+    "regrade": ("worktrial.cli.regrade", "regrade_cmd"),
 }
 """Commands imported only when they run (or their own --help is asked for): what they import (the HTML view and
 jinja2, compare, leaderboards, the statistics of power) is not on the way of ``eval``'s first attempt."""
@@ -69,6 +75,10 @@ _LAZY_SUMMARIES = {
     "show": "Show a run (default: the latest), one task's attempts, or one attempt's logs and patch.",
     "view": "Write one self-contained HTML page of runs (default: the latest) and print its path.",
     "init": "Write a starter suite (two tasks, hidden tests, solutions, a detected environment) that check passes.",
+    "export": "Write a stored run in another tool's layout: harbor (Harbor's job directory and the Terminal-Bench "
+    "leaderboard's metadata.yaml) or swe-bench (predictions, logs, trajectories, metadata).",
+    "gc": "Remove old runs, the environment cache and worktrial's leftover container images.",
+    "regrade": "Judge every stored attempt of a run again against the suite's verify commands, running no agent.",
 }
 """The first line of each lazy command's help, which ``worktrial --help`` lists without importing the command
 (``tests/test_cli_startup.py`` checks they are the commands' own)."""
@@ -172,14 +182,27 @@ def eval_options(func: F) -> F:
         click.option(
             "--no-artifacts", is_flag=True, help="Keep no per-attempt logs or patches (they stay local otherwise)."
         ),
+        click.option(
+            "--trajectories/--no-trajectories",
+            default=None,
+            help="Store each attempt's conversation with its model, redacted, as an ATIF trajectory (local, like "
+            "the artifacts; default: [run] trajectories of the config, else off).",
+        ),
         click.option("--keep-worktrees", is_flag=True, help="Keep each attempt's worktree and print its path."),
         click.option("--verify-always", is_flag=True, help="Also verify claimed failures and timeouts (diagnosis)."),
         trust_option,
         trust_project_option,
         jobs_option(),
+        max_jobs_option,
         retry_errors_option,
         click.option(
             "--resume", "resume_id", metavar="RUN_ID", help="Continue a stored run: run only what is missing."
+        ),
+        click.option(
+            "--reuse",
+            metavar="RUN_ID",
+            help="Reuse a stored run's attempts: carried over where the task is unchanged, regraded where only its "
+            "verifier changed; only the rest runs.",
         ),
         click.option(
             "--grace-secs",
@@ -195,6 +218,7 @@ def eval_options(func: F) -> F:
         ),
         sandbox_options,
         runtime_option,
+        harbor_run_options,
         quiet_option,
         reasons_option,
     ]
@@ -209,48 +233,12 @@ def eval_options(func: F) -> F:
 def eval_cmd(
     suite_path: Path,
     agent: tuple[str, ...],
-    agent_cmd: str | None,
     model: tuple[str, ...],
-    base_url: str | None,
-    pass_env: tuple[str, ...],
-    max_turns: int | None,
-    max_tokens: int | None,
-    temperature: float | None,
-    attempts: int | None,
-    k: int | None,
     workspace: Path | None,
-    fmt: str,
-    output: Path | None,
-    junit: Path | None,
-    task_patterns: tuple[str, ...],
-    categories: tuple[str, ...],
-    limit: int | None,
-    wide: bool,
-    label: str | None,
-    no_artifacts: bool,
-    keep_worktrees: bool,
-    verify_always: bool,
     trust: bool,
     trust_project: bool,
-    jobs: int | None,
-    retry_errors: int,
     resume_id: str | None,
-    grace_secs: float | None,
-    max_cost: float | None,
-    allow_unpriced: bool,
-    max_cost_per_attempt: float | None,
-    sandbox: str | None,
-    network: str | None,
-    max_memory: str | None,
-    max_procs: int | None,
-    sandbox_show: tuple[str, ...],
-    container_runtime: Literal["auto", "docker", "podman"],
-    quiet: bool,
-    verbose: bool,
-    executor: str,
-    ray_address: str | None,
-    ray_cpus_per_attempt: float,
-    ray_resources: tuple[str, ...],
+    **flags: Any,
 ) -> None:
     """Run a suite and print its report; several --agent / --model values run a matrix and print a leaderboard."""
     from worktrial.model.suite import load_suite
@@ -259,47 +247,30 @@ def eval_cmd(
     for warning in loaded.warnings:
         err(f"worktrial: warning: {suite_path}: {warning}")
     ensure_trust(loaded, workspace, trust, trust_project)
-    from worktrial.engine.confine import SandboxChoice
-    from worktrial.engine.run import RunOptions, run_suite
+    from worktrial.engine.run import run_suite
 
-    options = RunOptions(
-        agent=agent[0] if agent else None,
-        agent_cmd=agent_cmd,
-        model=model[0] if model else None,
-        base_url=base_url,
-        pass_env=pass_env,
-        attempts=attempts,
-        k=k,
-        workspace=workspace,
-        verify_always=verify_always,
-        keep_worktrees=keep_worktrees,
-        jobs=jobs,
-        retry_errors=retry_errors,
-        resume=resume_id,
-        artifacts=not no_artifacts,
-        label=label,
-        executor=executor_factory(executor, ray_address, ray_cpus_per_attempt, ray_resources),
-        tasks=task_patterns,
-        categories=categories,
-        limit=limit,
-        sandbox=SandboxChoice(sandbox, network, max_memory, max_procs, sandbox_show),
-        grace_secs=grace_secs,
-        max_cost=max_cost,
-        max_cost_per_attempt=max_cost_per_attempt,
-        allow_unpriced=allow_unpriced,
-        container_runtime=container_runtime,
-        agent_settings={
-            key: value
-            for key, value in {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}.items()
-            if value is not None
-        },
-    )
+    options = run_options({**flags, "agent": agent, "model": model, "workspace": workspace})
+    printing = Printing.of(flags)
     if _is_matrix(agent, model):
+        if resume_id is not None or options.reuse is not None:
+            which = "--resume continues" if resume_id is not None else "--reuse reuses"
+            raise BadInputError(f"{which} one stored run; it cannot be combined with several --agent/--model")
         from worktrial.cli.matrix import run_matrix_and_report
 
-        run_matrix_and_report(loaded, agent, model, options, fmt, output, quiet, verbose, wide)
+        p = printing
+        run_matrix_and_report(loaded, agent, model, options, p.fmt, p.output, p.quiet, p.reasons, p.wide)
         return
-    _run_and_report(lambda opts, obs: run_suite(loaded, opts, obs), options, fmt, output, quiet, verbose, junit)
+    if resume_id is not None:  # the stored run's own config decides; these flags may only change how it runs
+        from worktrial.engine.resume import resume_run
+
+        def runner(opts: RunOptions, obs: RunObserver) -> RunResult:
+            return resume_run(resume_id, opts, loaded, obs)
+    else:
+
+        def runner(opts: RunOptions, obs: RunObserver) -> RunResult:
+            return run_suite(loaded, opts, obs)
+
+    _run_and_report(runner, options, printing)
 
 
 def _is_matrix(agents: tuple[str, ...], models: tuple[str, ...]) -> bool:
@@ -309,14 +280,9 @@ def _is_matrix(agents: tuple[str, ...], models: tuple[str, ...]) -> bool:
 
 
 def _run_and_report(
-    runner: Callable[[RunOptions, RunObserver], RunResult],
-    options: RunOptions,
-    fmt: str,
-    output: Path | None,
-    quiet: bool,
-    reasons: bool,
-    junit: Path | None = None,
+    runner: Callable[[RunOptions, RunObserver], RunResult], options: RunOptions, printing: Printing
 ) -> None:
+    fmt, output, quiet, reasons, junit = printing.fmt, printing.output, printing.quiet, printing.reasons, printing.junit
     from worktrial.cli.outputs import write_ci_outputs
     from worktrial.cli.progress import ProgressReporter
 
@@ -326,7 +292,12 @@ def _run_and_report(
     finally:
         progress.close()
     if result.status == "aborted":
-        raise RunAborted(result.error or "the run was aborted")
+        message = result.error or "the run was aborted"
+        if output is not None:  # the attempts that finished, as a partial report where the user asked for one
+            _emit(result.envelope, fmt, output, True, result.store_dir)
+            write_ci_outputs(result.envelope, result.store_dir, junit, True)
+            message += f"; the partial report is in {output}"
+        raise RunAborted(message)
     _emit(result.envelope, fmt, output, quiet, result.store_dir)
     write_ci_outputs(result.envelope, result.store_dir, junit, quiet)
     if result.kept_root is not None:
@@ -335,10 +306,9 @@ def _run_and_report(
         err(f"worktrial: run stored in {result.store_dir}")
     attempts = [a for t in result.envelope.report.tasks for a in t.attempts]
     if result.status == "complete" and attempts and all(a.outcome == "error" for a in attempts):
-        err(
-            f"worktrial: error: every attempt ended in error, so the run measured nothing "
-            f"(first: {attempts[0].reason or attempts[0].error_category}); fix the setup and run again"
-        )
+        from worktrial.render.format import nothing_measured
+
+        err(f"worktrial: error: every attempt ended in error, so the run measured nothing {nothing_measured(attempts)}")
         sys.exit(EXIT_MEASURED_NOTHING)
     if result.stop_reason is not None:
         err(
@@ -381,6 +351,7 @@ exec_group.add_command(eval_cmd)
 @click.argument("run_id")
 @workspace_option()
 @jobs_option(default="as the run was started")
+@max_jobs_option
 @retry_errors_option
 @click.option("--base-url", help="The provider base URL again, when it held credentials (they are never stored).")
 @report_format_option
@@ -393,30 +364,9 @@ exec_group.add_command(eval_cmd)
 @budget_options
 @runtime_option
 @executor_options
-def resume_cmd(
-    run_id: str,
-    workspace: Path | None,
-    jobs: int | None,
-    retry_errors: int,
-    base_url: str | None,
-    fmt: str,
-    output: Path | None,
-    junit: Path | None,
-    quiet: bool,
-    verbose: bool,
-    trust: bool,
-    trust_project: bool,
-    max_cost: float | None,
-    allow_unpriced: bool,
-    container_runtime: Literal["auto", "docker", "podman"],
-    executor: str,
-    ray_address: str | None,
-    ray_cpus_per_attempt: float,
-    ray_resources: tuple[str, ...],
-) -> None:
+def resume_cmd(run_id: str, workspace: Path | None, trust: bool, trust_project: bool, **flags: Any) -> None:
     """Run only the attempts a stored run is missing, then report on the whole run."""
     from worktrial.engine.resume import resume_run, stored_suite
-    from worktrial.engine.run import RunOptions
 
     stored = stored_suite(run_id, workspace)
     # A changed suite is refused below, with every difference listed; an unchanged one runs its commands again
@@ -424,19 +374,12 @@ def resume_cmd(
     if stored.unchanged:
         ensure_trust(stored.loaded, stored.workspace, trust, trust_project)
     loaded = stored.loaded
-    options = RunOptions(
-        workspace=workspace,
-        jobs=jobs,
-        retry_errors=retry_errors,
-        base_url=base_url,
-        executor=executor_factory(executor, ray_address, ray_cpus_per_attempt, ray_resources),
-        max_cost=max_cost,
-        allow_unpriced=allow_unpriced,
-        container_runtime=container_runtime,
-    )
-    _run_and_report(
-        lambda opts, obs: resume_run(run_id, opts, loaded, observer=obs), options, fmt, output, quiet, verbose, junit
-    )
+    options = run_options({**flags, "workspace": workspace})
+
+    def runner(opts: RunOptions, obs: RunObserver) -> RunResult:
+        return resume_run(run_id, opts, loaded, observer=obs)
+
+    _run_and_report(runner, options, Printing.of(flags))
 
 
 @main.command("runs")
@@ -480,7 +423,15 @@ def runs_cmd(workspace: Path | None) -> None:
 @report_format_option
 @output_option
 @junit_option
-def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | None, junit: Path | None) -> None:
+@click.option(
+    "--redact-paths",
+    is_flag=True,
+    help="For publishing: local absolute paths become relative to the state root or salted hashes (audit still "
+    "checks the envelope).",
+)
+def report_cmd(
+    run_id: str, workspace: Path | None, fmt: str, output: Path | None, junit: Path | None, redact_paths: bool
+) -> None:
     """Render a stored run again (also one that was interrupted or crashed)."""
     from worktrial.cli.outputs import write_ci_outputs
     from worktrial.state.history import stored_envelope
@@ -489,6 +440,10 @@ def report_cmd(run_id: str, workspace: Path | None, fmt: str, output: Path | Non
 
     root = state_root(workspace)
     envelope = stored_envelope(root, run_id)
+    if redact_paths:
+        from worktrial.render.publish import redact_paths as redacted
+
+        envelope = redacted(envelope)
     _emit(envelope, fmt, output, quiet=True, run_dir=runs_dir(root) / envelope.run.id)
     write_ci_outputs(envelope, runs_dir(root) / envelope.run.id, junit, quiet=True)
 

@@ -23,7 +23,6 @@ from worktrial.engine.matrix import (
     run_matrix,
 )
 from worktrial.engine.run import RunOptions
-from worktrial.errors import BadInputError
 from worktrial.model.suite import LoadedSuite
 from worktrial.render.leaderboard_markdown import render_leaderboard_markdown
 from worktrial.util import plural
@@ -45,8 +44,6 @@ def run_matrix_and_report(
     wide: bool = False,
 ) -> None:
     """Plan, preflight and run every configuration, then print the leaderboard; exits 130 or 2 when due."""
-    if base.resume:
-        raise BadInputError("--resume continues one stored run; it cannot be combined with several --agent/--model")
     configurations = plan_configurations(agents, models, base.agent_cmd, matrix_config(base.workspace))
     preflight_all(configurations, base)
     seen_warnings: set[str] = set()

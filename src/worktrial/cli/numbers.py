@@ -6,19 +6,17 @@ Like ``cli.py``, this only parses flags, calls the library and prints; findings 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import click
 from pydantic import BaseModel
 
 from worktrial.analysis import stats
-from worktrial.analysis.audit import audit_envelope, load_envelope_json, render_audit
+from worktrial.analysis.audit import audit_envelope, load_envelope_json, render_audit, trace_root
 from worktrial.analysis.check_report import default_repeats
 from worktrial.analysis.compare import LoadedEnvelope, compare_runs
 from worktrial.analysis.power import DEFAULT_OMEGA2, DEFAULT_SIGMA2, plan, render_plan, variance_model
@@ -43,10 +41,8 @@ from worktrial.render.check_markdown import render_check_markdown
 from worktrial.render.compare_markdown import render_comparison_markdown
 from worktrial.state.history import resolve_envelope, store_problems
 from worktrial.state.looks import note_comparison
+from worktrial.state.provenance import provenance_problems
 from worktrial.state.roots import state_root
-
-if TYPE_CHECKING:  # the engine's observer is imported only by the command that runs attempts
-    from worktrial.cli.progress import ProgressReporter
 
 EXIT_FINDINGS = 1
 
@@ -162,7 +158,7 @@ def check_cmd(
     suite_path: Path,
     repeats: int,
     workspace: Path | None,
-    jobs: int | None,
+    jobs: int | Literal["auto"] | None,
     trust: bool,
     task_patterns: tuple[str, ...],
     categories: tuple[str, ...],
@@ -179,20 +175,23 @@ def check_cmd(
     loaded, selection = select(loaded, task_patterns, categories, limit)
     if selection is not None and not quiet:
         err(f"worktrial: checking {len(selection.task_ids)} of {selection.suite_tasks} tasks (the selection)")
-    from worktrial.engine.check import CheckOptions, check_suite  # the engine only for the command that runs
+    from worktrial.cli.check_progress import CheckProgress  # the engine only for the command that runs
+    from worktrial.engine.check import CheckOptions, check_suite
     from worktrial.engine.confine import SandboxChoice
 
+    progress = CheckProgress(quiet=quiet, on_warning=lambda message: err(f"worktrial: warning: {message}"))
     options = CheckOptions(
         workspace=workspace,
         repeats=repeats,
-        on_progress=None if quiet else lambda message: err(f"worktrial: {message}"),
-        on_warning=lambda message: err(f"worktrial: warning: {message}"),
+        observer=progress,
         sandbox=SandboxChoice(mode=sandbox),
         jobs=jobs,
-        observer=lambda _agent: _progress(quiet),
         container_runtime=container_runtime,
     )
-    report = check_suite(loaded, options)
+    try:
+        report = check_suite(loaded, options)
+    finally:
+        progress.close()
     emit(_as_json(report) if fmt == "json" else render_check_markdown(report), output, fmt=fmt)
     if not report.ok:
         sys.exit(EXIT_FINDINGS)
@@ -208,7 +207,10 @@ def audit_cmd(envelope_path: Path, suite_path: Path, workspace: Path | None, no_
     """Recompute the digest and every metric of an envelope from its records; exit 1 listing any mismatch."""
     loaded = _load_with_warnings(suite_path)
     report = audit_envelope(envelope_path, loaded, workspace=workspace, check_traces=not no_traces)
-    problems, notes = store_problems(envelope_path, load_envelope_json(envelope_path)[1])
+    envelope = load_envelope_json(envelope_path)[1]
+    problems, notes = store_problems(envelope_path, envelope)
+    origin = provenance_problems(envelope_path, envelope, workspace or trace_root(envelope_path, envelope))
+    problems, notes = problems + origin[0], notes + origin[1]
     report = report.model_copy(
         update={
             "mismatches": report.mismatches + problems,
@@ -219,18 +221,6 @@ def audit_cmd(envelope_path: Path, suite_path: Path, workspace: Path | None, no_
     click.echo(_as_json(report) if fmt == "json" else render_audit(report), nl=False)
     if not report.ok:
         sys.exit(EXIT_FINDINGS)
-
-
-@contextlib.contextmanager
-def _progress(quiet: bool) -> Iterator[ProgressReporter]:
-    """eval's progress (a live bar with an ETA on a terminal, a line per attempt elsewhere) for one of check's runs."""
-    from worktrial.cli.progress import ProgressReporter  # it observes the engine's runs: imported with them
-
-    progress = ProgressReporter(quiet=quiet, on_warning=lambda message: err(f"worktrial: warning: {message}"))
-    try:
-        yield progress
-    finally:
-        progress.close()
 
 
 COMMANDS = (compare_cmd, power_cmd, check_cmd, audit_cmd)

@@ -53,14 +53,17 @@ def workspace_option(default: str = "the one containing the current directory") 
     )
 
 
+SUITE_HELP = "The suite file, or a Harbor task directory or a directory of them (docs/environments.md)."
 suite_option = click.option(
-    "--suite",
-    "suite_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    metavar="PATH",
-    help="The suite file, or a Harbor task directory or a directory of them (docs/environments.md).",
+    "--suite", "suite_path", required=True, type=click.Path(path_type=Path), metavar="PATH", help=SUITE_HELP
 )
+
+
+optional_suite_option = click.option(
+    "--suite", "suite_path", type=click.Path(path_type=Path), metavar="PATH", help=SUITE_HELP
+)
+"""``--suite`` of a command with a suite to fall back on (``regrade``: the run's; its docstring says so)."""
+
 
 REPORT_FORMAT_HELP = "auto: tables on a terminal, markdown when piped; markdown; json."
 report_format_option = click.option(
@@ -126,11 +129,41 @@ trust_project_option = click.option(
 )
 
 
+class JobsType(click.ParamType["int | str", Any]):
+    """``--jobs``: a whole number of at least 1, or ``auto``."""
+
+    name = "jobs"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if isinstance(value, int) or value == "auto":
+            return value if isinstance(value, int) else "auto"
+        try:
+            number = int(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is neither a whole number nor 'auto'", param, ctx)
+        if number < 1:
+            self.fail(f"{number} is not at least 1", param, ctx)
+        return number
+
+
 def jobs_option(default: str = "min(4, CPU cores)") -> Callable[[F], F]:
-    """``--jobs N``; never this machine's CPU count in the help, which the generated reference would then show."""
+    """``--jobs N|auto``; never this machine's CPU count in the help, which the generated reference would then show."""
     return click.option(
-        "--jobs", "-j", type=click.IntRange(min=1), metavar="N", help=f"Attempts to run at once (default: {default})."
+        "--jobs",
+        "-j",
+        type=JobsType(),
+        metavar="N|auto",
+        help="Attempts to run at once; auto: as many as CPU, memory and the provider's 429s allow, within "
+        f"--max-jobs (default: {default}).",
     )
+
+
+max_jobs_option = click.option(
+    "--max-jobs",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="With --jobs auto (implied when given alone): the most attempts at once (default: 4 per CPU core).",
+)
 
 
 retry_errors_option = click.option(
@@ -149,6 +182,33 @@ runtime_option = click.option(
     default="auto",
     show_default=True,
     help="The container CLI for tasks with a container environment (auto: podman, then docker; docs/environments.md).",
+)
+
+
+def _multiplier(flag: str, what: str) -> Callable[[F], F]:
+    return click.option(
+        flag, type=click.FloatRange(0, min_open=True), metavar="X", help=f"Multiply {what} by X (Harbor's flag)."
+    )
+
+
+harbor_run_options = apply(
+    click.option(
+        "--force-build",
+        is_flag=True,
+        help="Build a container task's image from its Dockerfile even where it names an image to pull (Harbor's).",
+    ),
+    click.option(
+        "--verifier-room",
+        type=click.Choice(["task", "fresh"]),
+        default="task",
+        show_default=True,
+        help="Where container tasks verify: where each says (a Harbor task's environment_mode, 'shared' by default: "
+        "in the agent's own container), or worktrial's fresh room for every one (docs/environments.md).",
+    ),
+    _multiplier("--timeout-multiplier", "every task's agent, verifier and image-build limits"),
+    _multiplier("--agent-timeout-multiplier", "the agent's limit (over --timeout-multiplier)"),
+    _multiplier("--verifier-timeout-multiplier", "the verifier's limit (over --timeout-multiplier)"),
+    _multiplier("--environment-build-timeout-multiplier", "the image build's limit (over --timeout-multiplier)"),
 )
 
 selection_options = apply(

@@ -15,13 +15,17 @@ from worktrial.analysis.compare import LoadedEnvelope
 from worktrial.cli.common import err
 from worktrial.cli.options import workspace_option
 from worktrial.errors import BadInputError
+from worktrial.model.records import AttemptRecord
+from worktrial.model.trajectory import Trajectory
 from worktrial.render.html import ViewRun, render_html
 from worktrial.render.terminal import attempt_view, run_summary, task_view
+from worktrial.render.trajectory import trajectory_view
 from worktrial.safe_text import for_terminal
-from worktrial.state.artifacts import artifacts_for_envelope
+from worktrial.state.artifacts import artifacts_for_envelope, run_dir_of
 from worktrial.state.history import list_runs, resolve_envelope
 from worktrial.state.roots import state_root
 from worktrial.state.store import checked_run_id
+from worktrial.state.trajectories import read_trajectory
 from worktrial.util import atomic_write_text
 
 
@@ -37,7 +41,15 @@ def _load(ref: str, workspace: Path | None) -> tuple[LoadedEnvelope, ViewRun]:
     env = loaded.envelope
     keys = [(t.task_id, a.attempt) for t in env.report.tasks for a in t.attempts]
     artifacts = artifacts_for_envelope(loaded.source, keys)
-    return loaded, ViewRun(label=ref, envelope=env, artifacts=artifacts)
+    trajectories = {}
+    run_dir = run_dir_of(loaded.source)
+    if run_dir is not None:
+        for task in env.report.tasks:
+            for record in task.attempts:
+                found, _ = read_trajectory(run_dir, record.task_id, record.attempt, record.trajectory)
+                if found is not None:
+                    trajectories[(record.task_id, record.attempt)] = found
+    return loaded, ViewRun(label=ref, envelope=env, artifacts=artifacts, trajectories=trajectories)
 
 
 @click.command("show")
@@ -45,12 +57,31 @@ def _load(ref: str, workspace: Path | None) -> tuple[LoadedEnvelope, ViewRun]:
 @click.argument("task", required=False)
 @click.argument("attempt", required=False, type=int)
 @workspace_option()
-def show_cmd(run: str | None, task: str | None, attempt: int | None, workspace: Path | None) -> None:
+@click.option(
+    "--trajectory",
+    "show_trajectory",
+    is_flag=True,
+    help="With TASK and ATTEMPT: the attempt's conversation with its model (runs made with --trajectories).",
+)
+@click.option(
+    "--full-patch", is_flag=True, help="Show every file of an attempt's patch, ignored build files (__pycache__) too."
+)
+def show_cmd(
+    run: str | None,
+    task: str | None,
+    attempt: int | None,
+    workspace: Path | None,
+    show_trajectory: bool,
+    full_patch: bool,
+) -> None:
     """Show a run (default: the latest), one task's attempts, or one attempt's logs and patch.
 
-    RUN is a stored run id or an envelope file; TASK a task id; ATTEMPT the attempt number.
+    RUN is a stored run id or an envelope file; TASK a task id; ATTEMPT the attempt number. Files of the patch the
+    repository ignores (build output such as __pycache__) are collapsed into one line unless --full-patch.
     """
-    _, view = _load(run or _latest_run_id(workspace), workspace)
+    if show_trajectory and attempt is None:
+        raise BadInputError("--trajectory shows one attempt's: give RUN TASK ATTEMPT")
+    loaded, view = _load(run or _latest_run_id(workspace), workspace)
     console = Console(highlight=False, soft_wrap=False)
     report = view.envelope.report
     if task is None:
@@ -67,7 +98,24 @@ def show_cmd(run: str | None, task: str | None, attempt: int | None, workspace: 
     if record is None:
         numbers = ", ".join(str(a.attempt) for a in found.attempts) or "none ran"
         raise BadInputError(f"task {task!r} has no attempt {attempt} in this run (attempts: {numbers})")
-    console.print(attempt_view(record, view.artifacts.get((task, attempt))))
+    if show_trajectory:
+        console.print(trajectory_view(_trajectory(loaded.source, record), f"{task} #{attempt}"))
+        return
+    console.print(attempt_view(record, view.artifacts.get((task, attempt)), full_patch=full_patch))
+
+
+def _trajectory(source: str, record: AttemptRecord) -> Trajectory:
+    """The attempt's stored trajectory, or one line saying why there is none."""
+    where = f"{record.task_id} #{record.attempt}"
+    if record.trajectory is None:
+        raise BadInputError(f"{where} has no trajectory: its run was not made with --trajectories")
+    run_dir = run_dir_of(source)
+    if run_dir is None:
+        raise BadInputError(f"{where}: its trajectory stays in the run store it was recorded in, not next to {source}")
+    found, why = read_trajectory(run_dir, record.task_id, record.attempt, record.trajectory)
+    if found is None:
+        raise BadInputError(f"{where}: {why}")
+    return found
 
 
 @click.command("view")

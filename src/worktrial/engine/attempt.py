@@ -1,33 +1,40 @@
-"""One attempt: private worktree -> setup -> agent -> verify -> an AttemptResult (record and trace, as data)."""
+"""One attempt: a checkout -> setup -> agent -> verify -> an AttemptResult (record and trace, as data).
+
+The attempt is a short story over its ``Checkout`` (``engine/checkout.py``): prepare the agent's room, run the
+setup commands and the agent there, ask the checkout what the agent changed, judge, and verify in the room the
+checkout gives for it. Each phase returns what it found; an attempt that ends early returns what it has so far.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from worktrial.agents.base import Agent, AgentContext, AgentError, AgentOutput, AgentResult
+from worktrial.agents.base import Agent, AgentContext, AgentError, AgentResult
 from worktrial.agents.credentials import preset_credentials
 from worktrial.agents.prompt import prompt_file_env, write_prompt_file
-from worktrial.engine import containers
-from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, TaskBase
-from worktrial.engine.model_gateway import apply_report, open_session
+from worktrial.engine import containers, trajectory
+from worktrial.engine.checkout import Checkout, Room, open_checkout, suite_env
+from worktrial.engine.container_checkout import SetupFailed
+from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, Replay
+from worktrial.engine.model_gateway import PROVIDER_CATEGORIES, apply_report, open_session
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
-from worktrial.isolation import childenv, overlay, ownership, proc, safefs, verifier
-from worktrial.isolation.alternates import read_alternates
-from worktrial.isolation.env_cache import EnvironmentCache
-from worktrial.isolation.environment import ENV_OBJECTS, EnvironmentSetupError, run_setup
-from worktrial.isolation.patch import PatchData, agent_patch
-from worktrial.isolation.pool import AdminSnapshot, AgentChange, Slot, admin_snapshot, remove_files
+from worktrial.gateway import GatewayReport, Session
+from worktrial.isolation import childenv, proc
+from worktrial.isolation.change import AgentChange
+from worktrial.isolation.environment import EnvironmentSetupError
+from worktrial.isolation.patch import CHANGE_MAX_BYTES, PatchData, apply_change, change_result, holds_gitlink
+from worktrial.isolation.pool import Slot
 from worktrial.isolation.proc import ProcResult, run_command
-from worktrial.isolation.sandbox import AttemptView, Sandbox, decide, open_sandbox
-from worktrial.isolation.workspace import AttemptWorkspace, SourceRepo, create_attempt_workspace, remove_tree
+from worktrial.isolation.workspace import SourceRepo, remove_tree
 from worktrial.model.artifacts import (
     COMMAND_TAIL_BYTES,
     PATCH_MAX_BYTES,
@@ -37,28 +44,19 @@ from worktrial.model.artifacts import (
     StreamTail,
 )
 from worktrial.model.commands import Command, display
-from worktrial.model.records import AttemptRecord, ErrorCategory, Outcome, Usage
-from worktrial.model.suite import SUITE_DIR_ENV, Task
-from worktrial.model.trace import build_trace, trace_filename
+from worktrial.model.records import AttemptRecord, ErrorCategory, Outcome, StoredChange, Usage
+from worktrial.model.suite import Task
+from worktrial.model.trace import build_trace
 from worktrial.redaction import Redactor
+from worktrial.safe_read import read_input
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from worktrial.gateway import Gateway
 
 # An agent that returns this long after its deadline overran it, whatever it says.
 DEADLINE_GRACE_SECS = 2.0
-
-
-def suite_env(spec: AttemptSpec, root: Path) -> dict[str, str]:
-    """The environment of environment setup, setup and verify commands: a minimal one (never the caller's keys)
-    plus ``$WORKTRIAL_SUITE_DIR`` (never the agent's).
-
-    ``HOME`` is a new, empty directory in the attempt's scratch directory under ``root``, made for this phase:
-    verification never runs with a home the agent could have prepared (a ``usercustomize.py``, a ``.gitconfig``
-    alias), since it did not exist while the agent ran.
-    """
-    extra = {**spec.env, SUITE_DIR_ENV: spec.suite_dir} if spec.suite_dir else dict(spec.env)
-    return childenv.command_env(os.environ, root / "scratch" / f"home-{uuid.uuid4().hex[:12]}", extra)
 
 
 def pass_env_patterns(spec: AttemptSpec) -> tuple[str, ...]:
@@ -77,145 +75,6 @@ def attempt_redactor(spec: AttemptSpec, env: Mapping[str, str]) -> Redactor:
     return Redactor.from_environment(os.environ, env, names=names)
 
 
-def environment_cache(spec: AttemptSpec) -> EnvironmentCache | None:
-    return EnvironmentCache(Path(spec.environment_cache)) if spec.environment_cache else None
-
-
-def setup_log(spec: AttemptSpec) -> Path | None:
-    """A new file for one environment setup's output, kept with the run's records."""
-    if not spec.artifacts_dir:
-        return None
-    return Path(spec.artifacts_dir) / "environment" / f"setup-{uuid.uuid4().hex[:10]}.log"
-
-
-def attempt_sandbox(spec: AttemptSpec, ws: AttemptWorkspace, source: SourceRepo | None) -> Sandbox:
-    """The sandbox of one attempt (or one slot's environment setup): its worktree, private git dir and scratch
-    writable, the borrowed objects read-only, HOME fresh inside scratch. Not yet prepared."""
-    scratch = ws.root / "scratch"
-    scratch.mkdir(exist_ok=True)
-    # The objects of a prepared environment's base commit (a suite inside the repository is hidden by one) live
-    # next to the private git dir: without them git cannot read HEAD, so nothing that commits works.
-    # Made before environment setup commits into it, so that its git (in this sandbox) reads what it moved there.
-    (ws.root / ENV_OBJECTS).mkdir(exist_ok=True)
-    borrowed = [source.objects_dir] if source is not None else []
-    borrowed.append(ws.root / ENV_OBJECTS)
-    view = AttemptView(
-        writable=(ws.worktree, ws.git_dir, scratch),
-        readonly=tuple(borrowed),
-        home=scratch / "home",
-        scratch=scratch,
-        private=ws.root / SANDBOX_ETC,
-        overlay=ws.layers,
-    )
-    decision = spec.sandbox_decision or decide(spec.sandbox)
-    return open_sandbox(spec.sandbox, decision, view)
-
-
-@dataclass(frozen=True)
-class Start:
-    """Where an attempt's worktree started: the commit (after environment setup) and the store its objects are in
-    (with the workspace's own ``env-objects``), as the harness knows them, never as the agent's repository says."""
-
-    commit: str
-    objects: Path | None
-    snapshot: AdminSnapshot | None = None
-    """The private repository's administrative state as the harness left it, for the verifier's room."""
-
-
-SANDBOX_ETC = "sandbox-etc"
-"""Next to the worktree, where only the harness writes: the files the sandbox sees in place of the host's /etc ones."""
-
-
-def _container_sandbox(
-    spec: AttemptSpec, task: Task, ws: AttemptWorkspace, source: SourceRepo | None
-) -> containers.ContainerSandbox | None:
-    """A container task's sandbox: its image, the run's network and limits (docs/environments.md)."""
-    settings = spec.sandbox
-    return containers.container_sandbox(
-        spec.containers,
-        task,
-        ws,
-        source,
-        network=settings.network,
-        max_memory=settings.limits.max_memory,
-        max_procs=settings.limits.max_procs,
-    )
-
-
-def sandbox_owner(spec: AttemptSpec) -> int | None:
-    """The uid the attempt's trees must belong to: the one its sandboxed programs run as when the harness is root."""
-    decision = spec.sandbox_decision or decide(spec.sandbox)
-    return decision.uid if decision.kind == "bubblewrap" else None
-
-
-def slot_overlay(spec: AttemptSpec, agent: Agent, base: TaskBase | None = None) -> bool:
-    """Whether a slot gives each attempt an overlay room (``isolation/overlay.py``): the sandbox is bubblewrap, the
-    kernel mounts overlays in it, and every file the agent reads or writes goes through a sandboxed program (an
-    agent that works on files from the harness's own process, like the builtin agent's tools, sees the host, where
-    the room is never mounted). Never for a container task: its containers mount the worktree from the host."""
-    if base is not None and base.container:
-        return False
-    decision = spec.sandbox_decision or decide(spec.sandbox)
-    return decision.kind == "bubblewrap" and bool(getattr(agent, "sandboxed_files", False)) and overlay.usable()
-
-
-def _harness_scope(scope: proc.ProcessScope | None, sandbox: Sandbox, spec: AttemptSpec) -> proc.ProcessScope:
-    """Setup and verify run in the attempt's sandbox and also see the suite's declared files read-only."""
-    shown = sandbox.widened([Path(spec.suite_dir)]) if spec.suite_dir else sandbox
-    return (scope or proc.ProcessScope()).confined(shown)
-
-
-def slot_preparer(
-    base: TaskBase, spec: AttemptSpec, scope: proc.ProcessScope | None
-) -> Callable[[AttemptWorkspace], str] | None:
-    """What a slot runs once on its fresh checkout: the task base's environment setup, committed as the base."""
-    if not base.prepared:
-        return None
-
-    def prepare(ws: AttemptWorkspace) -> str:
-        sandbox = attempt_sandbox(spec, ws, _borrowed(base, ws))
-        try:
-            sandbox.prepare()
-            return _environment_setup(spec, base, ws, sandbox, scope)
-        finally:
-            sandbox.cleanup()
-
-    return prepare
-
-
-def _environment_setup(
-    spec: AttemptSpec, base: TaskBase, ws: AttemptWorkspace, sandbox: Sandbox, scope: proc.ProcessScope | None
-) -> str:
-    """The task base's environment setup on a fresh checkout, in the attempt's sandbox with a home of its own
-    (removed afterwards); the commit it made the base."""
-    env = suite_env(spec, ws.root)
-    try:
-        return run_setup(
-            ws,
-            base.environment,
-            env,
-            scope=_harness_scope(scope, sandbox, spec),
-            log=setup_log(spec) if base.environment else None,
-            hide=base.hide,
-            cache=environment_cache(spec),
-        )
-    finally:
-        remove_tree(Path(env["HOME"]))
-
-
-def _borrowed(base: TaskBase, ws: AttemptWorkspace) -> SourceRepo | None:
-    """The repository whose objects the workspace borrows (read from its alternates file)."""
-    try:
-        objects = read_alternates(ws.git_dir)
-    except OSError:
-        return None
-    return (
-        SourceRepo(path=Path(base.source.location), objects_dir=Path(objects[0]), shallow_file=None)
-        if objects
-        else None
-    )
-
-
 def deadline_env(timeout_secs: float, grace_secs: float) -> dict[str, str]:
     """The deadline contract every agent gets: when it will be sent SIGTERM (Unix seconds), how long it had, and
     the grace between SIGTERM and SIGKILL."""
@@ -224,6 +83,268 @@ def deadline_env(timeout_secs: float, grace_secs: float) -> dict[str, str]:
         "WORKTRIAL_TIMEOUT_SECS": str(int(timeout_secs)) if float(timeout_secs).is_integer() else str(timeout_secs),
         "WORKTRIAL_GRACE_SECS": f"{grace_secs:g}",
     }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How the attempt ended, as far as it got: the record's outcome fields."""
+
+    outcome: Outcome = "error"
+    reason: str | None = None
+    error_category: ErrorCategory | None = None
+    claimed: bool | None = None
+    verified: bool | None = None
+    fatal: AgentError | None = None
+    over_budget: str | None = None
+    """Why the run's ``--max-cost`` (kept at the gateway) cut the attempt short: it is not the attempt's result."""
+    reward: float | None = None
+    """A container task's reward file (Harbor's verifiers): 1 passes."""
+    rewards: dict[str, float] | None = None
+    """Every key of a reward.json with several (the task's success rule decides ``reward``)."""
+    unreplayed: str | None = None
+    """A replayed job whose stored change could not be rebuilt: why (no verdict at all)."""
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    """The agent's phase: what it returned (the gateway's report applied), when it started and how it ended."""
+
+    result: AgentResult
+    started: float
+    """Monotonic: setup is everything before, the attempt's duration everything after."""
+    secs: float
+    overran: bool
+    """It returned well after its deadline (an in-process agent gets no SIGTERM grace)."""
+    capped: str | None
+    """Why it ended at its cost cap, or None."""
+    report: GatewayReport | None
+    trajectory: trajectory.Collected | None = None
+    """The conversation with the model as recorded (``--trajectories``), sealed once the redactor is known."""
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Everything one attempt found, however far it got."""
+
+    verdict: Verdict
+    commands: tuple[CommandLog, ...] = ()
+    agent: AgentRun | None = None
+    patch: PatchData | None = None
+    verify_secs: float = 0.0
+    verifier_room: str | None = None
+    """Where a container task's verifier ran (``shared``, ``separate``, ``fresh``); None for other tasks."""
+
+
+def run_attempt(
+    agent: Agent,
+    job: AttemptJob,
+    source: SourceRepo,
+    work_root: Path,
+    *,
+    slot: Slot[Any] | None = None,
+    scope: proc.ProcessScope | None = None,
+    worker: str | None = None,
+    on_phase: Callable[[str], None] | None = None,
+    gateway: Gateway | None = None,
+) -> AttemptResult:
+    """Run one attempt to an outcome; never raises for anything the task or agent does.
+
+    With a ``slot`` the attempt reuses that pooled checkout (reset first); without one it gets a fresh checkout
+    of its own under ``work_root``, removed afterwards unless worktrees are kept. The trace comes back as data: the
+    driver writes it and sets the record's ``trace`` path. With a ``gateway`` the attempt gets a session there
+    (``AgentContext.gateway``), and what the gateway saw decides usage and provider failures.
+    """
+    started = time.monotonic()
+    env = childenv.agent_env(proc.clean_env(None), job.spec.env)
+    on_phase = on_phase or (lambda _phase: None)
+    on_phase("setup")  # everything before the agent is setup: the checkout, the environment, setup_commands
+    checkout = open_checkout(job, source, work_root, slot, scope or proc.ProcessScope())
+    try:
+        findings = _attempt(agent, job, checkout, env, on_phase, gateway)
+    finally:
+        checkout.release()
+    ended = time.monotonic()
+    redactor = attempt_redactor(job.spec, env)  # one per attempt: building it scans the environment
+    return _result(job, findings, started, ended, redactor, worker, checkout.kept)
+
+
+def _attempt(
+    agent: Agent,
+    job: AttemptJob,
+    checkout: Checkout,
+    env: dict[str, str],
+    on_phase: Callable[[str], None],
+    gateway: Gateway | None,
+) -> Findings:
+    try:
+        room = checkout.prepare()
+    except EnvironmentSetupError as exc:
+        fatal = AgentError(ErrorCategory.ENVIRONMENT, str(exc), fatal=True)
+        return Findings(Verdict(reason=str(exc).splitlines()[0], error_category=ErrorCategory.ENVIRONMENT, fatal=fatal))
+    except SetupFailed as exc:  # the task's container never became ready for the agent (its healthcheck)
+        return Findings(Verdict(reason=f"setup failed: {exc}", error_category=ErrorCategory.SETUP))
+    except (WorktrialError, OSError) as exc:
+        return Findings(Verdict(reason=f"worktree creation failed: {exc}", error_category=ErrorCategory.WORKTREE))
+    return _run_in(agent, job, checkout, room, env, on_phase, gateway)
+
+
+def _run_in(
+    agent: Agent,
+    job: AttemptJob,
+    checkout: Checkout,
+    room: Room,
+    env: dict[str, str],
+    on_phase: Callable[[str], None],
+    gateway: Gateway | None,
+) -> Findings:
+    """Setup, agent and verification in a prepared checkout, every process inside its rooms' sandboxes;
+    ``on_phase`` hears each step begin. A replayed job rebuilds its stored change instead of setup and agent."""
+    commands: tuple[CommandLog, ...] = ()
+    if job.replay is not None:
+        replayed = _replayed(job.replay, room)
+        if isinstance(replayed, Verdict):
+            return Findings(replayed)
+        ran = replayed
+    else:
+        commands, failed = _setup(job, room)
+        if failed is not None:
+            return Findings(failed, commands)
+        try:
+            prompt_file = write_prompt_file(room.scratch, job.task.prompt)
+        except OSError as exc:  # disk full: the harness's problem, not the agent's
+            why = f"prompt file could not be written: {exc.strerror}"
+            return Findings(Verdict(reason=why, error_category=ErrorCategory.WORKTREE), commands)
+        on_phase("agent")
+        ran = _run_agent(agent, job, room, env, prompt_file, gateway)
+    # What the agent changed, found once (in O(the change) where the checkout can): the patch, and the ignored files
+    # neither the patch nor the verifier's room keeps. Taken before verification, which may leave caches behind.
+    change = checkout.change(PATCH_MAX_BYTES if job.spec.artifacts else None)
+    verdict, decides = _judge(job, ran, room.sandbox.limit_hit())
+    found = Findings(verdict, commands, ran, change.patch, verifier_room=getattr(checkout, "verifier_mode", None))
+    if decides is None:
+        return found
+    on_phase("verify")
+    return _verified(job, checkout, change, found, decides)
+
+
+def _replayed(replay: Replay, room: Room) -> AgentRun | Verdict:
+    """The stored change rebuilt in the agent's room, as the agent's run ended then (no agent runs); a Verdict
+    saying why it cannot be (the attempt is then no verdict: ``unreplayed``)."""
+    started = time.monotonic()
+    try:
+        data = read_input(Path(replay.change), CHANGE_MAX_BYTES, follow_symlinks=False)
+    except (OSError, ValueError) as exc:
+        return _unreplayed(f"its stored change cannot be read ({exc})")
+    if hashlib.sha256(data).hexdigest() != replay.sha256:
+        return _unreplayed("its stored change was altered after the run (its digest is not the signed one)")
+    try:
+        apply_change(room.worktree, data)
+    except (WorktrialError, OSError) as exc:
+        return _unreplayed(f"its stored change does not apply to the task's base any more: {exc}")
+    result = AgentResult(claimed=None if replay.timed_out else replay.claimed, timed_out=replay.timed_out)
+    return AgentRun(result, started, 0.0, overran=False, capped=None, report=None)
+
+
+def _unreplayed(why: str) -> Verdict:
+    return Verdict(reason=why, error_category=ErrorCategory.WORKTREE, unreplayed=why)
+
+
+def _setup(job: AttemptJob, room: Room) -> tuple[tuple[CommandLog, ...], Verdict | None]:
+    """The task's setup commands in the agent's room, with a home of their own; how it ended if it failed."""
+    task = job.task
+    if not task.setup_commands:
+        return (), None
+    env = suite_env(job.spec, room.scratch)
+    logs: list[CommandLog] = []
+    try:
+        for i, command in enumerate(task.setup_commands, start=1):
+            ran = run_command(
+                command,
+                cwd=room.worktree,
+                env=env,
+                timeout=task.verify_timeout_secs,
+                scope=room.scope,
+                tail_bytes=COMMAND_TAIL_BYTES,
+            )
+            logs.append(_command_log("setup", i, command, ran))
+            if ran.limit:
+                return tuple(logs), Verdict(reason=ran.limit, error_category=ErrorCategory.LIMIT)
+            if not ran.ok:
+                why = f"setup failed: {ran.describe_failure(f'step {i} ({display(command)})')}"
+                return tuple(logs), Verdict(reason=why, error_category=ErrorCategory.SETUP)
+    finally:
+        remove_tree(Path(env["HOME"]))  # the agent starts with a scratch directory of its own
+    return tuple(logs), None
+
+
+def _run_agent(
+    agent: Agent, job: AttemptJob, room: Room, env: dict[str, str], prompt_file: Path, gateway: Gateway | None
+) -> AgentRun:
+    task, spec = job.task, job.spec
+    started = time.monotonic()
+    deadline = started + task.timeout_secs  # the agent's timeout starts now, after every setup
+    cancel = threading.Event()
+    reached = gateway is not None and room.sandbox.reaches_gateway
+    session = open_session(gateway, spec, cancel, room.sandbox) if gateway is not None and reached else None
+    # The gateway's unix socket (and the forwarder next to it) is what a sandbox with a network of its own reaches
+    # the model through: shown read-only to the agent's processes, useless without the attempt's token.
+    shown = [session.socket_dir] if session is not None and session.socket_dir else []
+    recording = trajectory.start(spec, session)
+    ctx = AgentContext(
+        task=task,
+        attempt=job.attempt,
+        worktree=room.worktree,
+        deadline=deadline,
+        env={**env, **prompt_file_env(prompt_file), **deadline_env(task.timeout_secs, spec.grace_secs)},
+        credentials=childenv.withheld(proc.clean_env(None)),
+        scratch=room.scratch,
+        scope=room.agent_scope(shown),
+        suite_dir=Path(spec.suite_dir) if spec.suite_dir else None,
+        prompt_file=prompt_file,
+        grace_secs=spec.grace_secs,
+        cancel=cancel,
+        cost_cap=spec.max_cost_per_attempt,
+        gateway=session,
+        trajectory=recording.log if recording is not None else None,
+    )
+    result, report = _call(agent, ctx, session)
+    if report is not None:
+        report = apply_report(result, report, spec.agent.name, task.timeout_secs)
+    ended = time.monotonic()
+    overran = ended > deadline + DEADLINE_GRACE_SECS
+    collected = _collected(spec, recording, session, room.scratch, result)
+    return AgentRun(result, started, ended - started, overran, _over_cost_cap(ctx, result), report, collected)
+
+
+def _collected(
+    spec: AttemptSpec,
+    recording: trajectory.Recording | None,
+    session: Session | None,
+    scratch: Path,
+    result: AgentResult,
+) -> trajectory.Collected | None:
+    """The trajectory as recorded, taken while the agent's scratch directory (and a file it wrote there) is still
+    there; a recorder's bug costs the trajectory, never the attempt."""
+    try:
+        return trajectory.collect(spec, recording, session, scratch, result.usage.model)
+    except Exception:
+        log.warning("the attempt's trajectory could not be collected; it is not stored", exc_info=True)
+        return None
+
+
+def _call(agent: Agent, ctx: AgentContext, session: Session | None) -> tuple[AgentResult, GatewayReport | None]:
+    """The agent's run (a crash of its code costs one attempt, not the run) and the gateway's report of it."""
+    report = None
+    try:
+        result = agent.run(ctx)
+    except Exception as exc:
+        error = AgentError(ErrorCategory.CRASHED, f"agent crashed: {type(exc).__name__}: {exc}")
+        result = AgentResult(claimed=None, error=error)
+    finally:
+        if session is not None:
+            report = session.report()
+            session.close()  # its token is worthless from now on
+    return result, report
 
 
 def _over_cost_cap(ctx: AgentContext, result: AgentResult) -> str | None:
@@ -251,157 +372,184 @@ def _decide(task: Task, result: AgentResult, overran: bool) -> tuple[Outcome, st
     return "fail", f"agent made no claim{': ' + result.reason if result.reason else ''}", False
 
 
-@dataclass
-class _Progress:
-    """What an attempt has found out so far; filled in step by step."""
+def _judge(job: AttemptJob, ran: AgentRun, limit: str | None) -> tuple[Verdict, bool | None]:
+    """The verdict once the agent ended, and whether verification then decides it (True), only records what the
+    verify commands say (False), or does not run (None)."""
+    task, result, report = job.task, ran.result, ran.report
+    if limit:
+        return Verdict("error", limit, ErrorCategory.LIMIT), None
+    if report is not None and report.over_budget is not None:
+        # The run's budget ended the agent, not its work or the provider: no verdict, and the driver keeps no record.
+        return Verdict("error", report.over_budget, over_budget=report.over_budget), None
+    if report is not None and (failure := report.failure) is not None:
+        # The provider failed, not the agent: never scored as the agent's work (and a fatal one stops the run).
+        why = f"model gateway: {failure.message}"
+        fatal = AgentError(failure.category, why, fatal=True) if failure.fatal else None
+        return Verdict("error", why, failure.category, fatal=fatal), None
+    if ran.capped is not None:
+        # Spending past the cap is the agent's failure to solve the task within it, like a timeout is: no verdict.
+        return Verdict("fail", ran.capped), None
+    error = result.error
+    if _reward_decides(job) and (error is None or not (error.fatal or error.category in PROVIDER_CATEGORIES)):
+        # Harbor's rule (docs/environments.md): the tests run however the agent ended (no claim asked, a timeout or
+        # a failed agent graded too) and the reward alone decides; a provider's failure is never the agent's work.
+        timed_out = result.timed_out or ran.overran
+        return Verdict("pass", claimed=None if timed_out else result.claimed), True
+    outcome, reason, decides = _decide(task, result, ran.overran)
+    error = error if outcome == "error" else None
+    verdict = Verdict(
+        outcome,
+        reason,
+        error.category if error is not None else None,
+        claimed=None if outcome == "timeout" else result.claimed,
+        fatal=error if error is not None and error.fatal else None,
+    )
+    if decides:
+        return verdict, True
+    diagnosed = job.spec.verify_always and outcome in ("fail", "timeout")
+    return verdict, (False if (outcome == "timeout" and task.on_timeout == "verify") or diagnosed else None)
 
-    outcome: Outcome = "error"
-    reason: str | None = None
-    error_category: ErrorCategory | None = None
-    usage: Usage = field(default_factory=Usage)
-    agent_secs: float = 0.0
-    verify_secs: float = 0.0
-    claimed: bool | None = None
-    verified: bool | None = None
-    fatal: AgentError | None = None
-    over_budget: str | None = None
-    """Why the run's ``--max-cost`` (kept at the gateway) cut the attempt short: it is not the attempt's result."""
-    commands: list[CommandLog] = field(default_factory=list)
-    output: AgentOutput | None = None
-    patch: PatchData | None = None
-    agent_ran: bool = False
-    agent_ended: str | None = None
-    reward: float | None = None
-    """A container task's reward file (Harbor's verifiers): 1 passes."""
-    agent_start: float | None = None
-    """When the agent started (monotonic): setup is everything before, the attempt's duration everything after."""
+
+def _reward_decides(job: AttemptJob) -> bool:
+    plan = job.spec.containers
+    return plan is not None and job.task.id in plan.tasks and plan.tasks[job.task.id].reward_decides
 
 
-def run_attempt(
-    agent: Agent,
-    job: AttemptJob,
-    source: SourceRepo,
-    work_root: Path,
-    *,
-    slot: Slot | None = None,
-    scope: proc.ProcessScope | None = None,
-    worker: str | None = None,
-    on_phase: Callable[[str], None] | None = None,
-    gateway: Gateway | None = None,
-) -> AttemptResult:
-    """Run one attempt to an outcome; never raises for anything the task or agent does.
-
-    With a ``slot`` the attempt reuses that pooled workspace (reset first); without one it gets a fresh
-    workspace of its own under ``work_root``, removed afterwards unless worktrees are kept. The trace comes
-    back as data: the driver writes it and sets the record's ``trace`` path. With a ``gateway`` the attempt gets a
-    session there (``AgentContext.gateway``), and what the gateway saw decides usage and provider failures.
-    """
-    task, attempt, spec = job.task, job.attempt, job.spec
-    scope = scope or proc.ProcessScope()
-    start = time.monotonic()
-    root = work_root / f"{trace_filename(task.id, attempt)[:-5]}-{uuid.uuid4().hex[:8]}"
-    env = childenv.agent_env(proc.clean_env(None), spec.env)
-    progress = _Progress()
-    workspace: AttemptWorkspace | None = None
-    sandbox: Sandbox | None = None
+def _verified(job: AttemptJob, checkout: Checkout, change: AgentChange, found: Findings, decides: bool) -> Findings:
+    """The verify commands in the room the checkout gives for them; what they say decides a claimed pass."""
     try:
-        try:
-            if slot is not None:
-                workspace = slot.acquire()
-                origin = Start(slot.base_commit, slot.source.objects_dir, slot.snapshot)
-            else:
-                base = job.resolved_base()
-                workspace = create_attempt_workspace(source, base.commit, root)
-                ownership.hand_over(workspace.root, sandbox_owner(spec))
-                origin = Start(base.commit, source.objects_dir)
-            sandbox = _container_sandbox(spec, task, workspace, source) or attempt_sandbox(spec, workspace, source)
-            sandbox.prepare()
-            if slot is None and base.prepared:
-                origin = Start(_environment_setup(spec, base, workspace, sandbox, scope), source.objects_dir)
-                ownership.hand_over(workspace.root, sandbox_owner(spec))
-            if slot is None:
-                origin = replace(origin, snapshot=admin_snapshot(workspace))
-        except EnvironmentSetupError as exc:
-            progress.reason, progress.error_category = str(exc).splitlines()[0], ErrorCategory.ENVIRONMENT
-            progress.fatal = AgentError(ErrorCategory.ENVIRONMENT, str(exc), fatal=True)
-        except (WorktrialError, OSError) as exc:
-            progress.reason, progress.error_category = f"worktree creation failed: {exc}", ErrorCategory.WORKTREE
-        else:
-            _run_in(
-                agent,
-                job,
-                workspace,
-                env,
-                progress,
-                scope,
-                sandbox,
-                on_phase or (lambda _phase: None),
-                slot,
-                origin,
-                gateway,
-            )
-    finally:
-        if sandbox is not None:
-            sandbox.cleanup()
-        if slot is None and not spec.keep_worktrees:
-            remove_tree(root)
-        elif slot is None and sandbox_owner(spec) is not None:
-            # A kept worktree is the user's to inspect: back to the harness's uid (the kernel clears any set-uid
-            # bit the agent left on a file whose owner changes), so git there needs no safe.directory.
-            ownership.hand_over(root, os.geteuid())
-    end = time.monotonic()
-    setup_end = progress.agent_start if progress.agent_start is not None else end
-    setup_secs, duration = round(setup_end - start, 3), round(end - setup_end, 3)
-    redactor = attempt_redactor(spec, env)  # one per attempt: building it scans the environment
-    _sanitise(progress, redactor)
-    usage = progress.usage
+        room = checkout.verifier_room(change)
+    except WorktrialError as exc:  # what the agent left cannot be verified (a replaced worktree or git dir)
+        why = f"nothing to verify: the agent's worktree or repository is not the harness's ({exc})"
+        return replace(found, verdict=replace(found.verdict, outcome="fail", verified=False, reason=why))
+    except OSError as exc:  # the harness's own trouble (a full disk)
+        why = f"the verifier's room could not be built: {exc.strerror or exc}"
+        failed = replace(
+            found.verdict, outcome="error", error_category=ErrorCategory.WORKTREE, claimed=None, reason=why
+        )
+        return replace(found, verdict=failed)
+    env = suite_env(job.spec, room.scratch)  # a home made after the agent ended
+    check = run_verify(job.task, room.worktree, env, room.scope, tail_bytes=COMMAND_TAIL_BYTES)
+    reward = containers.Reward(None)
+    if room.reward_dir is not None:  # a reward file decides, not the verifier's exit status (Harbor's convention)
+        reward, check = _rewarded(check, room.reward_dir)
+    runs = zip(job.task.verify_commands, check.runs, strict=False)
+    logs = [_command_log("verify", i, command, run) for i, (command, run) in enumerate(runs, start=1)]
+    verdict = replace(found.verdict, verified=check.passed, reward=reward.value, rewards=reward.rewards)
+    if decides and not check.passed:
+        verdict = replace(verdict, outcome="fail", reason=check.reason)
+    return replace(found, verdict=verdict, commands=(*found.commands, *logs), verify_secs=check.secs)
+
+
+def _rewarded(check: VerifyResult, reward_dir: Path) -> tuple[containers.Reward, VerifyResult]:
+    reward = containers.read_reward(reward_dir)
+    if any(run.timed_out for run in check.runs):
+        return reward, check
+    won = reward.value == 1
+    why = reward.problem or f"the verifier's reward is {reward.value:g}, not 1"
+    return reward, replace(check, passed=won, reason=None if won else f"verify failed: {why}")
+
+
+def _result(
+    job: AttemptJob,
+    findings: Findings,
+    started: float,
+    ended: float,
+    redactor: Redactor,
+    worker: str | None,
+    kept: Path | None,
+) -> AttemptResult:
+    """The record, trace and artifacts of what the attempt found, every agent-controlled text bounded and redacted."""
+    task, attempt, spec, ran = job.task, job.attempt, job.spec, findings.agent
+    setup_end = ran.started if ran is not None else ended
+    setup_secs, duration = round(setup_end - started, 3), round(ended - setup_end, 3)
+    agent_secs, verify_secs = round(ran.secs if ran is not None else 0.0, 3), round(findings.verify_secs, 3)
+    verdict, usage = _sanitised(findings.verdict, ran.result.usage if ran is not None else Usage(), redactor)
     trace = build_trace(
         task_id=task.id,
         attempt=attempt,
-        outcome=progress.outcome,
+        outcome=verdict.outcome,
         duration_secs=duration,
-        agent_secs=round(progress.agent_secs, 3),
-        verify_secs=round(progress.verify_secs, 3),
+        agent_secs=agent_secs,
+        verify_secs=verify_secs,
         usage=usage,
         setup_secs=setup_secs,
     )
     record = AttemptRecord(
         task_id=task.id,
         attempt=attempt,
-        outcome=progress.outcome,
-        claimed=progress.claimed,
-        verified=progress.verified,
-        reason=progress.reason,
+        outcome=verdict.outcome,
+        claimed=verdict.claimed,
+        verified=verdict.verified,
+        reason=verdict.reason,
         duration_secs=duration,
-        agent_secs=round(progress.agent_secs, 3),
-        verify_secs=round(progress.verify_secs, 3),
+        agent_secs=agent_secs,
+        verify_secs=verify_secs,
         setup_secs=setup_secs,
         cost_usd=usage.cost_usd,
         tokens=usage.tokens,
         turns=usage.turns,
         tool_calls=usage.tool_calls if usage.tool_counts or usage.turns is not None else None,
-        error_category=progress.error_category,
-        worktree=str(workspace.worktree) if spec.keep_worktrees and workspace else None,
+        error_category=verdict.error_category,
+        worktree=str(kept) if kept is not None else None,
         model=usage.model,
-        agent_ended=progress.agent_ended,
-        reward=progress.reward,
+        agent_ended=ran.result.ended if ran is not None else None,
+        reward=verdict.reward,
+        rewards=verdict.rewards,
+        verifier_room=findings.verifier_room if findings.verdict.verified is not None else None,
     )
-    artifacts = _artifacts(task.id, attempt, progress, redactor) if spec.artifacts else None
+    artifacts = _artifacts(task.id, attempt, findings, redactor) if spec.artifacts else None
+    change, stored = _stored_change(findings, redactor) if spec.artifacts else (None, None)
+    record = record.model_copy(update={"change": stored})
     return AttemptResult(
         record=record,
         trace=trace,
-        fatal=progress.fatal,
+        fatal=verdict.fatal,
         worker=worker,
         artifacts=artifacts,
-        over_budget=progress.over_budget,
+        over_budget=verdict.over_budget,
+        unreplayed=verdict.unreplayed,
+        trajectory=_sealed_trajectory(ran.trajectory if ran is not None else None, redactor),
+        change=change,
     )
+
+
+def _stored_change(findings: Findings, redactor: Redactor) -> tuple[bytes | None, StoredChange | None]:
+    """The agent's exact change to keep, and what the record says of it. Kept byte for byte or not at all: a change
+    holding a secret value of the harness's or the attempt's environment is never stored (redacting it would make
+    it another change). Credential-shaped strings that are no such value (a test's fake key) are the agent's code."""
+    patch = findings.patch
+    if findings.agent is None:
+        return None, None  # the agent never ran: there is no change of its
+    if patch is None:
+        return None, StoredChange(missing="git could not produce the change")
+    if patch.exact is None:
+        return None, StoredChange(missing=patch.exact_missing or "not kept")
+    if holds_gitlink(patch.exact):
+        return None, StoredChange(missing="it holds a nested repository, which a patch records only as a commit id")
+    result = change_result(patch.exact)
+    if patch.exact and redactor.holds_value(patch.exact):
+        why = "it holds a secret value of the environment, which the run store never keeps"
+        return None, StoredChange(result=result, missing=why)
+    digest = hashlib.sha256(patch.exact).hexdigest()
+    return patch.exact, StoredChange(sha256=digest, size=len(patch.exact), result=result)
+
+
+def _sealed_trajectory(collected: trajectory.Collected | None, redactor: Redactor) -> str | None:
+    """The recorded trajectory, redacted and bounded; a recorder's bug costs the trajectory, never the attempt."""
+    try:
+        sealed = trajectory.seal_attempt(collected, redactor)
+    except Exception:
+        log.warning("the attempt's trajectory could not be sealed; it is not stored", exc_info=True)
+        return None
+    return sealed.text if sealed is not None else None
 
 
 MAX_REASON_CHARS = 1000
 MAX_NAME_CHARS = 200
 
 
-def _sanitise(progress: _Progress, redactor: Redactor) -> None:
+def _sanitised(verdict: Verdict, usage: Usage, redactor: Redactor) -> tuple[Verdict, Usage]:
     """Agent-controlled text that goes into the record and trace: bounded and with every secret value redacted.
 
     A shell error can echo an API key (``$OPENAI_API_KEY: not found``), and a usage file can use one as a tool
@@ -412,14 +560,14 @@ def _sanitise(progress: _Progress, redactor: Redactor) -> None:
         text = redactor.redact(text)[0]
         return text if len(text) <= limit else text[: limit - 3] + "..."
 
-    if progress.reason is not None:
-        progress.reason = clean(progress.reason, MAX_REASON_CHARS)
-    usage = progress.usage
+    if verdict.reason is not None:
+        verdict = replace(verdict, reason=clean(verdict.reason, MAX_REASON_CHARS))
     usage.tool_counts = {clean(k, MAX_NAME_CHARS): v for k, v in usage.tool_counts.items()}
     usage.error_counts = {clean(k, MAX_NAME_CHARS): v for k, v in usage.error_counts.items()}
     usage.notes = [clean(note, MAX_REASON_CHARS) for note in usage.notes]
     if usage.model is not None:
         usage.model = clean(usage.model, MAX_NAME_CHARS)
+    return verdict, usage
 
 
 def _command_log(phase: Literal["setup", "verify"], index: int, command: Command, result: ProcResult) -> CommandLog:
@@ -436,7 +584,7 @@ def _command_log(phase: Literal["setup", "verify"], index: int, command: Command
     )
 
 
-def _artifacts(task_id: str, attempt: int, progress: _Progress, redactor: Redactor) -> AttemptArtifacts:
+def _artifacts(task_id: str, attempt: int, findings: Findings, redactor: Redactor) -> AttemptArtifacts:
     """The attempt's logs and patch, with every secret of the harness's and the attempt's environment redacted."""
     count = 0
 
@@ -451,10 +599,10 @@ def _artifacts(task_id: str, attempt: int, progress: _Progress, redactor: Redact
 
     commands = [
         c.model_copy(update={"output_tail": clean(c.output_tail), "command": clean(c.command)})
-        for c in progress.commands
+        for c in findings.commands
     ]
-    output = progress.output
-    patch = progress.patch
+    output = findings.agent.result.output if findings.agent is not None else None
+    patch = findings.patch
     return AttemptArtifacts(
         task_id=task_id,
         attempt=attempt,
@@ -466,213 +614,9 @@ def _artifacts(task_id: str, attempt: int, progress: _Progress, redactor: Redact
             total_bytes=patch.total_bytes,
             truncated=patch.truncated,
             files=[clean(f) for f in patch.files],
+            ignored=[clean(f) for f in patch.ignored],
         )
         if patch
         else None,
         redactions=count,
     )
-
-
-def _run_in(
-    agent: Agent,
-    job: AttemptJob,
-    workspace: AttemptWorkspace,
-    env: dict[str, str],
-    progress: _Progress,
-    run_scope: proc.ProcessScope,
-    sandbox: Sandbox,
-    on_phase: Callable[[str], None],
-    slot: Slot | None,
-    start: Start,
-    gateway: Gateway | None = None,
-) -> None:
-    """Setup, agent and verification inside a created workspace, every process inside the attempt's sandbox;
-    ``on_phase`` hears each step begin."""
-    task = job.task
-    scratch = workspace.root / "scratch"
-    scope = _harness_scope(run_scope, sandbox, job.spec)
-    if task.setup_commands:
-        on_phase("setup")
-        harness_env = suite_env(job.spec, workspace.root)
-        try:
-            for i, command in enumerate(task.setup_commands, start=1):
-                setup = run_command(
-                    command,
-                    cwd=workspace.worktree,
-                    env=harness_env,
-                    timeout=task.verify_timeout_secs,
-                    scope=scope,
-                    tail_bytes=COMMAND_TAIL_BYTES,
-                )
-                progress.commands.append(_command_log("setup", i, command, setup))
-                if setup.limit:
-                    progress.reason, progress.error_category = setup.limit, ErrorCategory.LIMIT
-                    return
-                if not setup.ok:
-                    progress.reason = f"setup failed: {setup.describe_failure(f'step {i} ({display(command)})')}"
-                    progress.error_category = ErrorCategory.SETUP
-                    return
-        finally:
-            remove_tree(Path(harness_env["HOME"]))  # the agent starts with a scratch directory of its own
-
-    try:
-        prompt_file = write_prompt_file(scratch, task.prompt)
-    except OSError as exc:  # disk full: the harness's problem, not the agent's
-        progress.reason, progress.error_category = (
-            f"prompt file could not be written: {exc.strerror}",
-            ErrorCategory.WORKTREE,
-        )
-        return
-    on_phase("agent")
-    agent_start = progress.agent_start = time.monotonic()
-    deadline = agent_start + task.timeout_secs  # the agent's timeout starts now, after every setup
-    cancel = threading.Event()
-    # A task's container has no forwarder of its own yet: its agents call their providers directly, as before.
-    routable = gateway is not None and not isinstance(sandbox, containers.ContainerSandbox)
-    session = open_session(gateway, job.spec, cancel) if gateway is not None and routable else None
-    # The gateway's unix socket (and the forwarder next to it) is what a sandbox with a network of its own reaches
-    # the model through: shown read-only to the agent's processes, useless without the attempt's token.
-    agent_sandbox = sandbox.widened([session.socket_dir]) if session is not None and session.socket_dir else sandbox
-    ctx = AgentContext(
-        task=task,
-        attempt=job.attempt,
-        worktree=workspace.worktree,
-        deadline=deadline,
-        env={**env, **prompt_file_env(prompt_file), **deadline_env(task.timeout_secs, job.spec.grace_secs)},
-        credentials=childenv.withheld(proc.clean_env(None)),
-        scratch=scratch,
-        scope=run_scope.confined(agent_sandbox),
-        suite_dir=Path(job.spec.suite_dir) if job.spec.suite_dir else None,
-        prompt_file=prompt_file,
-        grace_secs=job.spec.grace_secs,
-        cancel=cancel,
-        cost_cap=job.spec.max_cost_per_attempt,
-        gateway=session,
-    )
-    report = None
-    try:
-        result = agent.run(ctx)
-    except Exception as exc:  # an agent bug must cost one attempt, not the run
-        result = AgentResult(
-            claimed=None, error=AgentError(ErrorCategory.CRASHED, f"agent crashed: {type(exc).__name__}: {exc}")
-        )
-    finally:
-        if session is not None:
-            report = session.report()
-            session.close()  # its token is worthless from now on
-    if report is not None:
-        apply_report(result, report, job.spec.agent.name)
-    progress.agent_secs = time.monotonic() - agent_start
-    if isinstance(sandbox, containers.ContainerSandbox):
-        sandbox.end_containers()  # the verifier starts only once every agent container is gone
-    progress.usage = result.usage
-    progress.output = result.output
-    progress.agent_ended = result.ended
-    # What the agent changed, found once in O(the change) (its room's upper directory, or one walk of the
-    # slot's checkout): the patch, and the ignored files neither the patch nor the verifier's room keeps.
-    change: AgentChange | None = None
-    if slot is not None:
-        change = slot.agent_change(PATCH_MAX_BYTES if job.spec.artifacts else None)
-    untouched = change is not None and change.untouched
-    if job.spec.artifacts:
-        # Taken before verification, which may leave caches behind that are not the agent's work.
-        if change is not None:
-            progress.patch = change.patch
-        elif slot is None or not slot.overlay:
-            borrowed = [p for p in (start.objects, workspace.root / ENV_OBJECTS) if p is not None and p.is_dir()]
-            progress.patch = agent_patch(workspace, start.commit, PATCH_MAX_BYTES, borrowed)
-    overran = time.monotonic() > deadline + DEADLINE_GRACE_SECS  # an in-process agent gets no SIGTERM grace
-    progress.outcome, progress.reason, verify_decides = _decide(task, result, overran)
-    if hit := sandbox.limit_hit():
-        progress.outcome, progress.reason, progress.error_category, progress.claimed = (
-            "error",
-            hit,
-            ErrorCategory.LIMIT,
-            None,
-        )
-        return
-    if report is not None and report.over_budget is not None:
-        # The run's budget ended the agent, not its work or the provider: no verdict, and the driver keeps no record.
-        progress.outcome, progress.reason, progress.claimed = "error", report.over_budget, None
-        progress.over_budget = report.over_budget
-        return
-    if report is not None and (failure := report.failure) is not None:
-        # The provider failed, not the agent: never scored as the agent's work (and a fatal one stops the run).
-        progress.outcome, progress.error_category, progress.claimed = "error", failure.category, None
-        progress.reason = f"model gateway: {failure.message}"
-        if failure.fatal:
-            progress.fatal = AgentError(failure.category, progress.reason, fatal=True)
-        return
-    if (capped := _over_cost_cap(ctx, result)) is not None:
-        # Spending past the cap is the agent's failure to solve the task within it, like a timeout is: no verdict.
-        progress.outcome, progress.reason, progress.claimed = "fail", capped, None
-        return
-    progress.claimed = None if progress.outcome == "timeout" else result.claimed
-    if result.error is not None and progress.outcome == "error":
-        progress.error_category = result.error.category
-        if result.error.fatal:
-            progress.fatal = result.error
-    timeout_verified = progress.outcome == "timeout" and task.on_timeout == "verify"
-    if verify_decides or timeout_verified or (job.spec.verify_always and progress.outcome in ("fail", "timeout")):
-        on_phase("verify")
-        verify_tree = workspace.worktree
-        if task.verify_in != "worktree" and start.snapshot is not None:
-            try:
-                head = verifier.agent_head(workspace, start.snapshot.admin)
-                room = workspace
-                if slot is not None and slot.overlay:
-                    room = slot.verifier_room(change.ignored if change is not None else [])
-                elif change is not None:
-                    _remove_ignored(workspace, change.ignored)
-                kept = slot.index_id if slot is not None else None
-                index = verifier.enter(
-                    room,
-                    start.snapshot,
-                    head,
-                    start.commit,
-                    untouched,
-                    sandbox_owner(job.spec),
-                    clean=change is None,
-                    index_id=kept,
-                )
-                if slot is not None:
-                    slot.index_id = index
-            except WorktrialError as exc:  # what the agent left cannot be verified (a replaced worktree or git dir)
-                progress.outcome, progress.verified = "fail", False
-                progress.reason = f"nothing to verify: the agent's worktree or repository is not the harness's ({exc})"
-                return
-            except OSError as exc:  # the harness's own trouble (a full disk)
-                progress.outcome, progress.error_category, progress.claimed = "error", ErrorCategory.WORKTREE, None
-                progress.reason = f"the verifier's room could not be built: {exc.strerror or exc}"
-                return
-            shown = [p for p in (job.spec.suite_dir, workspace.root / verifier.AGENT_OBJECTS) if p]
-            room_sandbox = sandbox.in_room(workspace.worktree, room.worktree, room.layers)
-            scope = run_scope.confined(room_sandbox.widened([Path(p) for p in shown]))
-            verify_tree = room.worktree
-        if slot is not None:
-            slot.ran_in_place()
-        harness_env = suite_env(job.spec, workspace.root)  # a home made after the agent ended
-        scope, reward_dir = containers.verifier_scope(scope, job.spec.suite_dir, scratch)
-        check: VerifyResult = run_verify(task, verify_tree, harness_env, scope, tail_bytes=COMMAND_TAIL_BYTES)
-        if reward_dir is not None:  # a reward file decides, not the verifier's exit status (Harbor's convention)
-            progress.reward, missing = containers.read_reward(reward_dir)
-            if not any(run.timed_out for run in check.runs):
-                won = progress.reward == 1
-                why = missing or f"the verifier's reward is {progress.reward:g}, not 1"
-                check = replace(check, passed=won, reason=None if won else f"verify failed: {why}")
-        progress.commands += [
-            _command_log("verify", i, command, run)
-            for i, (command, run) in enumerate(zip(task.verify_commands, check.runs, strict=False), start=1)
-        ]
-        progress.verify_secs = check.secs
-        progress.verified = check.passed
-        if verify_decides and not check.passed:
-            progress.outcome, progress.reason = "fail", check.reason
-
-
-def _remove_ignored(ws: AttemptWorkspace, ignored: list[str]) -> None:
-    """Copying path: the new untracked files the tree ignores leave the worktree before verification, as
-    ``git clean -X`` would remove them, without its walk of the whole tree."""
-    if ignored:
-        with safefs.opened_dir(ws.worktree, ws.worktree_id) as work_fd:
-            remove_files(work_fd, ignored)

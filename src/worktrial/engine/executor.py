@@ -22,6 +22,9 @@ from worktrial.model.run_config import DEFAULT_GRACE_SECS
 from worktrial.model.suite import Environment, Task
 from worktrial.model.trace import Trace
 
+TICK_SECS = 1.0
+"""While nothing happens, executors yield a ``tick`` event at least this often."""
+
 
 @dataclass(frozen=True)
 class RepoSource:
@@ -106,6 +109,28 @@ class AttemptSpec:
     """Directory of the cache of environment setups across runs (for environments with a ``cache_key``)."""
     containers: ContainerPlan | None = None
     """The runtime and each container task's image (docs/environments.md); None: no task runs in a container."""
+    trajectories: bool = False
+    """``--trajectories``: record each attempt's conversation with its model (``engine/trajectory.py``)."""
+    agent_version: str | None = None
+    """The agent's version as its preflight found it, for the trajectory's ``agent`` object."""
+    replays: bool = False
+    """Some jobs rebuild stored changes (``AttemptJob.replay``), which the harness writes from the host: their
+    slots copy (an overlay room is mounted only in the sandbox)."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    """An attempt judged again without its agent (``regrade``, ``eval --reuse``): in place of the setup commands
+    and the agent's run, its stored change is rebuilt in the checkout; then it is verified as any attempt is."""
+
+    change: str
+    """The stored change file (``state/artifacts.py``'s ``change.diff``) on this machine."""
+    sha256: str
+    """Its digest, from the signed record: a file that differs is refused."""
+    claimed: bool | None
+    """What the agent claimed then."""
+    timed_out: bool
+    """It passed its deadline then (verified only where the task says ``on_timeout: verify``)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +144,8 @@ class AttemptJob:
     """1 for the first try; the driver resubmits an infrastructure error as try 2, 3, ..."""
     base: TaskBase | None = None
     """The task's own base; None means the run's source and base commit with no environment."""
+    replay: Replay | None = None
+    """Judge a stored attempt again instead of running the agent (its setup commands' effects are in the change)."""
 
     def resolved_base(self) -> TaskBase:
         return self.base or TaskBase(self.spec.source, self.spec.base_commit)
@@ -143,17 +170,27 @@ class AttemptResult:
     over_budget: str | None = None
     """Set when the run's ``--max-cost``, kept live at the model gateway, ended the attempt: the driver stores no
     record (like an attempt abandoned by a stopping run, it reruns on resume) and stops the run."""
+    trajectory: str | None = None
+    """The attempt's ATIF trajectory as JSON, redacted and bounded (``--trajectories``); the driver stores it next
+    to the artifacts and records its digest."""
+    change: bytes | None = None
+    """The agent's exact change (``PatchData.exact``) when the record's ``change`` names its digest: the driver
+    stores it beside the artifacts, for ``regrade``."""
+    unreplayed: str | None = None
+    """A replayed job (``AttemptJob.replay``) whose stored change could not be rebuilt: why (its record is no
+    verdict)."""
 
 
 @dataclass(frozen=True)
 class ExecutorEvent:
-    """``start``: the job began on a worker; ``done``: it finished with ``result``.
+    """``start``: the job began on a worker; ``done``: it finished with ``result``; ``tick``: nothing happened for
+    a while (no job), so the driver can look at the run between events (``--jobs auto``).
 
     A job abandoned because the run is stopping gets no ``done`` event: it reruns on resume.
     """
 
-    kind: Literal["start", "phase", "done"]
-    job: AttemptJob
+    kind: Literal["start", "phase", "done", "tick"]
+    job: AttemptJob | None = None
     result: AttemptResult | None = None
     phase: str | None = None
     """For ``phase`` events: the phase the attempt entered (setup, agent, verify); executors may omit them."""
@@ -174,7 +211,8 @@ class Executor(Protocol):
         ...
 
     def events(self) -> Iterator[ExecutorEvent]:
-        """Start and done events in the caller's thread, until every submitted job is done or abandoned."""
+        """Start and done events in the caller's thread, until every submitted job is done or abandoned; a
+        ``tick`` at least every ``TICK_SECS`` while the wait goes on."""
         ...
 
     def stop(self) -> None:

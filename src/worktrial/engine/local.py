@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 from worktrial.agents import create_agent
 from worktrial.agents.base import Agent
-from worktrial.engine.attempt import run_attempt, sandbox_owner, slot_overlay, slot_preparer
-from worktrial.engine.executor import AgentRef, AttemptJob, AttemptResult, ExecutorEvent, RepoSource
+from worktrial.engine.attempt import run_attempt
+from worktrial.engine.checkout import new_slot
+from worktrial.engine.executor import TICK_SECS, AgentRef, AttemptJob, AttemptResult, ExecutorEvent, RepoSource
 from worktrial.engine.model_gateway import RunGateway
 from worktrial.errors import HarnessError
 from worktrial.isolation.pool import Slot
@@ -26,9 +27,6 @@ from worktrial.isolation.workspace import SourceRepo, materialize_source
 
 log = logging.getLogger(__name__)
 
-_POLL_SECS = 1.0
-"""How long the driver waits for an event at a time: a bound only (a signal interrupts the wait), so a run whose
-attempts take minutes does not wake the driver ten times a second for nothing."""
 SLOTS_PER_WORKER = 2
 """Slots a worker keeps for different task bases (repository, commit, environment); the oldest is closed first."""
 _Kind = Literal["start", "phase", "done", "abandoned", "crash"]
@@ -75,8 +73,9 @@ class LocalExecutor:
     def events(self) -> Iterator[ExecutorEvent]:
         while self._pending > 0:
             try:
-                kind, job, payload = self._events.get(timeout=_POLL_SECS)
+                kind, job, payload = self._events.get(timeout=TICK_SECS)
             except queue.Empty:
+                yield ExecutorEvent("tick")
                 continue
             if kind == "crash":
                 self.stop()
@@ -116,7 +115,7 @@ class LocalExecutor:
             return self._sources[source]
 
     def _worker(self, index: int) -> None:
-        slots: dict[str, Slot] = {}  # by task base, least recently used first
+        slots: dict[str, Slot[Any]] = {}  # by task base, least recently used first
         made = 0
         try:
             while (job := self._todo.get()) is not None:
@@ -125,20 +124,13 @@ class LocalExecutor:
                     continue
                 base = job.resolved_base()
                 source = self._source(base.source)
-                slot: Slot | None = slots.pop(base.key, None)
+                slot: Slot[Any] | None = slots.pop(base.key, None)
                 if slot is None and not job.spec.keep_worktrees:
                     while len(slots) >= SLOTS_PER_WORKER:
                         _close_slot(slots.pop(next(iter(slots))), index)
-                    prepare = slot_preparer(base, job.spec, self.scope)
                     assert self._agent is not None
-                    slot = Slot(
-                        source,
-                        base.commit,
-                        self.work_root / f"slot-{index}-{made}",
-                        prepare,
-                        sandbox_owner(job.spec),
-                        overlay=slot_overlay(job.spec, self._agent, base),
-                    )
+                    root = self.work_root / f"slot-{index}-{made}"
+                    slot = new_slot(base, job.spec, self._agent, source, root, self.scope)
                     made += 1
                 if slot is not None:
                     slots[base.key] = slot
@@ -157,6 +149,9 @@ class LocalExecutor:
                 )
                 if self.scope.stopping.is_set():
                     result = None  # ended by the stop: not a result, it reruns on resume
+                elif result is not None and result.fatal is not None:
+                    # It stops the run: no job of this worker may start before the driver has read the result.
+                    self._stop.set()
                 self._events.put(("done", job, result))
         except BaseException as exc:
             self._events.put(("crash", None, exc))
@@ -165,7 +160,7 @@ class LocalExecutor:
                 _close_slot(slot, index)
 
 
-def _close_slot(slot: Slot, index: int) -> None:
+def _close_slot(slot: Slot[Any], index: int) -> None:
     try:
         slot.close()
     except Exception as exc:

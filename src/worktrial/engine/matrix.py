@@ -23,14 +23,8 @@ from pathlib import Path
 from worktrial.agents import agent_specs
 from worktrial.agents.custom import custom_tables
 from worktrial.analysis.leaderboard import Contender, Status
-from worktrial.engine.run import (
-    RunObserver,
-    RunOptions,
-    build_agent,
-    choose_agent_name,
-    run_suite,
-    sigterm_as_interrupt,
-)
+from worktrial.engine.run import RunObserver, RunOptions, build_agent, choose_agent_name, run_suite
+from worktrial.engine.session import sigterm_as_interrupt
 from worktrial.errors import EXIT_BUDGET, EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
 from worktrial.model.config import Config
 from worktrial.model.envelope import Envelope
@@ -69,15 +63,7 @@ def plan_configurations(
     agents: Sequence[str], models: Sequence[str], agent_cmd: str | None, config: Config
 ) -> list[Configuration]:
     """The configurations of a matrix, in the order given (agents outer, models inner); bad input says why."""
-    for flag, values in (("--agent", agents), ("--model", models)):
-        repeated = sorted({v for v in values if list(values).count(v) > 1})
-        if repeated:
-            raise BadInputError(f"{flag} {repeated[0]} is given more than once; each configuration runs once")
-    names = list(agents) or (["command"] if agent_cmd else ["builtin"] if models else [])
-    if not names:
-        choose_agent_name(RunOptions())  # raises the usual "choose an agent" message
-    if agent_cmd and "command" not in names:
-        raise BadInputError(f"--agent-cmd only works with --agent command, not --agent {names[0]}")
+    names = _agent_names(agents, models, agent_cmd)
     model_users = [n for n in names if uses_model(n, config)]
     if models and not model_users:
         who = f"--agent {names[0]} does not" if len(names) == 1 else f"none of the agents ({', '.join(names)})"
@@ -94,6 +80,20 @@ def plan_configurations(
     return configurations
 
 
+def _agent_names(agents: Sequence[str], models: Sequence[str], agent_cmd: str | None) -> list[str]:
+    """The agents of a matrix: those given, else the one ``--agent-cmd`` or ``--model`` implies."""
+    for flag, values in (("--agent", agents), ("--model", models)):
+        repeated = sorted({v for v in values if list(values).count(v) > 1})
+        if repeated:
+            raise BadInputError(f"{flag} {repeated[0]} is given more than once; each configuration runs once")
+    names = list(agents) or (["command"] if agent_cmd else ["builtin"] if models else [])
+    if not names:
+        choose_agent_name(RunOptions())  # raises the usual "choose an agent" message
+    if agent_cmd and "command" not in names:
+        raise BadInputError(f"--agent-cmd only works with --agent command, not --agent {names[0]}")
+    return names
+
+
 def options_for(base: RunOptions, configuration: Configuration) -> RunOptions:
     """The shared options with this configuration's agent and model (callbacks are the caller's to set)."""
     return dataclasses.replace(
@@ -101,7 +101,6 @@ def options_for(base: RunOptions, configuration: Configuration) -> RunOptions:
         agent=configuration.agent,
         model=configuration.model,
         agent_cmd=configuration.agent_cmd,
-        resume=None,
         agent_settings=dict(base.agent_settings),
         label=f"{base.label}: {configuration.label}" if base.label else None,
     )

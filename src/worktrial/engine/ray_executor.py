@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from worktrial.engine.executor import (
+    TICK_SECS,
     AgentRef,
     AttemptJob,
     AttemptResult,
@@ -241,6 +242,7 @@ class RayExecutor:
 
     def events(self) -> Iterator[ExecutorEvent]:
         ray = self.ray
+        ticked = time.monotonic()
         while self._pending > 0:
             if self._stopping and self._queue:
                 self._pending -= len(self._queue)  # abandoned: they rerun on resume
@@ -254,6 +256,9 @@ class RayExecutor:
                     )
                 continue
             ready, _ = ray.wait(list(self._inflight), num_returns=1, timeout=_POLL_SECS)
+            if not ready and time.monotonic() - ticked >= TICK_SECS:
+                ticked = time.monotonic()
+                yield ExecutorEvent("tick")
             finished = [self._collect(ref) for ref in ready]
             yield from self._dispatch()  # freed workers start their next attempt before the driver persists this one
             for job, result in finished:

@@ -25,7 +25,8 @@ from typing import Any
 
 from worktrial.agents import create_agent
 from worktrial.agents.base import Agent, AgentError
-from worktrial.engine.attempt import run_attempt, sandbox_owner, slot_overlay, slot_preparer
+from worktrial.engine.attempt import run_attempt
+from worktrial.engine.checkout import new_slot
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptResult, RepoSource
 from worktrial.engine.model_gateway import RunGateway
 from worktrial.errors import WorktrialError
@@ -120,7 +121,7 @@ class SlotWorker:
         self._agent: Agent | None = None
         self._sources: dict[str, tuple[SourceRepo, str]] = {}  # bundle name -> clone, local bundle path
         self._suites: dict[str, str] = {}  # suite digest -> local directory
-        self._slots: dict[str, Slot] = {}  # task base key -> slot, least recently used first
+        self._slots: dict[str, Slot[Any]] = {}  # task base key -> slot, least recently used first
         self._made = 0
 
     def preflight(self, agent: AgentRef) -> dict[str, Any]:
@@ -235,7 +236,7 @@ class SlotWorker:
             self._suites[name] = str(target)
         return self._suites[name]
 
-    def _slot_for(self, job: AttemptJob, source: SourceRepo) -> Slot:
+    def _slot_for(self, job: AttemptJob, source: SourceRepo) -> Slot[Any]:
         base = job.resolved_base()
         slot = self._slots.pop(base.key, None)
         if slot is None:
@@ -245,11 +246,8 @@ class SlotWorker:
                     oldest.close()
                 except Exception as exc:
                     log.warning("could not remove a workspace slot of %s: %s", self.name, exc)
-            prepare = slot_preparer(base, job.spec, self.scope)
             assert self._agent is not None
-            overlay = slot_overlay(job.spec, self._agent)
-            root = self.root / f"slot-{self._made}"
-            slot = Slot(source, base.commit, root, prepare, sandbox_owner(job.spec), overlay)
+            slot = new_slot(base, job.spec, self._agent, source, self.root / f"slot-{self._made}", self.scope)
             self._made += 1
         self._slots[base.key] = slot
         return slot

@@ -12,37 +12,34 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from worktrial.engine.confine import SandboxChoice, requested_sandbox
-from worktrial.engine.containers import image_differences, plan_containers, with_agent_tools
-from worktrial.engine.run import (
+from worktrial.engine.containers import image_differences, plan_containers
+from worktrial.engine.run import RunOptions, measured_request
+from worktrial.engine.session import (
+    Recorded,
+    ResolvedWorkspace,
     RunObserver,
-    RunOptions,
     RunResult,
-    agent_ref,
+    Session,
+    SessionStart,
+    agent_of,
     check_counts,
-    choose_agent_name,
     end_previous,
-    execute,
-    new_budget,
-    refuse_remote,
-    resolve_run_sandbox,
+    meta_concurrency,
     resolve_workspace,
-    session_settings,
-    started,
+    run_session,
+    session_jobs,
     state_root_for,
     task_bases,
-    with_session,
 )
 from worktrial.errors import BadInputError, SuiteError
+from worktrial.isolation.container import ContainerPlan
 from worktrial.isolation.workspace import check_writable, remove_tree
-from worktrial.model.run_config import EXECUTION_FLAGS, RunConfig, SandboxRequest
+from worktrial.model.run_config import EXECUTION_FLAGS, RunConfig
 from worktrial.model.selection import reselect
 from worktrial.model.suite import LoadedSuite, load_suite
 from worktrial.state.config import load_config
 from worktrial.state.store import RunMeta, RunStore
-from worktrial.util import public_url
 
 
 def resume_run(
@@ -86,119 +83,85 @@ def stored_suite(run_id: str, workspace: Path | None = None) -> StoredSuite:
     return StoredSuite(loaded, Path(meta.workspace), unchanged)
 
 
-def stored_config(meta: RunMeta) -> RunConfig:
-    """The run's frozen config; for a run stored before configs were, the same fields from its run.json."""
-    if meta.config is not None:
-        return meta.config
-    selection = meta.selection
-    return RunConfig(
-        agent=meta.agent,
-        agent_cmd=meta.agent_cmd,
-        model=meta.model,
-        base_url=meta.base_url,
-        agent_settings=dict(meta.agent_settings),
-        pass_env=tuple(meta.pass_env),
-        attempts=meta.attempts,
-        k=meta.k,
-        verify_always=meta.verify_always,
-        artifacts=meta.artifacts,
-        label=meta.label,
-        tasks=tuple(selection.tasks) if selection else (),
-        categories=tuple(selection.categories) if selection else (),
-        limit=selection.limit if selection else None,
-    )
-
-
 def given_config(options: RunOptions, stored: RunConfig) -> tuple[RunConfig, set[str]]:
-    """The config these flags ask for, and which of its fields they set (a flag left out keeps the stored value).
-
-    A flag counts as given when it differs from ``RunOptions``' default: the command line and the Python API
-    are judged alike.
-    """
-    given: dict[str, Any] = {}
-    if options.agent or options.agent_cmd or options.model:
-        given["agent"] = choose_agent_name(options)
-    if options.agent_cmd is not None:
-        given["agent_cmd"] = options.agent_cmd
-    if options.model is not None:
-        given["model"] = options.model
-    if options.base_url is not None:
-        given["base_url"] = public_url(options.base_url)
-    if options.agent_settings:
-        given["agent_settings"] = {**stored.agent_settings, **options.agent_settings}
-    if options.pass_env:
-        given["pass_env"] = tuple(options.pass_env)
-    if options.attempts is not None:
-        given["attempts"] = options.attempts
-    if options.k is not None:
-        given["k"] = options.k
-    if options.verify_always:
-        given["verify_always"] = True
-    if not options.artifacts:
-        given["artifacts"] = False
-    if options.label is not None:
-        given["label"] = options.label
-    if options.tasks:
-        given["tasks"] = tuple(options.tasks)
-    if options.categories:
-        given["categories"] = tuple(options.categories)
-    if options.limit is not None:
-        given["limit"] = options.limit
-    if options.grace_secs is not None:
-        given["grace_secs"] = options.grace_secs
-    if options.max_cost_per_attempt is not None:
-        given["max_cost_per_attempt"] = options.max_cost_per_attempt
-    request = requested_sandbox(options.sandbox)
-    if request.model_fields_set:
-        given["sandbox"] = request
+    """The config these options ask for, and which of its fields they set (a flag left out keeps the stored value;
+    ``--max-turns`` and the like change only their own agent setting)."""
+    given = measured_request(options)
+    if "agent_settings" in given:
+        given["agent_settings"] = {**stored.agent_settings, **given["agent_settings"]}
     return stored.model_copy(update=given), set(given)
-
-
-def resumed_options(config: RunConfig, options: RunOptions) -> RunOptions:
-    """This session's options: the stored config whole, and the execution fields of the flags given now."""
-    return RunOptions(
-        agent=config.agent,
-        agent_cmd=config.agent_cmd,
-        model=config.model,
-        base_url=options.base_url or config.base_url,
-        agent_settings=config.agent_settings,
-        pass_env=config.pass_env,
-        attempts=config.attempts,
-        k=config.k,
-        workspace=options.workspace,
-        verify_always=config.verify_always,
-        keep_worktrees=options.keep_worktrees,
-        jobs=options.jobs,
-        retry_errors=options.retry_errors,
-        executor=options.executor,
-        artifacts=config.artifacts,
-        label=config.label,
-        tasks=config.tasks,
-        categories=config.categories,
-        limit=config.limit,
-        sandbox=options.sandbox if config.sandbox is None else SandboxChoice(),
-        grace_secs=config.grace_secs,
-        max_cost_per_attempt=config.max_cost_per_attempt,
-        max_cost=options.max_cost,
-        allow_unpriced=options.allow_unpriced,
-    )
 
 
 def _resume(
     store: RunStore, run_id: str, options: RunOptions, loaded: LoadedSuite | None, observer: RunObserver
 ) -> RunResult:
     meta = store.meta()
-    check_counts(meta.attempts, meta.k, meta.jobs, meta.retry_errors, source=str(store.dir / "run.json"))
+    config = meta.config
+    check_counts(config.attempts, config.k, meta.jobs, meta.retry_errors, source=str(store.dir / "run.json"))
     if loaded is None:
         loaded = stored_suite(run_id, options.workspace).loaded
     loaded = reselect(loaded, meta.selection)
     ws = resolve_workspace(loaded, Path(meta.workspace))
     bases = task_bases(loaded, ws)
-    config = stored_config(meta)
-    wanted, given = given_config(options, config)
-    differences = _suite_differences(loaded, ws.base_commit, {t: b.commit for t, b in bases.items()}, meta)
-    differences += config.differences(wanted, given)
-    containers = plan_containers(loaded, options.container_runtime, observer.warning)
+    loaded = config.timeout_multipliers.apply(loaded)
+    containers = plan_containers(
+        loaded,
+        options.container_runtime,
+        observer.warning,
+        force_build=config.force_build,
+        verifier_room=config.verifier_room,
+    )
+    _refuse_changes(run_id, meta, options, loaded, ws, {t: b.commit for t, b in bases.items()}, containers)
+    end_previous(ws.state_root, observer, own=store.dir)
+    if meta.work_root:
+        _remove_crashed_work_root(Path(meta.work_root), run_id, observer)
+    stored_records = store.load_records(meta)
+    if (warning := stored_records.warning()) is not None:
+        observer.warning(warning)
+    ref = agent_of(config, options.base_url or config.base_url, load_config(ws.state_root))
+    check_writable(store.dir, "run data")
+    sandbox = config.sandbox if config.sandbox is not None else options.sandbox
+    jobs, auto = session_jobs(options.jobs, options.max_jobs, options.probe, (meta.jobs, meta.concurrency))
+    check_counts(config.attempts, config.k, jobs, meta.retry_errors, max_jobs=options.max_jobs)
+    session = Session(
+        run_id, loaded, ws, bases, config, ref, sandbox, containers, jobs, options.executor,
+        options.keep_worktrees, options.max_cost, options.allow_unpriced, auto,
+    )  # fmt: skip
+
+    def record(start: SessionStart) -> Recorded:
+        if meta.budget is not None:  # what attempts the budget ended spent: they run again, the money is gone
+            start.budget.unrecorded = meta.budget.spent_unrecorded
+        earlier = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])
+        update = {
+            "jobs": session.jobs,
+            "concurrency": meta_concurrency(meta.concurrency, session.auto),
+            "retry_errors": options.retry_errors or meta.retry_errors,
+            "agent_description": start.description,
+            "work_root": str(start.work_root),
+            "sandbox": meta.sandbox or start.main_sandbox(),
+            "sandboxes": start.sandboxes(earlier),
+            "lifted": False,  # the config is stored from now on, as this session runs it
+        }
+        updated = meta.model_copy(update=update)
+        store.write_meta(updated)
+        return Recorded(store, updated, stored_records.records)
+
+    return run_session(session, observer, record)
+
+
+def _refuse_changes(
+    run_id: str,
+    meta: RunMeta,
+    options: RunOptions,
+    loaded: LoadedSuite,
+    ws: ResolvedWorkspace,
+    task_commits: dict[str, str],
+    containers: ContainerPlan | None,
+) -> None:
+    """Refuse, listing every difference, what would measure something other than the stored run."""
+    wanted, given = given_config(options, meta.config)
+    differences = _suite_differences(loaded, ws.base_commit, task_commits, meta)
+    differences += meta.config.differences(wanted, given)
     differences += image_differences(containers, meta.environment_images)
     if differences:
         raise BadInputError(
@@ -209,44 +172,8 @@ def _resume(
     if meta.base_url_redacted and options.base_url is None:
         raise BadInputError(
             f"run {run_id} used a base URL with credentials in it, which were not stored; "
-            f"pass --base-url {meta.base_url} with them again to resume"
+            f"pass --base-url {meta.config.base_url} with them again to resume"
         )
-    end_previous(ws.state_root, observer, own=store.dir)
-    if meta.work_root:
-        _remove_crashed_work_root(Path(meta.work_root), run_id, observer)
-    stored_records = store.load_records(meta)
-    if (warning := stored_records.warning()) is not None:
-        observer.warning(warning)
-    session = resumed_options(config, options)
-    ref = agent_ref(session, load_config(ws.state_root))
-    jobs = options.jobs or meta.jobs
-    check_writable(store.dir, "run data")
-    with started(run_id, jobs, session) as (executor, work_root):
-        request: SandboxChoice | SandboxRequest = config.sandbox if config.sandbox is not None else options.sandbox
-        description = executor.preflight(ref)  # bad agent input is one line, before any sandbox warning
-        refuse_remote(containers, executor)
-        containers = with_agent_tools(containers, description, observer.warning)
-        sandbox = resolve_run_sandbox(request, session.base_url, ref, ws, work_root, bases, observer)
-        budget = new_budget(session, config, ref.name, description)
-        if meta.budget is not None:  # what attempts the budget ended spent: they run again, the money is gone
-            budget.unrecorded = meta.budget.spent_unrecorded
-        earlier = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])
-        meta = meta.model_copy(
-            update={
-                "jobs": jobs,
-                "retry_errors": options.retry_errors or meta.retry_errors,
-                "agent_description": description,
-                "work_root": str(work_root),
-                "sandbox": meta.sandbox or sandbox.info,
-                "sandboxes": with_session(earlier, sandbox.info),
-                "config": config,
-            }
-        )
-        store.write_meta(meta)
-        settings = session_settings(
-            loaded, meta, ws, ref, work_root, options.keep_worktrees, bases, store.dir, sandbox, containers
-        )
-        return execute(settings, executor, store, observer, done=stored_records.records, budget=budget)
 
 
 def _suite_differences(loaded: LoadedSuite, base_commit: str, task_commits: dict[str, str], meta: RunMeta) -> list[str]:

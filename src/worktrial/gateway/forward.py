@@ -10,11 +10,16 @@ inside the sandbox; this listens on the namespace's own 127.0.0.1:PORT, relays e
 the program (same stdin, stdout and stderr), passes SIGTERM/SIGINT/SIGHUP on to it and exits with its status.
 The gateway's URL is then the same inside the sandbox as outside. The file is copied next to the socket and run
 from there, so it imports nothing of worktrial.
+
+A container's network namespace is entered from the host instead (``nsenter --net``), where the socket's path is
+this host's: ``forward.py PORT SOCKET --ready FD`` only listens and relays, writes one byte to FD once it listens,
+and runs until it is killed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -69,16 +74,28 @@ def _serve(listener: socket.socket, path: str) -> None:
         threading.Thread(target=_relay, args=(client, path), daemon=True).start()
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) < 4 or argv[2] != "--":
-        print("usage: forward.py PORT SOCKET -- PROGRAM [ARGS...]", file=sys.stderr)
-        return 2
-    port, path, program = int(argv[0]), argv[1], argv[3:]
+def _listen(port: int) -> socket.socket:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted connections inherit it
     listener.bind(("127.0.0.1", port))
     listener.listen(64)
+    return listener
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 4 and argv[2] == "--ready":
+        listener = _listen(int(argv[0]))
+        ready = int(argv[3])
+        os.write(ready, b"1")
+        os.close(ready)
+        _serve(listener, argv[1])
+        return 0
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: forward.py PORT SOCKET -- PROGRAM [ARGS...] | forward.py PORT SOCKET --ready FD", file=sys.stderr)
+        return 2
+    port, path, program = int(argv[0]), argv[1], argv[3:]
+    listener = _listen(port)
     threading.Thread(target=_serve, args=(listener, path), daemon=True).start()
     try:
         child = subprocess.Popen(program)

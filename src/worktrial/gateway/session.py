@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from worktrial.gateway.recorder import Recorder
 from worktrial.model.records import FATAL_ERRORS, ErrorCategory, Tokens, Usage
 from worktrial.util import public_url
 
@@ -93,14 +95,41 @@ class GatewayReport:
 
     usage: Usage
     requests: int
+    """Model calls forwarded to the provider (chat, responses, messages, generateContent)."""
     statuses: dict[str, int]
+    """The model calls' statuses ("0": no answer)."""
     failure: ProviderFailure | None
     """Why the attempt cannot be the agent's doing: a fatal failure (refused key, unknown model), or a transient
-    one (5xx, 429, no connection) that the agent's last model call ended on."""
+    one (5xx, 429, no connection, a cut stream) that the agent's last model call ended on."""
     over_cap: bool
     """The attempt's spend passed ``--max-cost-per-attempt`` and the gateway refused further requests."""
     over_budget: str | None = None
     """Why the run's ``--max-cost`` cut this attempt short (the gateway refused its calls or ended it), or None."""
+    other_requests: int = 0
+    """Requests that were no model call (a model list, a HEAD probe, a WebSocket attempt): forwarded, not counted
+    in ``requests``."""
+    waiting: tuple[float, ...] = ()
+    """For each model call still in flight when the report was taken: seconds since the provider last sent a byte
+    of it (since it was sent, when no answer had begun)."""
+    startup_secs: float | None = None
+    """Seconds from the session's opening (the agent's start) to its first model call; None: it made none."""
+    where: str | None = None
+    """The upstream the agent's model calls went to (its public URL, no credentials), when it routed one."""
+
+
+@dataclass
+class Call:
+    """One request in flight through the gateway (the gateway's loop writes it, the attempt's thread reads it)."""
+
+    model_call: bool
+    started: float = field(default_factory=time.monotonic)
+    last_byte: float | None = None
+    """When the provider last sent a byte of the answer (None: nothing yet)."""
+    abort: Callable[[], None] | None = None
+    """Ends the call from any thread (set by the gateway): the attempt is over, nobody waits for the answer."""
+
+    def idle(self, now: float) -> float:
+        return now - (self.last_byte if self.last_byte is not None else self.started)
 
 
 @dataclass
@@ -110,7 +139,9 @@ class _Ledger:
     unpriced: int = 0
     model: str | None = None
     requests: int = 0
+    other_requests: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
+    first_call: float | None = None
     latency_ms: list[float] = field(default_factory=list)
     fatal: ProviderFailure | None = None
     last_failure: ProviderFailure | None = None
@@ -149,6 +180,10 @@ class Session:
         self.run_spend = run_spend
         """The run's live spend against ``--max-cost`` (None: the run has no budget)."""
         self.used = False
+        self.recorder: Recorder | None = None
+        """Set when the run records trajectories: the gateway hands it every model call (``recorder.py``)."""
+        self.opened = time.monotonic()
+        self._open_calls: dict[int, Call] = {}
 
     # -- the agent's side ----------------------------------------------------------------------------------------
 
@@ -185,12 +220,36 @@ class Session:
             )
             failure = ledger.fatal or (ledger.last_failure if ledger.consecutive else None)
             over_budget = ledger.over_budget
+            now = time.monotonic()
+            waiting = tuple(round(c.idle(now), 3) for c in self._open_calls.values() if c.model_call)
+            startup = None if ledger.first_call is None else round(ledger.first_call - self.opened, 3)
+            where = sorted({public_url(r.base_url) for r in self.routes.values()})
         cut = self.run_spend.reason() if over_budget and self.run_spend is not None else None
-        return GatewayReport(usage, ledger.requests, dict(ledger.statuses), failure, ledger.over_cap, cut)
+        return GatewayReport(
+            usage,
+            ledger.requests,
+            dict(ledger.statuses),
+            failure,
+            ledger.over_cap,
+            cut,
+            other_requests=ledger.other_requests,
+            waiting=waiting,
+            startup_secs=startup,
+            where=", ".join(where) or None,
+        )
 
     def close(self) -> None:
+        """The attempt is over: its token is worthless from now on, and its calls still in flight are ended."""
         if self._on_close is not None:
             self._on_close(self)
+        self.abort_calls()
+
+    def abort_calls(self) -> None:
+        with self._lock:
+            calls = list(self._open_calls.values())
+        for call in calls:
+            if call.abort is not None:
+                call.abort()
 
     # -- the gateway's side --------------------------------------------------------------------------------------
 
@@ -217,10 +276,27 @@ class Session:
                 return 503, f"worktrial: {ledger.last_failure.message}"
         return None
 
-    def answered(self, route: Route, status: int, latency_ms: float) -> None:
-        """Any answer from upstream (counted once per request)."""
+    def begin(self, model_call: bool) -> Call:
+        """A request is on its way upstream."""
+        call = Call(model_call)
+        with self._lock:
+            self._open_calls[id(call)] = call
+            if model_call and self._ledger.first_call is None:
+                self._ledger.first_call = call.started
+        return call
+
+    def end(self, call: Call) -> None:
+        with self._lock:
+            self._open_calls.pop(id(call), None)
+
+    def answered(self, call: Call, status: int) -> None:
+        """Any answer from upstream, or none (``status`` 0), counted once per request: model calls apart."""
+        latency_ms = (time.monotonic() - call.started) * 1000
         with self._lock:
             ledger = self._ledger
+            if not call.model_call:
+                ledger.other_requests += 1
+                return
             ledger.requests += 1
             ledger.statuses[str(status)] = ledger.statuses.get(str(status), 0) + 1
             if len(ledger.latency_ms) < MAX_LATENCY_SAMPLES:
@@ -239,7 +315,8 @@ class Session:
             ledger.consecutive = 0
             ledger.last_failure = None
             if answered:
-                ledger.model = answered
+                # Through an aggregator (OpenRouter answers "openai/gpt-5.1"), the model is named as routed.
+                ledger.model = answered if route.provider == route.name else f"{route.provider}/{answered}"
             if tokens is None:
                 return None
             ledger.tokens = ledger.tokens.add(tokens)
@@ -267,15 +344,10 @@ class Session:
                 self.cancel.set()
 
 
-def classify(
-    route: Route, status: int | None, generating: bool, requested: str | None, detail: str
-) -> ProviderFailure | None:
-    """The failure an upstream status (None: no answer at all) stands for, or None when it is the agent's business
-    (a 400 for a request it got wrong, a 404 of an endpoint that is not a model call)."""
+def classify(route: Route, status: int, generating: bool, requested: str | None) -> ProviderFailure | None:
+    """The failure an upstream status stands for, or None when it is the agent's business (a 400 for a request it
+    got wrong, a 404 of an endpoint that is not a model call). No answer at all: ``no_answer``."""
     where = public_url(route.base_url)
-    said = f": {detail}" if detail else ""
-    if status is None:
-        return ProviderFailure(ErrorCategory.PROVIDER_SERVER, f"the provider at {where} could not be reached{said}")
     if status in (401, 403):
         return ProviderFailure(
             ErrorCategory.PROVIDER_AUTH,
@@ -294,3 +366,34 @@ def classify(
     if status >= 500:
         return ProviderFailure(ErrorCategory.PROVIDER_SERVER, f"the provider at {where} failed (HTTP {status})", status)
     return None
+
+
+UNREACHABLE = frozenset({"ConnectError", "ConnectTimeout", "UnsupportedProtocol", "ProxyError"})
+"""httpx's errors for a provider the gateway could not connect to (refused, no route, DNS, a proxy that refused)."""
+SLOW = frozenset({"ReadTimeout", "PoolTimeout", "WriteTimeout"})
+"""httpx's errors for a provider that took the connection but did not answer in time."""
+
+
+def no_answer(route: Route, error: str) -> ProviderFailure:
+    """The failure of a request that got no answer at all, by the transport error that ended it."""
+    where = public_url(route.base_url)
+    if error in UNREACHABLE:
+        return ProviderFailure(
+            ErrorCategory.PROVIDER_UNREACHABLE, f"the provider at {where} could not be reached ({error})"
+        )
+    if error in SLOW:
+        return ProviderFailure(ErrorCategory.PROVIDER_SLOW, f"the provider at {where} did not answer in time ({error})")
+    said = f" ({error})" if error else ""
+    return ProviderFailure(
+        ErrorCategory.PROVIDER_SERVER, f"the provider at {where} closed the call without an answer{said}"
+    )
+
+
+def stream_cut(route: Route, status: int, error: str | None) -> ProviderFailure:
+    """A streamed answer that ended before its last event (the connection dropped, or closed early)."""
+    how = f"broke off ({error})" if error else "ended early"
+    return ProviderFailure(
+        ErrorCategory.PROVIDER_STREAM_CUT,
+        f"the provider at {public_url(route.base_url)} answered {status} and its stream {how}, before the answer ended",
+        status,
+    )

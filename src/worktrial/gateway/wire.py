@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from worktrial.model.records import Tokens
 
@@ -37,6 +37,10 @@ def wire_of(path: str) -> Wire | None:
     return None
 
 
+MAX_PARSED_REQUEST_BYTES = 1024 * 1024
+_MODEL_FIELD = re.compile(rb'"model"\s*:\s*"([^"\\]{1,256})"')
+
+
 def requested_model(wire: Wire | None, path: str, body: bytes) -> str | None:
     """The model a request asks for: Gemini names it in the path, the others in the JSON body."""
     if wire == "gemini":
@@ -44,6 +48,11 @@ def requested_model(wire: Wire | None, path: str, body: bytes) -> str | None:
         return match.group(1) if match else None
     if wire is None or not body:
         return None
+    if len(body) > MAX_PARSED_REQUEST_BYTES:
+        # Parsed, a body of small values takes many times its size ('[{},{},...]': ~25x); the agent picks the
+        # model anyway, so a large body is read for its first "model" string only, in constant memory.
+        field = _MODEL_FIELD.search(body)
+        return field.group(1).decode("utf-8", "replace") if field else None
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -107,19 +116,31 @@ def gemini_tokens(usage: dict[str, Any]) -> Tokens:
     )
 
 
+class EventSink(Protocol):
+    """Hears every JSON body or stream event of an answer (the trajectory recorder, ``recorder.Recording``)."""
+
+    def event(self, event: Any) -> None: ...
+
+
 @dataclass
 class Exchange:
     """What one answer said, read as it streams: the usage (the last report wins, since streams repeat their
     running totals) and the model the provider answered with."""
 
     wire: Wire | None
+    recording: EventSink | None = None
+    """Set when the attempt records its trajectory: every event is handed on to it."""
     tokens: Tokens | None = None
     model: str | None = None
     stream_error: str | None = None
     """An error event inside a 200 stream (Anthropic's ``overloaded_error``)."""
+    ended: bool = False
+    """The answer's last event arrived (a stream that stops before it was cut): ``[DONE]``, a finish reason,
+    ``response.completed`` (or ``incomplete``/``failed``), ``message_stop``, an error event."""
     _anthropic: dict[str, Any] | None = None
 
     def read_json(self, data: bytes) -> None:
+        self.ended = True  # a whole body: nothing can be missing from its end
         try:
             body = json.loads(data)
         except (ValueError, RecursionError):
@@ -134,21 +155,26 @@ class Exchange:
         """One JSON body or one SSE event's data."""
         if not isinstance(event, dict):
             return
+        if self.recording is not None:
+            self.recording.event(event)
         if self.wire == "chat":
             self._model(event.get("model"))
             if isinstance(event.get("usage"), dict):
                 self.tokens = openai_chat_tokens(event["usage"])
+            self.ended = self.ended or _finished(event.get("choices"), "finish_reason")
         elif self.wire == "responses":
             response = _dict(event.get("response")) if "response" in event else event
             self._model(response.get("model"))
             if isinstance(response.get("usage"), dict):
                 self.tokens = responses_tokens(response["usage"])
+            self.ended = self.ended or event.get("type") in _RESPONSES_LAST
         elif self.wire == "messages":
             self._messages(event)
         elif self.wire == "gemini":
             self._model(event.get("modelVersion"))
             if isinstance(event.get("usageMetadata"), dict):
                 self.tokens = gemini_tokens(event["usageMetadata"])
+            self.ended = self.ended or _finished(event.get("candidates"), "finishReason")
 
     def _model(self, value: Any) -> None:
         if (model := _str(value)) is not None:
@@ -158,6 +184,10 @@ class Exchange:
         kind = event.get("type")
         if kind == "error":
             self.stream_error = _str(_dict(event.get("error")).get("type")) or "error"
+            self.ended = True
+            return
+        if kind == "message_stop":
+            self.ended = True
             return
         if kind == "message_start":
             message = _dict(event.get("message"))
@@ -206,13 +236,24 @@ class SseReader:
     def _event(self, raw: bytes) -> None:
         lines = [line[5:].removeprefix(b" ") for line in raw.splitlines() if line.startswith(b"data:")]
         data = b"\n".join(lines)
-        if not data or data.strip() == b"[DONE]":
+        if data.strip() == b"[DONE]":
+            self.exchange.ended = True
+            return
+        if not data:
             return
         try:
             event = json.loads(data)
         except (ValueError, RecursionError):
             return
         self.exchange.read_event(event)
+
+
+_RESPONSES_LAST = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+
+
+def _finished(choices: Any, key: str) -> bool:
+    """Whether a chunk's choices (Chat Completions) or candidates (Gemini) carry a finish reason."""
+    return isinstance(choices, list) and any(isinstance(c, dict) and c.get(key) for c in choices)
 
 
 def _event_end(buffer: bytes) -> tuple[int, int]:

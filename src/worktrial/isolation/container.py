@@ -1,20 +1,8 @@
-"""Container environments: the Docker or Podman CLI (one code path, no daemon of worktrial's own) runs a task's
-setup, agent and verify commands inside its image.
+"""Container environments: the Docker or Podman CLI (one code path, no daemon of worktrial's own) finds or builds a
+task's image, pins its id, and probes once what this machine's runtime needs to start a container.
 
-Each command the attempt runs is one ``run --rm`` of the task's image, so every phase starts from the image plus
-the attempt's files: what an agent installed outside the worktree is gone for the verifier, which always runs in a
-fresh container once every agent container is gone. What a container sees of the host (docs/environments.md):
-
-- the attempt's worktree at ``environment.workdir`` (default ``/app``, Terminal-Bench's), its current directory;
-- the attempt's private git directory, borrowed git objects (read-only) and scratch directory (its HOME, the
-  prompt file) at the same paths as on the host, so the worktree's ``.git`` file and the harness's environment
-  variables resolve;
-- for setup and verify only, the suite's declared files read-only (``$WORKTRIAL_SUITE_DIR``), and for a Harbor
-  task its ``tests/`` copied in at ``/tests`` and a fresh ``/logs/verifier`` for the reward file.
-
-Nothing else of the host is mounted. The container's user is a non-root uid unless the task names one
-(``environment.user``; Harbor tasks keep their image's ``USER``), its network is ``none`` with ``--network off`` (or
-the task's ``allow_internet = false``), and CPU, memory and process limits come from the task and the run.
+An attempt's containers themselves (one per attempt, every phase exec'd into it) are ``attempt_container.py``'s;
+what they see of the host is described there and in docs/environments.md.
 """
 
 from __future__ import annotations
@@ -23,21 +11,23 @@ import hashlib
 import logging
 import os
 import shutil
-import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 import psutil
 
-from worktrial.errors import BadInputError, WorktrialError
-from worktrial.isolation import ownership, proc
-from worktrial.isolation.sandbox import AGENT_UIDS, NetworkMode, Sandbox, Wrapped, agent_uid
+from worktrial.errors import BadInputError
+from worktrial.isolation import proc
+from worktrial.isolation.sandbox import NetworkMode
+from worktrial.model.harbor_config import Artifact, Healthcheck
+from worktrial.safe_text import one_line
 
 log = logging.getLogger(__name__)
 
 RuntimeChoice = Literal["auto", "docker", "podman"]
+VerifierRoom = Literal["shared", "separate", "fresh"]
 RUNTIME_CHOICES: tuple[RuntimeChoice, ...] = ("auto", "docker", "podman")
 IMAGE_TAG_PREFIX = "localhost/worktrial-env"
 """Built images are tagged ``<prefix>:<first 24 hex of the build inputs' digest>``: the cache across runs."""
@@ -57,8 +47,8 @@ def harness_id(pid: int | None = None) -> str:
         return f"{pid}-0"
 
 
-def sweep_orphans(runtime: ContainerRuntime) -> int:
-    """Remove the containers of harnesses that are gone (killed while an attempt's container ran); how many."""
+def orphan_containers(runtime: ContainerRuntime) -> list[str]:
+    """The containers of harnesses that are gone (killed while an attempt's container ran), by name."""
     template = '{{.Names}}\t{{index .Labels "' + HARNESS_LABEL + '"}}'
     listed = proc.run(
         [runtime.program, "ps", "--all", "--filter", f"label={HARNESS_LABEL}", "--format", template],
@@ -67,17 +57,76 @@ def sweep_orphans(runtime: ContainerRuntime) -> int:
         sweep=False,
     )
     if not listed.ok:
-        return 0
+        return []
     stale = []
     for line in listed.stdout_tail.decode("utf-8", "replace").splitlines():
         name, _, owner = line.partition("\t")
         pid, _, _started = owner.strip().partition("-")
         if name and pid.isdigit() and harness_id(int(pid)) != owner.strip():
             stale.append(name.strip())
+    return stale
+
+
+def remove_containers(runtime: ContainerRuntime, names: Sequence[str]) -> None:
+    proc.run([runtime.program, "rm", "--force", "--time", "0", *names], cwd="/", timeout=120, sweep=False)
+
+
+def sweep_orphans(runtime: ContainerRuntime) -> int:
+    """Remove the containers of harnesses that are gone (killed while an attempt's container ran); how many."""
+    stale = orphan_containers(runtime)
     if stale:
-        proc.run([runtime.program, "rm", "--force", "--time", "0", *stale], cwd="/", timeout=120, sweep=False)
+        remove_containers(runtime, stale)
         log.warning("removed %d container(s) left running by a killed worktrial", len(stale))
     return len(stale)
+
+
+# -- what worktrial made, for `worktrial gc` ----------------------------------------------------------------------
+
+
+def worktrial_images(runtime: ContainerRuntime) -> list[str]:
+    """The tags worktrial gave the images it built (``localhost/worktrial-env:<digest>``); never any other."""
+    listed = proc.run(
+        [runtime.program, "images", "--format", "{{.Repository}}:{{.Tag}}"], cwd="/", timeout=120, sweep=False
+    )
+    if not listed.ok:
+        return []
+    lines = listed.stdout_tail.decode("utf-8", "replace").split()
+    return sorted({line for line in lines if _is_worktrial_tag(line)})
+
+
+def _is_worktrial_tag(reference: str) -> bool:
+    repository, _, tag = reference.rpartition(":")
+    return repository == IMAGE_TAG_PREFIX and len(tag) == 24 and all(c in "0123456789abcdef" for c in tag)
+
+
+def image_size(runtime: ContainerRuntime, reference: str) -> int | None:
+    result = proc.run(
+        [runtime.program, "image", "inspect", "--format", "{{.Size}}", reference], cwd="/", timeout=60, sweep=False
+    )
+    text = result.stdout_tail.decode("utf-8", "replace").strip()
+    return int(text) if result.ok and text.isdigit() else None
+
+
+def remove_image(runtime: ContainerRuntime, reference: str) -> str | None:
+    """Untag ``reference`` (the image goes with its last tag; one the user also tagged stays), never forced: a
+    container that uses it keeps it. None when done, else why not."""
+    result = proc.run([runtime.program, "rmi", reference], cwd="/", timeout=300, sweep=False)
+    return None if result.ok else _first_error(result, f"{runtime.name} rmi")
+
+
+def has_volume(runtime: ContainerRuntime, name: str) -> bool:
+    return proc.run([runtime.program, "volume", "inspect", name], cwd="/", timeout=60, sweep=False).ok
+
+
+def remove_volume(runtime: ContainerRuntime, name: str) -> str | None:
+    """Remove a volume, never forced (one a container uses stays); None when done, else why not."""
+    result = proc.run([runtime.program, "volume", "rm", name], cwd="/", timeout=120, sweep=False)
+    return None if result.ok else _first_error(result, f"{runtime.name} volume rm")
+
+
+def _first_error(result: proc.ProcResult, what: str) -> str:
+    lines = result.stderr_tail.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1][:300] if lines else result.describe_failure(what)
 
 
 """The cached volume of CLIs installed into images (``container_tools.py``)."""
@@ -85,6 +134,7 @@ TOOLS_VOLUME_DIR = "/opt/worktrial/venvs"
 TOOLS_DIR = "/opt/worktrial/tool"
 """Where the directory of a host program the attempt runs (a preset's CLI) is mounted, read-only."""
 MAX_BUILD_LOG = 4000
+PULL_TIMEOUT_SECS = 3600
 
 
 @dataclass(frozen=True)
@@ -118,9 +168,36 @@ class ContainerEnv:
     cpus: float | None = None
     memory_mb: int | None = None
     tests_dir: str | None = None
+    """A Harbor task's ``tests/``, relative to the suite directory: put at ``/tests`` for the verifier only."""
     seed_workdir: bool = False
     """Copy the image's workdir into the worktree before the attempt's first command (Harbor tasks)."""
-    """A Harbor task's ``tests/``, relative to the suite directory: put at ``/tests`` for the verifier only."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """The task's own variables for every command (a Harbor task's ``[environment] env``, templates filled)."""
+    verifier_env: Mapping[str, str] = field(default_factory=dict)
+    """The task's variables for its verifier only (``[verifier] env``)."""
+    image_home: bool = False
+    """The container's HOME is the image user's own (a Harbor task's test.sh sources ``$HOME/.local/bin/env``), not
+    the attempt's scratch directory; a preset's CLI keeps the scratch HOME its configuration is written to."""
+    image_user: str | None = None
+    """The image's own ``USER`` where the task runs as it (for the record of the containment)."""
+    reward_decides: bool = False
+    """The verifier's reward decides the outcome however the agent ended (Harbor's rule: its tests run after a
+    timed-out or failed agent too, and no claim is asked of it); else worktrial's claim-and-verify rule."""
+    verifier_mode: VerifierRoom = "fresh"
+    """Where the task's verifier runs (docs/environments.md, "Where the verifier runs"): in the agent's own
+    container once the agent ended (``shared``, Harbor's default), in a new one of the image with the agent's
+    worktree (``separate``), or in a new one with the agent's files rebuilt from the base (``fresh``, worktrial's)."""
+    verifier_user: str | None = None
+    """The verifier's own user (a Harbor task's ``[verifier] user``); None: the container's."""
+    verifier_network: NetworkMode | None = None
+    """The verifier's own network where it has a container of its own (``[verifier] network_mode``)."""
+    healthcheck: Healthcheck | None = None
+    """A command that must pass in the container before the agent starts (``[environment] healthcheck``)."""
+    artifacts: tuple[Artifact, ...] = ()
+    """Paths collected from the agent's container into the run store once the agent ended (``artifacts``)."""
+    solution_env: Mapping[str, str] = field(default_factory=dict)
+    """The oracle's own variables (a Harbor task's ``[solution] env``, templates filled when the agent is the
+    oracle)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +208,9 @@ class ContainerPlan:
     tasks: Mapping[str, ContainerEnv] = field(default_factory=dict)
     tools: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Image -> {host program -> that program installed in the image's tools volume} (a preset's Python CLI)."""
+    host_tool: str | None = None
+    """The real path of the agent's native executable on this host (a preset's CLI), whose directory every
+    container of the run mounts read-only at ``TOOLS_DIR``."""
 
     def images(self) -> dict[str, str]:
         """Task id -> image digest, for the envelope."""
@@ -169,7 +249,7 @@ def find_runtime(choice: RuntimeChoice) -> ContainerRuntime:
     wanted = "podman or docker" if choice == "auto" else choice
     raise BadInputError(
         f"this suite has container tasks and {wanted} is not installed; install one (Debian/Ubuntu: apt-get install "
-        "podman runc; macOS: Docker Desktop or `brew install podman`)"
+        "podman runc catatonit; macOS: Docker Desktop or `brew install podman`)"
     )
 
 
@@ -197,11 +277,28 @@ def probe(runtime: ContainerRuntime, image: str) -> ContainerRuntime:
     options: list[str] = []
     notes: list[str] = []
     for _ in range(len(_FIXES) + 1):
-        argv = [runtime.program, "run", "--rm", "--network", "none", *options, image, "/bin/sh", "-c", "exit 0"]
+        argv = [
+            runtime.program,
+            "run",
+            "--rm",
+            "--init",
+            "--network",
+            "none",
+            *options,
+            image,
+            "/bin/sh",
+            "-c",
+            "exit 0",
+        ]
         result = proc.run(argv, cwd="/", timeout=300, sweep=False)
         if result.ok:
             return replace(runtime, run_options=tuple(options), notes=tuple(notes))
         detail = result.stderr_tail.decode("utf-8", "replace")
+        if "init binary" in detail or "catatonit" in detail:
+            raise BadInputError(
+                f"{runtime.name} has no init for an attempt's container (its PID 1, which reaps orphans): install "
+                "catatonit (Debian/Ubuntu: apt-get install catatonit; Docker brings its own docker-init)"
+            )
         fix = next((f for f in _FIXES if f[0] in detail and f[1][0] not in options), None)
         if fix is None:
             last = detail.strip().splitlines()[-1] if detail.strip() else result.describe_failure(runtime.name)
@@ -254,228 +351,58 @@ def build_image(runtime: ContainerRuntime, dockerfile: Path, context: Path, time
     return built
 
 
-def named_image(runtime: ContainerRuntime, image: str) -> str:
-    """The id of a named image, which must be present locally (worktrial never pulls behind the user's back)."""
+def named_image(runtime: ContainerRuntime, image: str, say: Callable[[str], None] | None = None) -> str:
+    """The id of a named image, pulled first when it is not present locally (as Harbor does), with the runtime's
+    progress lines given to ``say``. A registry that cannot be reached is one line naming the image and the fix."""
     found = inspect_id(runtime, image)
-    if found is None:
+    if found is not None:
+        return found
+    if say is not None:
+        say(f"pulling {image} ({runtime.name} pull): it is not present locally")
+    lines: list[str] = []
+
+    def progress(chunk: bytes) -> None:
+        for line in chunk.decode("utf-8", "replace").splitlines():
+            if line.strip():
+                lines.append(line.strip())
+                if say is not None:
+                    say(f"{runtime.name} pull {image}: {one_line(line.strip())[:200]}")
+
+    # The runtime writes its progress to stderr: one stream, read as it comes.
+    argv = ["/bin/sh", "-c", 'exec "$0" pull "$1" 2>&1', runtime.program, image]
+    result = proc.run(argv, cwd="/", timeout=PULL_TIMEOUT_SECS, sweep=False, on_stdout=progress)
+    pulled = inspect_id(runtime, image) if result.ok else None
+    if pulled is None:
+        why = one_line(lines[-1])[:300] if lines else result.describe_failure(f"{runtime.name} pull")
         raise BadInputError(
-            f"image {image} is not present locally; pull or build it first ({runtime.name} pull {image})"
+            f"image {image} is not present locally and {runtime.name} could not pull it ({why}); pull it where its "
+            f"registry can be reached and load it here ({runtime.name} save / {runtime.name} load), or build it "
+            "(a Harbor task with environment/Dockerfile: --force-build)"
         )
-    return found
+    return pulled
 
 
-RUNTIME_ENV = frozenset(
-    {
-        "PATH",
-        "HOME",
-        "USER",
-        "LOGNAME",
-        "TMPDIR",
-        "XDG_RUNTIME_DIR",
-        "XDG_CONFIG_HOME",
-        "XDG_DATA_HOME",
-        "DOCKER_HOST",
-        "DOCKER_CONFIG",
-        "DOCKER_CONTEXT",
-        "CONTAINER_HOST",
-        "CONTAINER_CONNECTION",
-        "CONTAINERS_CONF",
-        "CONTAINERS_STORAGE_CONF",
-        "CONTAINERS_REGISTRIES_CONF",
-    }
-)
-"""The runtime CLI's own environment, always the harness's (rootless Podman and Docker find their storage, socket
-and configuration through it)."""
-_INLINE = ("HOME", "USER", "LOGNAME", "TMPDIR")
-"""The container's own values of variables the runtime reads too: given on its command line (they are no secrets)."""
+def image_config(runtime: ContainerRuntime, image: str, key: str) -> str:
+    """One field of the image's config (``User``, ``WorkingDir``), as text ("" when it sets none)."""
+    result = proc.run(
+        [runtime.program, "image", "inspect", "--format", "{{.Config." + key + "}}", image],
+        cwd="/",
+        timeout=60,
+        sweep=False,
+    )
+    text = result.stdout_tail.decode("utf-8", "replace").strip()
+    return text.splitlines()[0][:100] if result.ok and text else ""
 
 
-_SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/etc/", "/proc/", "/dev/", "/sys/")
-
-
-def _host_tool(program: str) -> Path | None:
-    """The real path of ``program`` when it names an executable of this host outside the system's directories
-    (those the image has its own of): what the container needs mounted to run it. A node or Python script whose
-    interpreter the image lacks still fails, with its own error (docs/environments.md)."""
-    if not os.path.isabs(program) or program.startswith(_SYSTEM_PREFIXES):
-        return None
-    real = Path(os.path.realpath(program))
-    if str(real).startswith(_SYSTEM_PREFIXES) or not real.is_file() or not os.access(real, os.X_OK):
-        return None
-    return real
-
-
-@dataclass(frozen=True)
-class Mounts:
-    """The host paths one attempt's containers see."""
-
-    worktree: Path
-    writable: tuple[Path, ...]
-    readonly: tuple[Path, ...]
-    scratch: Path
-    extra: tuple[tuple[Path, str, bool], ...] = ()
-    """(host path, container path, writable) mounted at a path of their own (``/tests``, ``/logs/verifier``)."""
-
-
-class ContainerSandbox(Sandbox):
-    """Every command of one attempt as a container of the task's image (see the module docstring)."""
-
-    kind = "container"
-    own_pid_namespace = True
-
-    def __init__(
-        self,
-        plan: ContainerPlan,
-        env: ContainerEnv,
-        mounts: Mounts,
-        *,
-        network: NetworkMode,
-        max_memory: int | None = None,
-        max_procs: int | None = None,
-    ) -> None:
-        self.plan, self.env, self.mounts = plan, env, mounts
-        self.network = env.network or network
-        self.max_memory, self.max_procs = max_memory, max_procs
-        self.names: list[str] = []
-        self.uid = self._container_uid()
-
-    def _container_uid(self) -> int | None:
-        """The host uid the attempt's containers run as when the harness picks it (root harness, no task user)."""
-        if self.env.user is not None:
-            return None
-        if os.geteuid() == 0:
-            return agent_uid() or AGENT_UIDS.start
-        return os.geteuid()
-
-    def prepare(self) -> None:
-        self.mounts.scratch.mkdir(parents=True, exist_ok=True)
-        if self.env.seed_workdir:
-            self._seed()
-
-    def _seed(self) -> None:
-        """Copy what the image holds at its workdir into the worktree, which is mounted over it (a Harbor task's
-        files are in its image). Nothing there is not an error."""
-        rt = self.plan.runtime
-        name = f"worktrial-seed-{uuid.uuid4().hex[:12]}"
-        created = proc.run(
-            [rt.program, "create", "--name", name, self.env.image, "/bin/true"], cwd="/", timeout=120, sweep=False
-        )
-        if not created.ok:
-            detail = created.stderr_tail.decode("utf-8", "replace").strip()
-            raise WorktrialError(f"{rt.name} create of {self.env.image} failed: {detail[-300:]}")
-        try:
-            source = f"{name}:{self.env.workdir.rstrip('/')}/."
-            proc.run([rt.program, "cp", source, str(self.mounts.worktree)], cwd="/", timeout=600, sweep=False)
-        finally:
-            proc.run([rt.program, "rm", "--force", name], cwd="/", timeout=120, sweep=False)
-
-    def widened(self, readonly: Iterable[Path]) -> Sandbox:
-        mounts = replace(self.mounts, readonly=(*self.mounts.readonly, *readonly))
-        widened = ContainerSandbox(
-            self.plan, self.env, mounts, network=self.network, max_memory=self.max_memory, max_procs=self.max_procs
-        )
-        widened.names = self.names  # one list: ending the attempt's containers ends the verifier's too
-        return widened
-
-    def with_verifier_files(self, tests: Path | None, logs: Path) -> ContainerSandbox:
-        """The verifier's containers: the task's tests at ``/tests`` and a fresh reward directory at
-        ``/logs/verifier``, both made after the agent ended."""
-        extra = [(logs, "/logs/verifier", True)]
-        if tests is not None:
-            extra.append((tests, "/tests", True))
-        mounts = replace(self.mounts, extra=(*self.mounts.extra, *extra))
-        widened = ContainerSandbox(
-            self.plan, self.env, mounts, network=self.network, max_memory=self.max_memory, max_procs=self.max_procs
-        )
-        widened.names = self.names
-        return widened
-
-    def limit_hit(self) -> str | None:
-        return None
-
-    def end_containers(self) -> None:
-        """Remove every container this attempt started that is still there (a killed ``run`` leaves its container
-        running): after the agent, before the verifier, and at cleanup."""
-        if not self.names:
-            return
-        names, self.names[:] = list(self.names), []
-        rt = self.plan.runtime
-        proc.run([rt.program, "rm", "--force", "--time", "0", *names], cwd="/", timeout=120, sweep=False)
-
-    def cleanup(self) -> None:
-        self.end_containers()
-
-    def _map(self, text: str) -> str:
-        """A host path inside the worktree as the container sees it."""
-        root = str(self.mounts.worktree)
-        if text == root:
-            return self.env.workdir
-        if text.startswith(root + "/"):
-            return self.env.workdir + text[len(root) :]
-        return text
-
-    def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Wrapped:
-        rt = self.plan.runtime
-        name = f"worktrial-{uuid.uuid4().hex[:16]}"
-        self.names.append(name)
-        args = [rt.program, "run", "--rm", "--name", name, "--interactive", *rt.run_options]
-        args += ["--label", f"{HARNESS_LABEL}={harness_id()}"]  # found again if this harness is killed (-9)
-        args += ["--network", {"off": "none", "on": "bridge", "host": "host"}[self.network]]
-        # Never more privileges than it started with; a user worktrial picked gets no capabilities either (a task's
-        # own user, root in most Harbor images, keeps the runtime's default set: its verifiers install packages).
-        args += ["--security-opt", "no-new-privileges"]
-        args += ["--cap-drop", "ALL"] if self.uid is not None else []
-        if self.uid is not None and os.geteuid() == 0:
-            for path in (self.mounts.worktree, *self.mounts.writable, self.mounts.scratch):
-                ownership.hand_over(path, self.uid, only_foreign=True)
-            args += ["--user", f"{self.uid}:{self.uid}"]
-        elif self.uid is not None:
-            # An unprivileged harness: the container runs as its own uid, which owns the attempt's files. Rootless
-            # Podman maps container uids into the user's subordinate range unless told to keep this one.
-            args += ["--userns", "keep-id"] if rt.name == "podman" else []
-            args += ["--user", f"{self.uid}:{os.getegid()}"]
-        elif self.env.user not in (None, "image"):
-            args += ["--user", str(self.env.user)]
-        if self.env.cpus is not None:
-            args += ["--cpus", f"{self.env.cpus:g}"]
-        limits = [m for m in (self.env.memory_mb * 2**20 if self.env.memory_mb else None, self.max_memory) if m]
-        memory = min(limits) if limits else None
-        if memory is not None:
-            args += ["--memory", str(memory)]
-        if self.max_procs is not None:
-            args += ["--pids-limit", str(self.max_procs)]
-        # Podman mounts what the attempt writes nosuid,nodev: a root container user cannot leave a set-uid program
-        # on this host (Docker's --volume has no such option).
-        rw = "rw,nosuid,nodev" if rt.name == "podman" else "rw"
-        args += ["--volume", f"{self.mounts.worktree}:{self.env.workdir}:{rw}"]
-        for path in (*self.mounts.writable, self.mounts.scratch):
-            if path.exists():
-                args += ["--volume", f"{path}:{path}:{rw}"]
-        for path in self.mounts.readonly:
-            if path.exists():
-                args += ["--volume", f"{path}:{path}:ro"]
-        for host, inside, writable in self.mounts.extra:
-            args += ["--volume", f"{host}:{inside}:{rw if writable else 'ro'}"]
-        argv = list(argv)
-        installed = self.plan.tools.get(self.env.image, {})
-        if argv and argv[0] in installed:
-            args += ["--volume", f"{TOOLS_VOLUME}:{TOOLS_VOLUME_DIR}:ro"]
-            argv[0] = installed[argv[0]]
-        elif argv and (tool := _host_tool(argv[0])) is not None:
-            # A program the harness found on this host (a preset's pinned CLI): its directory, read-only, where any
-            # user can reach it (the host's may lie under a home no other user may enter, such as /root).
-            args += ["--volume", f"{tool.parent}:{TOOLS_DIR}:ro"]
-            argv[0] = f"{TOOLS_DIR}/{tool.name}"
-        # What the runtime itself reads (where its storage and configuration are) is the harness's; the container
-        # gets its own values of those it needs, which are no secrets, on the command line, and the image's PATH.
-        # Every other variable goes by name only: its value travels in the runtime's environment, never on a
-        # command line.
-        inline = {k: self._map(env[k]) for k in _INLINE if k in env}
-        inline["TMPDIR"] = "/tmp"
-        child = {k: self._map(v) for k, v in env.items() if k not in RUNTIME_ENV}
-        args += [arg for k, v in sorted(inline.items()) for arg in ("--env", f"{k}={v}")]
-        args += [arg for k in sorted(child) for arg in ("--env", k)]
-        args += ["--workdir", self._map(str(cwd)), self.env.image, *(self._map(a) for a in argv)]
-        host_env = {**child, **{k: v for k, v in os.environ.items() if k in RUNTIME_ENV}}
-        host_env.setdefault("PATH", os.defpath)
-        return Wrapped(args, host_env)
+def image_workdir(runtime: ContainerRuntime, image: str) -> str | None:
+    """The image's own ``WORKDIR`` (None when it sets none)."""
+    result = proc.run(
+        [runtime.program, "image", "inspect", "--format", "{{.Config.WorkingDir}}", image],
+        cwd="/",
+        timeout=60,
+        sweep=False,
+    )
+    text = result.stdout_tail.decode("utf-8", "replace").strip()
+    return (
+        text if result.ok and text.startswith("/") and ":" not in text and not any(c.isspace() for c in text) else None
+    )

@@ -21,12 +21,14 @@ tools as ``.venv/bin/python -m tool`` and test the worktree's code through the c
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tarfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from worktrial.isolation import ownership, proc
@@ -41,6 +43,9 @@ _PACK = "objects"
 _LIST_LIMIT = 64 * 1024 * 1024
 _MAX_TRACKED = 500
 """More tracked files changed than this, and the entry asks for the same pinned tree instead of listing them."""
+_LOCK = ".lock"
+"""Shared while an entry is read or written, exclusive while ``worktrial gc`` removes entries."""
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _tree(ws: AttemptWorkspace, treeish: str, *paths: str, recursive: bool = False) -> list[str] | None:
@@ -118,10 +123,58 @@ class EnvironmentCache:
     def __init__(self, root: Path) -> None:
         self.root = root
 
+    @contextlib.contextmanager
+    def _shared(self) -> Iterator[None]:
+        """Held while an entry is read or written: ``gc`` removes nothing meanwhile (and this waits for it)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / _LOCK, _LOCK_FLAGS, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[bool]:
+        """``gc``'s hold on the cache: True while nobody reads or writes an entry, False (at once) when someone does."""
+        try:
+            fd = os.open(self.root / _LOCK, _LOCK_FLAGS, 0o600)
+        except OSError:
+            yield False
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
+    def names(self) -> list[str]:
+        """What the cache holds: entries, and partial or stale ones being written or removed."""
+        try:
+            return sorted(name for name in os.listdir(self.root) if name != _LOCK)
+        except OSError:
+            return []
+
+    def clear(self) -> None:
+        """Every entry removed (complete, partial, stale); the caller holds ``exclusive``. Links are removed, never
+        followed."""
+        for name in self.names():
+            remove_tree(self.root / name)
+
     def restore(self, key: str, ws: AttemptWorkspace) -> bool:
         """Replay the entry onto ``ws``'s fresh checkout and put its objects in the private object store; False
         (nothing changed) when there is no usable entry. An entry made on a pinned tree whose files it changed
         differ here is removed, so this run's setup replaces it."""
+        if not (self.root / key).is_dir():
+            return False
+        with self._shared():
+            return self._restore(key, ws)
+
+    def _restore(self, key: str, ws: AttemptWorkspace) -> bool:
         entry = self.root / key
         if not all((entry / name).is_file() for name in (_FILES, _DELETED, _TRACKED)):
             return False
@@ -204,7 +257,18 @@ class EnvironmentCache:
             if not tree.ok:
                 return
             checks = {"tree": tree.stdout_tail.decode().strip()}
-        self.root.mkdir(parents=True, exist_ok=True)
+        with self._shared():
+            self._write(key, ws, changed, deleted, checks, objects)
+
+    def _write(
+        self,
+        key: str,
+        ws: AttemptWorkspace,
+        changed: list[str],
+        deleted: list[str],
+        checks: dict[str, object],
+        objects: Path,
+    ) -> None:
         partial = self.root / f".{key}.{uuid.uuid4().hex[:8]}.partial"
         partial.mkdir()
         try:

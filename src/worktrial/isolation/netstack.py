@@ -46,8 +46,7 @@ class Link:
     info_w: int = -1
     block_r: int = -1
     block_w: int = -1
-    helper: subprocess.Popen[bytes] | None = None
-    exit_w: int = -1
+    stack: Stack | None = None
     _fds: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -73,25 +72,9 @@ class Link:
         # bubblewrap's child brings up the namespace's loopback itself; configuring tap0 at the same moment makes
         # that fail now and then ("loopback: Failed RTM_NEWADDR", 4% of commands with 4 running at once).
         _await_loopback(pid, time.monotonic() + _ATTACH_TIMEOUT_SECS)
-        ready_r, ready_w = os.pipe()
-        exit_r, self.exit_w = os.pipe()
-        argv = [self.program, "--configure", f"--mtu={_MTU}", "--disable-host-loopback"]
-        argv += [f"--ready-fd={ready_w}", f"--exit-fd={exit_r}"]
-        if os.geteuid() != 0:  # bubblewrap made a user namespace too: slirp4netns must enter it first
-            argv.append(f"--userns-path=/proc/{pid}/ns/user")
-        try:
-            self.helper = proc.spawn_helper([*argv, str(pid), "tap0"], pass_fds=(ready_w, exit_r))
-        except OSError as exc:
-            return f"{self.program} could not start: {exc.strerror}"
-        finally:
-            self._close_now(ready_w, exit_r)
-        try:
-            ready = _read_within(ready_r, 1, _ATTACH_TIMEOUT_SECS)
-        finally:
-            os.close(ready_r)
-        if ready != b"1":
-            code = self.helper.poll()
-            return f"{self.program} could not set up the attempt's network" + (f" (exit {code})" if code else "")
+        self.stack, why = Stack.start(self.program, pid, userns=os.geteuid() != 0)
+        if self.stack is None:
+            return why
         with contextlib.suppress(OSError):  # bubblewrap already ended (a mount it could not make): its exit says why
             os.write(self.block_w, b"1")
         self._close(self.block_w)
@@ -100,15 +83,9 @@ class Link:
     def release(self) -> None:
         """After the sandbox ended: stop the stack and close every descriptor. Safe to call twice."""
         self._close(*self._fds)
-        if self.exit_w >= 0:
-            self._close_now(self.exit_w)
-            self.exit_w = -1
-        if self.helper is not None:
-            # The sandbox is gone: nothing is left to flush. slirp4netns holds the namespace's last reference, and
-            # the kernel's teardown of it makes its exit take 20-45 ms, which no sandboxed command should wait for:
-            # it is killed at once and reaped in the background.
-            proc.reap_helper(self.helper, grace=0.0, background=True)
-            self.helper = None
+        if self.stack is not None:
+            self.stack.release()
+            self.stack = None
 
     def _child_pid(self) -> int | None:
         data = b""
@@ -134,6 +111,52 @@ class Link:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+@dataclass
+class Stack:
+    """slirp4netns attached to the network namespace of one process: the namespace gets ``tap0`` and its way out."""
+
+    helper: subprocess.Popen[bytes]
+    exit_w: int
+
+    @classmethod
+    def start(cls, program: str, pid: int, *, userns: bool = False) -> tuple[Stack | None, str | None]:
+        """Attach to the namespace of ``pid`` (``userns``: enter its user namespace first); the stack once it is up,
+        else None and why."""
+        ready_r, ready_w = os.pipe()
+        exit_r, exit_w = os.pipe()
+        argv = [program, "--configure", f"--mtu={_MTU}", "--disable-host-loopback"]
+        argv += [f"--ready-fd={ready_w}", f"--exit-fd={exit_r}"]
+        if userns:  # bubblewrap made a user namespace too: slirp4netns must enter it first
+            argv.append(f"--userns-path=/proc/{pid}/ns/user")
+        try:
+            helper = proc.spawn_helper([*argv, str(pid), "tap0"], pass_fds=(ready_w, exit_r))
+        except OSError as exc:
+            Link._close_now(ready_r, exit_w)
+            return None, f"{program} could not start: {exc.strerror}"
+        finally:
+            Link._close_now(ready_w, exit_r)
+        try:
+            ready = _read_within(ready_r, 1, _ATTACH_TIMEOUT_SECS)
+        finally:
+            os.close(ready_r)
+        stack = cls(helper, exit_w)
+        if ready != b"1":
+            code = helper.poll()
+            stack.release()
+            return None, f"{program} could not set up the attempt's network" + (f" (exit {code})" if code else "")
+        return stack, None
+
+    def release(self) -> None:
+        """Stop the stack. Safe to call twice."""
+        if self.exit_w >= 0:
+            Link._close_now(self.exit_w)
+            self.exit_w = -1
+        # The namespace's programs are gone: nothing is left to flush. slirp4netns holds the namespace's last
+        # reference, and the kernel's teardown of it makes its exit take 20-45 ms, which no sandboxed command should
+        # wait for: it is killed at once and reaped in the background.
+        proc.reap_helper(self.helper, grace=0.0, background=True)
 
 
 def _await_loopback(pid: int, deadline: float) -> None:

@@ -31,8 +31,13 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from worktrial.isolation import proc
+from worktrial.errors import WorkspaceError
+from worktrial.isolation import proc, safefs
+
+if TYPE_CHECKING:
+    from worktrial.isolation.slot_ns import SlotNamespaces
 
 DISABLE_VAR = "WORKTRIAL_OVERLAY"
 """``WORKTRIAL_OVERLAY=off`` makes every slot use the copying path (how the tests run both paths)."""
@@ -57,25 +62,47 @@ class Layers:
     upper: str
     work: str
     mountpoint: str
+    held: SlotNamespaces | None = field(default=None, compare=False)
+    """The slot's namespaces it is mounted in (``slot_ns.py``): its programs enter them instead of mounting it each
+    (``prefix``)."""
 
     @property
     def mount_path(self) -> Path:
         return self.base / self.mountpoint
 
+    def mounted(self) -> bool:
+        """Whether the overlay is mounted in the slot's namespaces, which its programs then enter."""
+        return self.held is not None and self.held.holds(self.base, self.mountpoint)
+
     def options(self) -> str:
         opts = f"lowerdir={':'.join(self.lowers)},upperdir={self.upper},workdir={self.work}"
         # redirect_dir: renaming a directory of a lower layer works (as on any filesystem) instead of failing with
         # EXDEV; it needs trusted xattrs, so root's overlays only (an unprivileged harness uses the copying path).
-        return opts + ",redirect_dir=on" if os.geteuid() == 0 else opts + ",userxattr"
+        return opts + ",redirect_dir=on" if _trusted_xattrs() else opts + ",userxattr"
 
     def prefix(self) -> list[str]:
         """The argv in front of bubblewrap's: a mount namespace with this overlay mounted at ``mountpoint``."""
-        if os.geteuid() == 0:
+        if _trusted_xattrs():
             unshare = ["unshare", "--mount", "--propagation", "private", "--"]
             return [*unshare, "sh", "-c", _SCRIPT, "sh", str(self.base), self.options(), self.mountpoint]
         unshare = ["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private", "--"]
         script = _UNPRIVILEGED_SCRIPT.replace("$WT_UID", str(os.geteuid())).replace("$WT_GID", str(os.getegid()))
         return [*unshare, "sh", "-c", script, "sh", str(self.base), self.options(), self.mountpoint]
+
+
+def _trusted_xattrs() -> bool:
+    """Whether this harness's overlays keep their metadata in ``trusted.*`` xattrs (root, whose mount is made
+    without ``userxattr``) rather than in ``user.*`` ones (``userxattr``, an unprivileged harness's)."""
+    return os.geteuid() == 0
+
+
+def xattr_prefix() -> str:
+    """The only namespace of overlay metadata the harness reads: the one its own mounts make the kernel honour.
+
+    On a root overlay the kernel reads ``trusted.overlay.*`` and ignores ``user.overlay.*``, which any process may
+    set on its own files (the agent, uid 60901, can): read here, such an xattr would make the harness see a
+    rename or a deletion the verifier's room never shows. With ``userxattr`` it is the other way round."""
+    return "trusted.overlay." if _trusted_xattrs() else "user.overlay."
 
 
 def disabled() -> bool:
@@ -124,12 +151,11 @@ def is_whiteout(path: Path | str, dir_fd: int | None = None) -> bool:
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
 
 
-def is_opaque(path: Path | str) -> bool:
-    """Whether overlayfs marked this upper directory opaque (nothing of the layers below shows through)."""
-    for name in ("trusted.overlay.opaque", "user.overlay.opaque"):
-        with contextlib.suppress(OSError):
-            if os.getxattr(path, name, follow_symlinks=False) == b"y":
-                return True
+def is_opaque(path: Path | str, namespace: str | None = None) -> bool:
+    """Whether overlayfs marked this upper directory opaque (nothing of the layers below shows through), in the
+    namespace the kernel reads (``xattr_prefix``)."""
+    with contextlib.suppress(OSError):
+        return os.getxattr(path, (namespace or xattr_prefix()) + "opaque", follow_symlinks=False) == b"y"
     return False
 
 
@@ -156,7 +182,12 @@ class UpperChanges:
 
 
 def scan_upper(upper_fd: int) -> UpperChanges:
-    """One walk of the upper directory (by descriptor): O(what the agent changed), never of the repository."""
+    """One walk of the upper directory (by descriptor): O(what the agent changed), never of the repository.
+
+    Overlay metadata is read only in the namespace the kernel honours on the harness's mounts (``xattr_prefix``),
+    and a redirect only when it names a path the kernel would look up (``_redirect_target``): anything else is an
+    ordinary directory, as the kernel shows it in both rooms."""
+    namespace = xattr_prefix()
     present: list[str] = []
     whiteouts: list[str] = []
     opaque: list[str] = []
@@ -170,14 +201,11 @@ def scan_upper(upper_fd: int) -> UpperChanges:
             rel = prefix + name
             dirs.append(rel)
             path = f"/proc/self/fd/{dir_fd}/{name}"
-            if is_opaque(path):
+            if is_opaque(path, namespace):
                 opaque.append(rel)
-            redirect = _redirect(path)
-            base = origins.get(parent, parent) if parent else ""
+            redirect = _redirect_target(path, namespace, origins.get(parent, parent) if parent else "")
             if redirect is not None:
-                origins[rel] = (
-                    redirect[1:] if redirect.startswith("/") else (f"{base}/{redirect}" if base else redirect)
-                )
+                origins[rel] = redirect
             elif parent in origins:
                 origins[rel] = f"{origins[parent]}/{name}"
         for name in names:
@@ -195,17 +223,39 @@ def scan_upper(upper_fd: int) -> UpperChanges:
     return UpperChanges(present, whiteouts, opaque, dirs, odd, origins)
 
 
-def _redirect(path: str) -> str | None:
-    for name in ("trusted.overlay.redirect", "user.overlay.redirect"):
-        with contextlib.suppress(OSError):
-            value = os.getxattr(path, name, follow_symlinks=False)
-            return value.decode("utf-8", "surrogateescape")
-    return None
+_MAX_REDIRECT_BYTES = 4096
 
 
-def moved_files(lower: Path, changes: UpperChanges) -> dict[str, str]:
+def _redirect_target(path: str, namespace: str, base: str) -> str | None:
+    """The lower-layer path (relative to the layer's root) a renamed directory's redirect names, or None.
+
+    As the kernel reads it (``ovl_get_redirect_xattr``): an absolute value is a path from the layer's root, made of
+    non-empty components; a relative one is a single name in the directory's parent (``base``, itself perhaps
+    redirected). A ``.`` or ``..`` component, a NUL or anything longer than a path is never a lookup the kernel
+    makes, so it is no redirect at all: the directory is an ordinary one. Whether the target exists, and is
+    reached without a symlink, is the lower layer's to say when it is read (``lower_files``)."""
+    try:
+        value = os.getxattr(path, namespace + "redirect", follow_symlinks=False)
+    except OSError:
+        return None
+    if not value or len(value) > _MAX_REDIRECT_BYTES or b"\0" in value:
+        return None
+    text = value.decode("utf-8", "surrogateescape")
+    if text.startswith("/"):
+        parts = text[1:].split("/")
+    elif "/" in text:
+        return None
+    else:
+        parts = [*(base.split("/") if base else []), text]
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    return "/".join(parts)
+
+
+def moved_files(lower_fd: int, changes: UpperChanges) -> dict[str, str]:
     """Files that show at a new path because a directory of the lower layer was renamed (``redirect_dir``):
-    merged path -> its lower path. What the upper layer holds at a path (a file, a whiteout, a directory) wins."""
+    merged path -> its lower path. What the upper layer holds at a path (a file, a whiteout, a directory) wins.
+    The lower layer is read only below ``lower_fd`` and never through a symlink (``lower_files``)."""
     entries = {*changes.present, *changes.whiteouts, *changes.dirs, *changes.odd}
     opaque = set(changes.opaque)
     found: dict[str, str] = {}
@@ -213,47 +263,86 @@ def moved_files(lower: Path, changes: UpperChanges) -> dict[str, str]:
         if rel in opaque:
             continue
         try:
-            names = os.listdir(lower / origin)
-        except OSError:
-            continue
+            fd = safefs.open_dir_below(lower_fd, origin)
+        except (OSError, WorkspaceError):
+            continue  # no such directory in the lower layer (or one reached through a link): nothing moved
+        try:
+            names = os.listdir(fd)
+        finally:
+            os.close(fd)
         for name in names:
             if f"{rel}/{name}" in entries:
                 continue  # the upper layer's own entry (or, for a directory, its own origin above)
-            for path in lower_files(lower, f"{origin}/{name}"):
+            for path in lower_files(lower_fd, f"{origin}/{name}"):
                 found[f"{rel}/{path[len(origin) + 1 :]}"] = path
     return found
 
 
-def lower_files(lower: Path, rel: str) -> list[str]:
-    """The regular files and symlinks of the lower layer at ``rel``: itself, or everything below a directory."""
-    path = lower / rel
+def lower_kind(lower_fd: int, rel: str) -> str | None:
+    """``file``, ``link``, ``dir``, ``other`` or None (absent, or reached only through a symlink) for the lower
+    layer's entry at ``rel``."""
     try:
-        st = os.lstat(path)
+        parent, name = _parent_below(lower_fd, rel)
+    except (OSError, WorkspaceError):
+        return None
+    try:
+        mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
     except OSError:
+        return None
+    finally:
+        os.close(parent)
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISLNK(mode):
+        return "link"
+    return "dir" if stat.S_ISDIR(mode) else "other"
+
+
+def _parent_below(root_fd: int, rel: str) -> tuple[int, str]:
+    """The directory holding ``rel`` below ``root_fd`` (opened without following a link) and the last name."""
+    head, _, name = rel.rpartition("/")
+    if name in ("", ".", ".."):
+        raise WorkspaceError(f"unsafe relative path {rel!r}")
+    return safefs.open_dir_below(root_fd, head), name
+
+
+def lower_files(lower_fd: int, rel: str) -> list[str]:
+    """The regular files and symlinks of the lower layer at ``rel``: itself, or everything below a directory.
+
+    Read below ``lower_fd`` only, every component opened without following a symlink, so each path returned names
+    the entry itself from ``lower_fd`` (a link into the host in the repository's tree is a link, never its
+    target's files)."""
+    kind = lower_kind(lower_fd, rel)
+    if kind in ("file", "link"):
+        return [rel]
+    if kind != "dir":
         return []
-    if not stat.S_ISDIR(st.st_mode):
-        return [rel] if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode) else []
+    try:
+        top = safefs.open_dir_below(lower_fd, rel)
+    except (OSError, WorkspaceError):
+        return []
     found: list[str] = []
-    for top, _subdirs, names, dir_fd in os.fwalk(path, follow_symlinks=False):
-        sub = os.path.relpath(top, lower)
-        for name in names:
-            with contextlib.suppress(OSError):
-                mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
-                if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
-                    found.append(f"{sub}/{name}")
+    try:
+        for sub, _subdirs, names, dir_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            prefix = rel if sub == "." else f"{rel}/{sub.removeprefix('./')}"
+            for name in names:
+                with contextlib.suppress(OSError):
+                    mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+                    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                        found.append(f"{prefix}/{name}")
+    finally:
+        os.close(top)
     return found
 
 
-def affected_lower(lower: Path, changes: UpperChanges) -> list[str]:
+def affected_lower(lower_fd: int, changes: UpperChanges) -> list[str]:
     """The lower layer's files the upper layer changes: replaced, deleted or hidden by an opaque directory."""
     found: set[str] = set()
     for rel in [*changes.present, *changes.whiteouts, *changes.opaque, *changes.odd]:
-        found.update(lower_files(lower, rel))
+        found.update(lower_files(lower_fd, rel))
     for rel in changes.dirs:  # a directory that replaced a lower file
-        path = lower / rel
-        with contextlib.suppress(OSError):
-            if not stat.S_ISDIR(os.lstat(path).st_mode):
-                found.update(lower_files(lower, rel))
+        if lower_kind(lower_fd, rel) not in ("dir", None):
+            found.update(lower_files(lower_fd, rel))
     for rel in changes.origins:  # a renamed directory hides whatever the lower layer had at its new path
-        found.update(lower_files(lower, rel))
+        found.update(lower_files(lower_fd, rel))
     return sorted(found)

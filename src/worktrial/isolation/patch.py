@@ -17,15 +17,17 @@ Attributes in the tree can still select a driver by name, but none is defined, s
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from worktrial.errors import WorktrialError
-from worktrial.isolation import proc, safefs
+from worktrial.isolation import ownership, proc, safefs
 from worktrial.isolation.alternates import write_alternates
 from worktrial.isolation.workspace import AttemptWorkspace
 
@@ -57,12 +59,57 @@ _HARNESS_ONLY = [
 ]
 
 
+CHANGE_MAX_BYTES = 16 * 1024 * 1024
+"""The largest change kept byte for byte (``PatchData.exact``) for regrading; a larger one is named, not kept."""
+_GIT_BINARY = b"GIT binary patch\n"
+
+
 @dataclass(frozen=True)
 class PatchData:
     diff: bytes
+    """The patch as people read it: binary files named, not inlined; at most the ``max_bytes`` asked for."""
     total_bytes: int
     truncated: bool
     files: list[str]
+    ignored: list[str] = field(default_factory=list)
+    """Paths of the patch the tree's ignore rules match: tracked only because the environment's setup committed
+    its build output into the base (``__pycache__``); reports show them collapsed."""
+    exact: bytes | None = None
+    """The whole change as ``git apply`` takes it (binary files inlined, full object ids, modes, symlinks,
+    deletions), what ``regrade`` rebuilds the agent's tree from; None when it is not kept (``exact_missing``)."""
+    exact_missing: str | None = "not computed"
+    """Why ``exact`` is None."""
+
+
+class ChangeNotApplied(WorktrialError):
+    """A stored change that does not apply to the tree it was made against (git's first line says why)."""
+
+
+def apply_change(worktree: Path, change: bytes) -> None:
+    """Rebuild an agent's tree: its exact change (``PatchData.exact``) applied to ``worktree`` at the commit the
+    change was made against. git runs outside any repository (no git dir, no configuration, no hooks: nothing of the
+    worktree's metadata is read); it writes only below ``worktree`` (a path through a symlink or out of the tree is
+    refused). What git writes then belongs to the uid the worktree belongs to."""
+    if not change:
+        return
+    # A file the change creates may be there already, put there after the commit the change was made against: a
+    # container task's seeded working directory. The agent's tree has the change's version, so that one replaces it.
+    fd = os.open(worktree, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        for rel in created_files(change):
+            safefs.unlink_rel(fd, rel)
+    finally:
+        os.close(fd)
+    with tempfile.TemporaryDirectory(prefix="worktrial-apply-") as tmp:
+        env = harness_git_env(GIT_DIR=str(Path(tmp) / "no-repository"), GIT_CEILING_DIRECTORIES=str(worktree.parent))
+        argv = ["git", *_HARNESS_ONLY, "apply", "--binary", "--whitespace=nowarn", "-"]
+        result = proc.run(argv, cwd=worktree, env=env, timeout=_GIT_TIMEOUT, stdin=change, sweep=False)
+    if not result.ok:
+        lines = result.stderr_tail.decode("utf-8", "replace").strip().splitlines()
+        raise ChangeNotApplied(lines[0] if lines else result.describe_failure("git apply"))
+    owner = os.lstat(worktree).st_uid
+    if owner != os.geteuid():
+        ownership.hand_over(worktree, owner)
 
 
 def harness_git_env(**extra: str) -> dict[str, str]:
@@ -143,16 +190,34 @@ def _patch(git_dir: Path, worktree: Path, start_commit: str, max_bytes: int) -> 
             "--no-ext-diff",
             "--no-textconv",
             "--no-renames",
+            "--binary",
+            "--full-index",
             f"--output={out}",
             start_commit,
             "--",
         )
         if not result.ok or not out.is_file():
             return None
-        total = out.stat().st_size
-        with open(out, "rb") as fh:
-            diff = fh.read(max_bytes)
-    return PatchData(diff=diff, total_bytes=total, truncated=total > max_bytes, files=files)
+        read = read_diff(out, max_bytes)
+    ignored = _ignored_files(git_dir, worktree, files)
+    return read.patch(files, ignored)
+
+
+def _ignored_files(git_dir: Path, worktree: Path, files: list[str]) -> list[str]:
+    """Which of the patch's files the worktree's ignore rules match. New ignored files were never added, so these
+    are tracked ones: build output the environment's setup committed into the base (``__pycache__``)."""
+    if not files:
+        return []
+    argv = ["git", *_HARNESS_ONLY, f"--git-dir={git_dir}", f"--work-tree={worktree}"]
+    argv += ["check-ignore", "--no-index", "-z", "--stdin"]
+    data = b"".join(f.encode("utf-8", "surrogateescape") + b"\0" for f in files)
+    result = proc.run(
+        argv, cwd=worktree, env=harness_git_env(), timeout=_GIT_TIMEOUT, stdin=data, sweep=False, tail_bytes=len(data)
+    )
+    if result.returncode not in (0, 1):
+        return []
+    matched = set(result.stdout_tail.decode("utf-8", "replace").split("\0"))
+    return [f for f in files if f in matched]
 
 
 # -- the patch of a change set: two small trees, one ``git diff --no-index`` ------------------------------------------
@@ -167,6 +232,8 @@ _NO_INDEX = [
     "--no-ext-diff",
     "--no-textconv",
     "--no-renames",
+    "--binary",
+    "--full-index",
 ]
 
 
@@ -198,20 +265,155 @@ def staged_patch(stage: Path, max_bytes: int) -> PatchData | None:
     result = proc.run(argv, cwd=stage, env=env, timeout=_GIT_TIMEOUT, sweep=False)
     if result.returncode not in (0, 1) or not out.is_file():
         return None
-    total = out.stat().st_size
+    read = read_diff(out, max_bytes, canonical=True)
+    return read.patch(read.files)
+
+
+@dataclass(frozen=True)
+class ReadDiff:
+    """A ``git diff --binary --full-index`` output read once: the patch people read, and the exact one."""
+
+    shown: bytes
+    shown_total: int
+    max_bytes: int
+    exact: bytes | None
+    exact_total: int
+    files: list[str]
+
+    def patch(self, files: list[str], ignored: list[str] | None = None) -> PatchData:
+        missing = None if self.exact is not None else _too_large(self.exact_total)
+        return PatchData(
+            diff=self.shown,
+            total_bytes=self.shown_total,
+            truncated=self.shown_total > self.max_bytes,
+            files=files,
+            ignored=ignored or [],
+            exact=self.exact,
+            exact_missing=missing,
+        )
+
+
+def _too_large(size: int) -> str:
+    return f"the change is {size / 1048576:.1f} MiB, more than the {CHANGE_MAX_BYTES // 1048576} MiB kept"
+
+
+def read_diff(path: Path, max_bytes: int, *, canonical: bool = False) -> ReadDiff:
+    """Read a ``git diff --binary --full-index`` output in one pass, in bounded memory: the exact patch (up to
+    ``CHANGE_MAX_BYTES``, else None) and the first ``max_bytes`` of the patch as git prints it without
+    ``--binary`` and ``--full-index`` (binary files named, object ids abbreviated). ``canonical``: the headers of
+    ``--no-prefix`` output of the staged trees are rewritten to git's usual ``a/`` ``b/`` form."""
+    shown, exact = bytearray(), bytearray()
+    shown_total = exact_total = 0
     files: list[str] = []
-    kept = bytearray()
-    with open(out, "rb") as fh:
+    header = binary = False
+    names = (b"", b"")
+    with open(path, "rb") as fh:
         for line in fh:
             if line.startswith(b"diff --git "):
-                line, path = _canonical_header(line)
-                files.append(path)
-            if len(kept) < max_bytes:
-                kept += line
-    if total == 0:
-        return PatchData(diff=b"", total_bytes=0, truncated=False, files=[])
-    # The headers were rewritten to git's usual a/ b/ form (same length), so total_bytes is the patch's size.
-    return PatchData(diff=bytes(kept[:max_bytes]), total_bytes=total, truncated=total > max_bytes, files=files)
+                if canonical:
+                    line, name = _canonical_header(line)
+                    files.append(name)
+                header, binary, names = True, False, _header_names(line)
+            exact_total += len(line)
+            if exact_total <= CHANGE_MAX_BYTES:
+                exact += line
+            if binary:
+                continue
+            out = line
+            if header:
+                if line.startswith(b"new file mode "):
+                    names = (b"/dev/null", names[1])
+                elif line.startswith(b"deleted file mode "):
+                    names = (names[0], b"/dev/null")
+                elif line.startswith(b"index "):
+                    out = _abbreviated(line)
+                elif line == _GIT_BINARY:
+                    binary = True
+                    out = b"Binary files " + names[0] + b" and " + names[1] + b" differ\n"
+                elif line.startswith((b"--- ", b"@@")):
+                    header = False
+            shown_total += len(out)
+            if len(shown) < max_bytes:
+                shown += out
+    kept = bytes(exact) if exact_total <= CHANGE_MAX_BYTES else None
+    return ReadDiff(bytes(shown[:max_bytes]), shown_total, max_bytes, kept, exact_total, files)
+
+
+def change_result(exact: bytes) -> str:
+    """What an exact patch leaves, as one digest: every path it touches with its new mode and object id (or that it
+    is deleted). Two patches that leave the same files digest alike, however git laid them out (a patch of a
+    private repository's index, or of two staged trees), which is what says a rebuilt tree is the agent's."""
+    entries: list[bytes] = []
+    name = b""
+    fields: dict[str, bytes] = {}
+
+    def close() -> None:
+        if name:
+            if "deleted" in fields:
+                entries.append(name + b"\0deleted")
+            else:
+                mode = fields.get("mode", b"?")
+                entries.append(name + b"\0" + mode + b" " + fields.get("oid", b"unchanged"))
+
+    header = False
+    for line in exact.splitlines():
+        if line.startswith(b"diff --git "):
+            close()
+            new = _header_names(line + b"\n")[1]
+            name, fields, header = (new[:1] + new[3:] if new.startswith(b'"') else new[2:]), {}, True
+        elif header:
+            if line.startswith((b"new file mode ", b"new mode ")):
+                fields["mode"] = line.rsplit(b" ", 1)[1]
+            elif line.startswith(b"deleted file mode "):
+                fields["deleted"] = b""
+            elif line.startswith(b"index "):
+                ids, _, mode = line[len(b"index ") :].partition(b" ")
+                fields["oid"] = ids.partition(b"..")[2]
+                if mode:
+                    fields.setdefault("mode", mode)
+            elif line.startswith((b"--- ", b"@@", b"GIT binary patch", b"Binary files ")):
+                header = False
+    close()
+    return hashlib.sha256(b"\n".join(sorted(entries))).hexdigest()
+
+
+def created_files(exact: bytes) -> list[str]:
+    """The paths an exact patch creates (``new file mode``), as paths relative to the tree."""
+    found: list[str] = []
+    name: bytes | None = None
+    for line in exact.splitlines():
+        if line.startswith(b"diff --git "):
+            name = _header_names(line + b"\n")[1]
+        elif name is not None and line.startswith(b"new file mode "):
+            found.append(_unquote(name[1:-1])[2:] if name.startswith(b'"') else os.fsdecode(name[2:]))
+            name = None
+        elif line.startswith((b"--- ", b"@@", b"GIT binary patch")):
+            name = None
+    return found
+
+
+_GITLINK = re.compile(rb"^(?:new file mode|new mode|index \S+) 160000$", re.MULTILINE)
+
+
+def holds_gitlink(exact: bytes) -> bool:
+    """Whether an exact patch records a nested repository (a gitlink: its commit id only, none of its files)."""
+    return _GITLINK.search(exact) is not None
+
+
+def _header_names(line: bytes) -> tuple[bytes, bytes]:
+    """The two names of a ``diff --git`` line (no renames: both are the same path, so they have the same length)."""
+    rest = line[len(b"diff --git ") :].rstrip(b"\n")
+    half = (len(rest) - 1) // 2
+    return rest[:half], rest[half + 1 :]
+
+
+def _abbreviated(line: bytes) -> bytes:
+    """``index <40 hex>..<40 hex> mode`` as git prints it without ``--full-index`` (7 hex digits each)."""
+    ids, space, mode = line[len(b"index ") :].rstrip(b"\n").partition(b" ")
+    old, dots, new = ids.partition(b"..")
+    if not dots:
+        return line
+    return b"index " + old[:7] + b".." + new[:7] + space + mode + b"\n"
 
 
 def _canonical_header(line: bytes) -> tuple[bytes, str]:

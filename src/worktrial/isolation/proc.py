@@ -341,65 +341,175 @@ def run(
     process group is killed, skipping the /proc scan; a timeout still sweeps. A process started in a run's
     ``scope`` is ended when that run is stopped; one without a scope (the harness's own git) only by its deadline.
     ``link`` brings up the network of a bubblewrap argv made with its arguments (a sandbox's ``wrap`` brings its
-    own).
+    own). Whatever the spawn took (its cgroup, its network) is given back on every way out.
     """
     args = tuple(str(a) for a in argv)
     if scope is not None and scope.stopping.is_set():
         return ProcResult(args, None, False, 0.0, start_error="interrupted", interrupted=True)
-    token = uuid.uuid4().hex
-    child_env = clean_env(env)
-    child_env[TOKEN_VAR] = token
-    # Tools such as OpenCode take their project directory from $PWD, not from getcwd(): a stale PWD
-    # inherited from the harness would point them at the user's own checkout instead of the worktree.
-    child_env["PWD"] = os.path.abspath(cwd)
-    start = time.monotonic()
     if not Path(cwd).is_dir():
         return ProcResult(args, None, False, 0.0, start_error=f"working directory does not exist: {cwd}")
-    sandbox = scope.sandbox if scope is not None else None
-    spawn, (cgroup, own_cgroup) = args, _kill_cgroup(token, sandbox, sweep)
-    # bwrap and the cgroup's shell would report a missing program as their own failure: keep "not found" and
-    # "permission denied" the same inside and out.
-    wrapped_spawn = sandbox is not None or cgroup is not None
-    if wrapped_spawn and (refused := _unstartable(args, cwd, child_env)) is not None:
-        if cgroup is not None and own_cgroup:
-            cgroups.remove(cgroup)
-        return refused
-    if sandbox is not None:
-        wrapped = sandbox.wrap(args, Path(cwd), child_env)
-        spawn, child_env, link = tuple(wrapped.argv), wrapped.env, wrapped.link
-    if cgroup is not None and own_cgroup:  # outermost: the sandbox and everything in it start inside the cgroup
-        spawn = (*_JOIN_CGROUP, str(cgroup / "cgroup.procs"), *spawn)
+    start = time.monotonic()
+    spawn = _Spawn.plan(args, cwd, env, scope.sandbox if scope is not None else None, sweep, link)
     try:
+        if (refused := spawn.refused()) is not None:
+            return refused
+        spawn.wrap()
+        try:
+            proc = spawn.popen(stdin is not None)
+        except OSError as exc:
+            return _not_started(args, exc, time.monotonic() - start)
+        spawn.track(proc, scope)
+        return _supervise(proc, spawn, scope, stdin, tail_bytes, on_stdout, timeout, cancel, term_grace, start)
+    finally:
+        spawn.release()
+
+
+def _supervise(
+    proc: subprocess.Popen[bytes],
+    spawn: _Spawn,
+    scope: ProcessScope | None,
+    stdin: bytes | None,
+    tail_bytes: int,
+    on_stdout: Callable[[bytes], None] | None,
+    timeout: float | None,
+    cancel: threading.Event | None,
+    term_grace: float,
+    start: float,
+) -> ProcResult:
+    """A started process, from its first byte of output to its end and that of everything it started."""
+    out, err = _Tail(tail_bytes), _Tail(tail_bytes)
+    pumps = _pumps(proc, out, err, on_stdout, stdin)
+    waited, interrupted = _Waited(), False
+    try:
+        waited = _await(proc, spawn, timeout, cancel)
+    except BaseException:
+        interrupted = True
+        raise
+    finally:
+        polite = waited.timed_out or waited.cancelled
+        ended = _end(
+            proc, spawn, scope, pumps, grace=term_grace if polite else 0.0, sweep=spawn.sweep or polite or interrupted
+        )
+        spawn.exited = ended == "exit" and not (polite or interrupted or waited.limit)
+    return waited.result(proc, spawn, scope, out, err, ended, time.monotonic() - start)
+
+
+@dataclass
+class _Spawn:
+    """One process about to start: what runs, where, in which sandbox and cgroup; what it holds until released."""
+
+    args: tuple[str, ...]
+    cwd: str | Path
+    env: dict[str, str]
+    token: str
+    sandbox: Sandbox | None
+    cgroup: Path | None
+    own_cgroup: bool
+    """The cgroup is the process's own (made here, removed by the tracking once it started, else by ``release``)."""
+    link: Link | None
+    sweep: bool
+    argv: tuple[str, ...] = ()
+    fds: tuple[int, ...] = ()
+    tracked: bool = False
+    on_release: Callable[[bool], None] | None = None
+    """What the sandbox's ``wrap`` took for this program, given back once it has ended (``Wrapped.release``)."""
+    exited: bool = False
+    """The program exited by itself (no deadline, cancel, limit or interrupt ended it)."""
+
+    @classmethod
+    def plan(
+        cls,
+        args: tuple[str, ...],
+        cwd: str | Path,
+        env: Mapping[str, str] | None,
+        sandbox: Sandbox | None,
+        sweep: bool,
+        link: Link | None,
+    ) -> _Spawn:
+        token = uuid.uuid4().hex
+        child_env = clean_env(env)
+        child_env[TOKEN_VAR] = token
+        # Tools such as OpenCode take their project directory from $PWD, not from getcwd(): a stale PWD
+        # inherited from the harness would point them at the user's own checkout instead of the worktree.
+        child_env["PWD"] = os.path.abspath(cwd)
+        cgroup, own = _kill_cgroup(token, sandbox, sweep)
+        return cls(args, cwd, child_env, token, sandbox, cgroup, own, link, sweep, argv=args)
+
+    def refused(self) -> ProcResult | None:
+        """bwrap and the cgroup's shell would report a missing program as their own failure: keep "not found" and
+        "permission denied" the same inside and out."""
+        if (self.sandbox is None and self.cgroup is None) or (self.sandbox and not self.sandbox.host_programs):
+            return None
+        return _unstartable(self.args, self.cwd, self.env)
+
+    def wrap(self) -> None:
+        """The argv that runs the program in its sandbox, in its own cgroup."""
+        if self.sandbox is not None:
+            wrapped = self.sandbox.wrap(self.args, Path(self.cwd), self.env)
+            self.argv, self.env, self.link, self.fds = tuple(wrapped.argv), wrapped.env, wrapped.link, wrapped.fds
+            self.on_release = wrapped.release
+        if self.cgroup is not None and self.own_cgroup:  # outermost: the sandbox and all in it start inside the cgroup
+            self.argv = (*_JOIN_CGROUP, str(self.cgroup / "cgroup.procs"), *self.argv)
+
+    def popen(self, with_stdin: bool) -> subprocess.Popen[bytes]:
         with TRACKER.spawning() as spawned:
             proc = subprocess.Popen(
-                spawn,
-                cwd=cwd,
-                env=child_env,
-                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                self.argv,
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                pass_fds=link.child_fds if link is not None else (),
+                pass_fds=(*(self.link.child_fds if self.link is not None else ()), *self.fds),
             )
             spawned(proc.pid)
-    except FileNotFoundError:
-        if cgroup is not None and own_cgroup:
-            cgroups.remove(cgroup)
-        if link is not None:
-            link.release()
-        return ProcResult(args, None, False, time.monotonic() - start, not_found=args[0])
-    except OSError as exc:
-        if link is not None:
-            link.release()
-        why = f"permission denied: {args[0]}" if isinstance(exc, PermissionError) else f"cannot start: {exc.strerror}"
-        return ProcResult(args, None, False, time.monotonic() - start, start_error=why)
-    if scope is not None:
-        scope.add(token, proc)
-    if sweep:
-        on_change = scope.changed if scope is not None else None
-        sandboxed = sandbox is not None and sandbox.own_pid_namespace
-        TRACKER.start(token, proc.pid, on_change=on_change, cgroup=cgroup, owns_cgroup=own_cgroup, sandboxed=sandboxed)
-    out, err = _Tail(tail_bytes), _Tail(tail_bytes)
+        return proc
+
+    def track(self, proc: subprocess.Popen[bytes], scope: ProcessScope | None) -> None:
+        """The process joins its scope and, when swept, the tracking, which from now on owns its cgroup."""
+        if scope is not None:
+            scope.add(self.token, proc)
+        if self.sweep:
+            on_change = scope.changed if scope is not None else None
+            outside = self.sandbox is not None and self.sandbox.outside_tree
+            TRACKER.start(
+                self.token,
+                proc.pid,
+                on_change=on_change,
+                cgroup=self.cgroup,
+                owns_cgroup=self.own_cgroup,
+                sandboxed=self.sandbox is not None and self.sandbox.own_pid_namespace and not outside,
+                by_token=outside,
+            )
+            self.tracked = True
+
+    def release(self) -> None:
+        """What the spawn holds and nothing else owns: its cgroup when the process never started, its network."""
+        if self.cgroup is not None and self.own_cgroup and not self.tracked:
+            cgroups.remove(self.cgroup)
+        if self.link is not None:
+            self.link.release()
+        if self.on_release is not None:
+            release, self.on_release = self.on_release, None
+            release(self.exited)
+
+
+def _not_started(args: tuple[str, ...], exc: OSError, secs: float) -> ProcResult:
+    if isinstance(exc, FileNotFoundError):
+        return ProcResult(args, None, False, secs, not_found=args[0])
+    why = f"permission denied: {args[0]}" if isinstance(exc, PermissionError) else f"cannot start: {exc.strerror}"
+    return ProcResult(args, None, False, secs, start_error=why)
+
+
+def _pumps(
+    proc: subprocess.Popen[bytes],
+    out: _Tail,
+    err: _Tail,
+    on_stdout: Callable[[bytes], None] | None,
+    stdin: bytes | None,
+) -> list[threading.Thread]:
+    """Threads that read the process's output into bounded tails (and feed its input), started."""
     assert proc.stdout is not None and proc.stderr is not None
     threads = [
         threading.Thread(target=_pump, args=(proc.stdout, out, on_stdout), daemon=True),
@@ -410,58 +520,91 @@ def run(
         threads.append(threading.Thread(target=_feed_stdin, args=(proc.stdin, stdin), daemon=True))
     for t in threads:
         t.start()
-    timed_out = interrupted = cancelled = False
+    return threads
+
+
+@dataclass(frozen=True)
+class _Waited:
+    """How the wait for a process ended."""
+
+    timed_out: bool = False
+    cancelled: bool = False
     limit: str | None = None
     network_error: str | None = None
-    ended: Ended = "exit"
+
+    def result(
+        self,
+        proc: subprocess.Popen[bytes],
+        spawn: _Spawn,
+        scope: ProcessScope | None,
+        out: _Tail,
+        err: _Tail,
+        ended: Ended,
+        secs: float,
+    ) -> ProcResult:
+        if self.network_error is not None:
+            return ProcResult(spawn.args, None, False, secs, start_error=self.network_error)
+        sandbox = spawn.sandbox
+        return ProcResult(
+            spawn.args,
+            None if self.timed_out else proc.returncode,
+            self.timed_out,
+            secs,
+            stdout_tail=out.value(),
+            stderr_tail=err.value(),
+            stdout_bytes=out.total,
+            stderr_bytes=err.total,
+            interrupted=scope is not None and scope.stopping.is_set(),
+            limit=self.limit or (sandbox.limit_hit() if sandbox is not None else None),
+            ended=ended,
+            cancelled=self.cancelled,
+        )
+
+
+def _await(
+    proc: subprocess.Popen[bytes], spawn: _Spawn, timeout: float | None, cancel: threading.Event | None
+) -> _Waited:
+    """Wait for the process to exit, or for its deadline, the caller's ``cancel`` or the attempt's limit."""
+    network_error = None
+    # The sandbox's own network comes up while bubblewrap holds its program back; if it cannot, the program never
+    # runs (it would have run offline, or on nothing), and the command fails with the reason.
+    if spawn.link is not None and (network_error := spawn.link.attach()) is not None:
+        _signal_group(proc, signal.SIGKILL)
     try:
-        # The sandbox's own network comes up while bubblewrap holds its program back; if it cannot, the program
-        # never runs (it would have run offline, or on nothing), and the command fails with the reason.
-        if link is not None and (network_error := link.attach()) is not None:
-            _signal_group(proc, signal.SIGKILL)
-        limit = _wait(proc, timeout, sandbox, cancel)
-        cancelled = limit == _CANCELLED
-        limit = None if cancelled else limit
+        limit = _wait(proc, timeout, spawn.sandbox, cancel)
     except subprocess.TimeoutExpired:
-        timed_out = True
-    except BaseException:
-        interrupted = True
-        raise
+        return _Waited(timed_out=True, network_error=network_error)
+    cancelled = limit == _CANCELLED
+    return _Waited(cancelled=cancelled, limit=None if cancelled else limit, network_error=network_error)
+
+
+def _end(
+    proc: subprocess.Popen[bytes],
+    spawn: _Spawn,
+    scope: ProcessScope | None,
+    pumps: list[threading.Thread],
+    *,
+    grace: float,
+    sweep: bool,
+) -> Ended:
+    """End the process and everything it started, collect its output, and take it out of its scope."""
+    sandbox = spawn.sandbox
+    try:
+        return kill_tree(
+            proc,
+            spawn.token,
+            grace=grace,
+            sweep=sweep,
+            contained=_ended_its_namespace(proc, sandbox),
+            sandboxed=sandbox is not None and sandbox.own_pid_namespace,
+        )
     finally:
-        try:
-            ended = kill_tree(
-                proc,
-                token,
-                grace=term_grace if timed_out or cancelled else 0.0,
-                sweep=sweep or timed_out or interrupted or cancelled,
-                contained=_ended_its_namespace(proc, sandbox),
-                sandboxed=sandbox is not None and sandbox.own_pid_namespace,
-            )
-        finally:
-            if proc.returncode is not None:
-                TRACKER.reaped(proc.pid)
-            for t in threads:
-                t.join(timeout=2.0)
-            if scope is not None:
-                scope.remove(token)
-            if link is not None:
-                link.release()
-    if network_error is not None:
-        return ProcResult(args, None, False, time.monotonic() - start, start_error=network_error)
-    return ProcResult(
-        args,
-        None if timed_out else proc.returncode,
-        timed_out,
-        time.monotonic() - start,
-        stdout_tail=out.value(),
-        stderr_tail=err.value(),
-        stdout_bytes=out.total,
-        stderr_bytes=err.total,
-        interrupted=interrupted or (scope is not None and scope.stopping.is_set()),
-        limit=limit or (sandbox.limit_hit() if sandbox is not None else None),
-        ended=ended,
-        cancelled=cancelled,
-    )
+        if proc.returncode is not None:
+            TRACKER.reaped(proc.pid)
+        for t in pumps:
+            t.join(timeout=2.0)
+        if scope is not None:
+            scope.remove(spawn.token)
 
 
 def spawn_helper(argv: Sequence[str], *, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:

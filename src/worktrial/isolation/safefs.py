@@ -187,6 +187,18 @@ def _open_parent(root_fd: int, rel: str, *, create: bool) -> tuple[int, str]:
     return fd, parts[-1]
 
 
+def open_dir_below(root_fd: int, rel: str) -> int:
+    """A new fd of the directory at ``rel`` below ``root_fd`` (``""``: ``root_fd`` itself), every component opened
+    with O_NOFOLLOW: a symlink, ``.``, ``..`` or a non-directory anywhere on the way raises (``WorkspaceError``)."""
+    if not rel:
+        return os.dup(root_fd)
+    parent, name = _open_parent(root_fd, rel, create=False)
+    try:
+        return open_dir(name, None, dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
 def write_at(root_fd: int, rel: str, data: bytes, mode: int = 0o644) -> None:
     """Create ``rel`` under ``root_fd`` with exactly ``data``; never through a link or into an existing file."""
     parent, name = _open_parent(root_fd, rel, create=True)

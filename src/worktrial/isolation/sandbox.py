@@ -32,7 +32,7 @@ import shutil
 import stat
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -273,6 +273,11 @@ class Wrapped:
     env: dict[str, str]
     link: netstack.Link | None = None
     """The network to bring up once bubblewrap has started (``--network on``)."""
+    release: Callable[[bool], None] | None = None
+    """Called once the program and everything it started are gone, told whether it exited by itself: gives back
+    what ``wrap`` took for this one program (files put where a container sees them, a container to remove)."""
+    fds: tuple[int, ...] = ()
+    """Descriptors the program inherits besides the link's (the slot's namespaces it enters)."""
 
 
 class Sandbox(ABC):
@@ -281,6 +286,14 @@ class Sandbox(ABC):
     kind: str
     own_pid_namespace = False
     """Whether every process started in it lives in a PID namespace of its own, which ends with its first process."""
+    reaches_gateway = True
+    """Whether an agent in it can reach the run's model gateway (its socket shown read-only)."""
+    host_programs = True
+    """Whether the programs it runs are this host's (so a missing one is reported before anything starts); a
+    container's are its image's."""
+    outside_tree = False
+    """Whether its processes run outside the harness's process tree (a command exec'd into a container runs under
+    the runtime's monitor): they are found by the token they carry, when the process is signalled or ended early."""
 
     @abstractmethod
     def prepare(self) -> None:
@@ -298,6 +311,11 @@ class Sandbox(ABC):
         """The same sandbox with the worktree ``old`` replaced by another room's (the verifier's)."""
         return self
 
+    def reach_gateway(self, target: Callable[[], tuple[int, str, str] | None]) -> None:
+        """Make the run's model gateway reachable where it is not by itself (a container's own network): ``target``
+        says, once the gateway listens, its port, unix socket and forwarding script. Nothing to do elsewhere."""
+        return None
+
     def limits_cgroup(self) -> Path | None:
         """The attempt's cgroup v2 of limits that each unsandboxed command joins (and is ended with), if any."""
         return None
@@ -305,6 +323,11 @@ class Sandbox(ABC):
     @abstractmethod
     def limit_hit(self) -> str | None:
         """The limit the attempt ran into, as a record reason, once it has."""
+
+    def end_processes(self) -> None:
+        """End what of the attempt still runs in it once the agent's command returned: the verifier starts only
+        once it is gone. Nothing to do where a command's processes end with it."""
+        return None
 
     @abstractmethod
     def cleanup(self) -> None:
@@ -588,6 +611,14 @@ class Bubblewrap(Sandbox):
         """Every hidden path, existing or not: nothing shown may be one of them or hold one."""
         self._etc: list[str] = []
 
+    def _like(self, view: AttemptView) -> Bubblewrap:
+        """The same sandbox over another view: the same settings, so the hidden paths resolved once and the files
+        of its own ``/etc`` are its too."""
+        other = Bubblewrap.__new__(Bubblewrap)
+        other.__dict__.update(self.__dict__)
+        other.view = view
+        return other
+
     def prepare(self) -> None:
         self.view.home.mkdir(parents=True, exist_ok=True)
         self._etc = self._own_etc()
@@ -618,17 +649,11 @@ class Bubblewrap(Sandbox):
         return args
 
     def widened(self, readonly: Iterable[Path]) -> Sandbox:
-        view = replace(self.view, readonly=(*self.view.readonly, *readonly))
-        widened = Bubblewrap(self.settings, view, self.enforcer, self.program, self.decision)
-        widened._etc = self._etc
-        return widened
+        return self._like(replace(self.view, readonly=(*self.view.readonly, *readonly)))
 
     def in_room(self, old: Path, worktree: Path, layers: Layers | None) -> Sandbox:
         writable = tuple(worktree if p == old else p for p in self.view.writable)
-        view = replace(self.view, writable=writable, overlay=layers)
-        moved = Bubblewrap(self.settings, view, self.enforcer, self.program, self.decision)
-        moved._etc = self._etc
-        return moved
+        return self._like(replace(self.view, writable=writable, overlay=layers))
 
     def limit_hit(self) -> str | None:
         return self.enforcer.hit()
@@ -637,6 +662,32 @@ class Bubblewrap(Sandbox):
         self.enforcer.cleanup()
 
     def wrap(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Wrapped:
+        child = self._child_env(env)
+        ops = self._mounts(argv[0] if argv else "", child.get("PATH", ""))
+        args = [self.program, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"]
+        args += ["--cap-drop", "ALL", *(_SWITCH_CAPS if self.uid is not None else ()), *_system_args(), *self._etc]
+        link = None
+        overlay = self.view.overlay
+        held = overlay.held if overlay is not None and overlay.mounted() else None
+        if held is not None and held.own_network:
+            pass  # the slot's network namespace, entered below: up already (slot_ns.py)
+        elif self.decision.network == "on" and (slirp := netstack.slirp_program()) is not None:
+            link = netstack.Link(slirp)
+            args += link.bwrap_args()
+        elif self.decision.network == "off":
+            args.append("--unshare-net")
+        binds, remount = _bind_args(ops)
+        args += [*binds, *remount, *_skeleton_args(ops), "--remount-ro", "/", "--chdir", str(_real(cwd)), "--"]
+        drop = _drop_to(self.uid) if self.uid is not None else []
+        fds: tuple[int, ...] = ()
+        if held is not None:  # the room's overlay is mounted in the slot's namespaces: enter them
+            mount, fds = held.enter()
+        else:
+            mount = overlay.prefix() if overlay is not None else []
+        return Wrapped([*self.enforcer.prefix(), *mount, *args, *drop, *argv], child, link, fds=fds)
+
+    def _child_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The program's environment: a home of the attempt's (not the harness's), its own /tmp, its own user."""
         child = dict(env)
         if child.get("HOME") in (None, "", str(Path.home())):
             child["HOME"] = str(self.view.home)
@@ -644,8 +695,12 @@ class Bubblewrap(Sandbox):
         if self.uid is not None:
             self._hand_over(Path(child["HOME"]))
             child["USER"] = child["LOGNAME"] = "worktrial"
+        return child
+
+    def _mounts(self, program: str, path_var: str) -> dict[Path, str]:
+        """Every host path the program sees -> how: ``ro``, ``rw``, or hidden (``hide``, ``hide-file``)."""
         ops: dict[Path, str] = {}
-        tools = _tools(argv[0] if argv else "", child.get("PATH", ""), _real(Path.home()), self._never)
+        tools = _tools(program, path_var, _real(Path.home()), self._never)
         readonly = [*self.view.readonly, *tools, *(Path(p) for p in self.settings.readable)]
         for path in (_real(p) for p in readonly):
             if os.path.exists(path):
@@ -657,42 +712,7 @@ class Bubblewrap(Sandbox):
         for hidden in self._hidden:  # a hidden path inside something shown (a repository's .venv) stays hidden
             if hidden not in ops and any(_under(hidden, s) for s in shown):
                 ops[hidden] = "hide" if os.path.isdir(hidden) else "hide-file"
-        args = [self.program, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"]
-        args += ["--cap-drop", "ALL", *(_SWITCH_CAPS if self.uid is not None else ()), *_system_args(), *self._etc]
-        link = None
-        if self.decision.network == "on" and (slirp := netstack.slirp_program()) is not None:
-            link = netstack.Link(slirp)
-            args += link.bwrap_args()
-        elif self.decision.network == "off":
-            args.append("--unshare-net")
-        remount: list[str] = []
-        for path in sorted(ops, key=lambda p: len(p.parts)):
-            kind = ops[path]
-            if kind == "hide":
-                args += ["--tmpfs", str(path)]
-                remount += ["--remount-ro", str(path)]
-            elif kind == "hide-file":
-                args += ["--ro-bind", "/dev/null", str(path)]
-            elif kind == "ro":
-                args += ["--ro-bind", str(path), str(path)]
-            else:
-                args += ["--bind", str(path), str(path)]
-        # bwrap creates the directories leading to each mount, mode 0700: searchable by the sandbox's uid only with
-        # a chmod, and never writable (inside the writable private /tmp, "$REPO/README.md" could otherwise be
-        # written there and look like the repository to the agent).
-        binds = (*ops, *(Path(d) for d in (*SYSTEM_DIRS, ETC, "/proc", "/dev", "/sys")))
-        skeleton = {
-            a
-            for p in ops
-            for a in p.parents
-            if a not in _OWN_MOUNTS and not any(_under(a, mounted) for mounted in binds)
-        }
-        for path in sorted(skeleton, key=lambda p: len(p.parts)):
-            remount += ["--chmod", "0555", str(path)]
-        args += [*remount, "--remount-ro", "/", "--chdir", str(_real(cwd)), "--"]
-        drop = _drop_to(self.uid) if self.uid is not None else []
-        mount = self.view.overlay.prefix() if self.view.overlay is not None else []
-        return Wrapped([*self.enforcer.prefix(), *mount, *args, *drop, *argv], child, link)
+        return ops
 
     def _hand_over(self, home: Path) -> None:
         """What the harness wrote for this program (scratch's new entries, what a preset put in the home it runs
@@ -703,6 +723,49 @@ class Bubblewrap(Sandbox):
             ownership.hand_over(scratch, self.uid, only_foreign=True)
             if _under(home, scratch):
                 ownership.hand_over(home, self.uid, only_foreign=True)
+
+
+def _bind_args(ops: dict[Path, str]) -> tuple[list[str], list[str]]:
+    """bubblewrap's mounts of ``ops``, parents first, and the remounts that make hidden directories read-only."""
+    args: list[str] = []
+    remount: list[str] = []
+    for path in sorted(ops, key=lambda p: len(p.parts)):
+        kind = ops[path]
+        if kind == "hide":
+            args += ["--tmpfs", str(path)]
+            remount += ["--remount-ro", str(path)]
+        elif kind == "hide-file":
+            args += ["--ro-bind", "/dev/null", str(path)]
+        elif kind == "ro":
+            args += ["--ro-bind", str(path), str(path)]
+        else:
+            args += ["--bind", str(path), str(path)]
+    return args, remount
+
+
+def _skeleton_args(ops: dict[Path, str]) -> list[str]:
+    """bwrap creates the directories leading to each mount, mode 0700: searchable by the sandbox's uid only with a
+    chmod, and never writable (inside the writable private /tmp, "$REPO/README.md" could otherwise be written there
+    and look like the repository to the agent)."""
+    binds = {str(p) for p in ops} | {*SYSTEM_DIRS, str(ETC), "/proc", "/dev", "/sys"}
+    own = {str(p) for p in _OWN_MOUNTS}
+    skeleton: set[str] = set()
+    for path in ops:
+        # The directories leading to it, from the top: each is under a mount once one of them (or it) is mounted.
+        leading = _leading(str(path))[:-1]
+        for depth, parent in enumerate(leading):
+            if parent in own or parent in skeleton:
+                continue
+            if any(lead in binds for lead in leading[: depth + 1]):
+                continue
+            skeleton.add(parent)
+    return [arg for path in sorted(skeleton, key=lambda p: p.count("/")) for arg in ("--chmod", "0555", path)]
+
+
+def _leading(path: str) -> list[str]:
+    """``/a/b/c`` -> ``/a``, ``/a/b``, ``/a/b/c``."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(2, len(parts) + 1)]
 
 
 def _readable(path: Path) -> str:

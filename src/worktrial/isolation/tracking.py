@@ -10,6 +10,10 @@ So each tracked process (a *root*: agent, setup or verify command) is followed b
 - **Its own cgroup** (``cgroups.py``, unsandboxed, where the harness can make one): its processes are the
   cgroup's ``cgroup.procs``, and ``cgroup.kill`` ends all of them, whatever they did to session, parent or
   environment.
+- **Its token, for a command exec'd into a container**: what it starts runs under the container runtime's monitor,
+  outside the harness's tree, so when such a command is signalled or ended early (a deadline) the processes carrying
+  its token are found and ended too. A runtime's monitor the harness adopts (``foreign_births``) is never an
+  attempt's orphan.
 - **Its place in the process tree.** The harness makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER``):
   orphans re-parent to the harness instead of init and stay findable among its children. An orphan nobody
   recorded is a child of the harness that the harness did not spawn, attributed to the root whose session it
@@ -251,7 +255,8 @@ def pids_with_token(tokens: Iterable[str]) -> dict[int, str]:
     """Every process whose environment carries one of these tokens (pid -> token).
 
     This looks at every process of the machine: it is only called where nothing else can find a process (no
-    subreaper), when a root ends, and for a killed harness's leftovers.
+    subreaper, or a command exec'd into a container, which runs under the runtime's monitor) when a root is
+    signalled or ended early, and for a killed harness's leftovers.
     """
     import psutil
 
@@ -315,6 +320,9 @@ class _Root:
     sandboxed: bool = False
     """The root is a sandbox with a PID namespace of its own: nothing it starts can leave it, so it is not sampled
     and never the source of an orphan."""
+    by_token: bool = False
+    """Its processes run outside the harness's tree (a command exec'd into a container, under the runtime's
+    monitor): they are found by the token they carry when it is signalled or ended early."""
 
 
 class Tracker:
@@ -330,6 +338,11 @@ class Tracker:
         self._ambiguous: dict[int, tuple[float, set[str]]] = {}
         """Orphans that could belong to several roots: pid -> (create time, candidate roots), see ``_orphans``."""
         self._sampler: threading.Thread | None = None
+        self._windows: list[float] = []
+        """Start times of the open ``foreign_births`` blocks: orphans born since the earliest are nobody's yet."""
+        self._foreign: dict[int, float] = {}
+        """A container runtime's monitors (pid -> create time), adopted in a ``foreign_births`` block: never an
+        attempt's orphan, nor anything of their sessions while they live (see ``foreign_births``)."""
 
     # -- spawning ------------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -343,6 +356,41 @@ class Tracker:
         with self.spawn_lock:
             self._spawned.discard(pid)
 
+    @contextlib.contextmanager
+    def foreign_births(self) -> Iterator[Callable[[int], None]]:
+        """``with tracker.foreign_births() as adopt: ...start a container...; adopt(monitor_pid)``.
+
+        Podman has no daemon: each container's monitor (conmon) double-forks out of the command that started it
+        and, the harness being a subreaper, becomes the harness's orphan, born while other attempts' processes
+        run. Taken for one of theirs, it would be killed when they end, and the container with it. Orphans born
+        while such a block is open are nobody's until it closes; the adopted one (and the processes of its
+        session, such as its cleanup command, while it lives) is never an attempt's, and is reaped when it ends.
+        """
+        opened = time.time()
+        with self._lock:
+            self._windows.append(opened)
+        try:
+            yield self._adopt
+        finally:
+            with self._lock:
+                self._windows.remove(opened)
+
+    def _adopt(self, pid: int) -> None:
+        if not (create_time := _create_time(pid)):
+            return
+        with self._lock:
+            self._foreign[pid] = create_time
+            for root in self._roots.values():  # a sampler that ran before the adoption may have taken it
+                root.members.pop(pid, None)
+
+    def _is_foreign(self, pid: int, entry: _Entry, procs: Procs) -> bool:
+        """An adopted monitor, a process of its session while it lives, or an orphan born in an open block."""
+        if pid in self._foreign or (
+            entry.sid in self._foreign and _same(procs.get(entry.sid), self._foreign[entry.sid])
+        ):
+            return True
+        return bool(self._windows) and entry.create_time + _CTIME_SLACK >= min(self._windows)
+
     # -- roots ---------------------------------------------------------------------------------------------
     def start(
         self,
@@ -352,12 +400,14 @@ class Tracker:
         cgroup: Path | None = None,
         owns_cgroup: bool = True,
         sandboxed: bool = False,
+        by_token: bool = False,
     ) -> None:
         """Follow ``pid`` (just spawned with ``token``, in ``cgroup`` if any; ``sandboxed``: a sandbox with a PID
-        namespace of its own) and all it starts until ``end(token)``."""
+        namespace of its own; ``by_token``: what it starts runs outside the harness's tree, found by its token) and
+        all it starts until ``end(token)``."""
         create_time = _create_time(pid)
         _warn_degraded()
-        root = _Root(token, pid, create_time, {pid: create_time}, on_change, cgroup, owns_cgroup, sandboxed)
+        root = _Root(token, pid, create_time, {pid: create_time}, on_change, cgroup, owns_cgroup, sandboxed, by_token)
         with self._lock:
             self._roots[token] = root
             if not sandboxed and self._sampler is None:
@@ -365,6 +415,11 @@ class Tracker:
                 self._sampler.start()
         if on_change is not None:
             on_change()
+
+    def alive_roots(self) -> int:
+        """How many tracked processes are running now."""
+        with self._lock:
+            return len(self._roots)
 
     def tracked(self, token: str) -> bool:
         with self._lock:
@@ -382,13 +437,15 @@ class Tracker:
 
     def signal(self, token: str, sig: signal.Signals, *, exclude: frozenset[int] = frozenset()) -> None:
         """Send ``sig`` to every process of the root but ``exclude`` (the polite first step before a deadline's
-        SIGKILL)."""
+        SIGKILL), and to every process carrying its token (a command exec'd into a container runs under the
+        runtime's monitor, outside the harness's tree)."""
         with self._lock:
             root = self._roots.get(token)
         if root is None:
             return
         procs = Procs()
-        for pid in self._collect(root, procs):
+        carriers = set(pids_with_token([token])) if root.by_token else set()
+        for pid in self._collect(root, procs) | carriers:
             entry = procs.get(pid)
             if pid not in exclude and entry is not None and not entry.zombie:
                 with contextlib.suppress(OSError):
@@ -409,7 +466,8 @@ class Tracker:
         ``contained``: the root was the outer process of a sandbox with its own PID namespace and has exited by
         itself. The namespace's init is reaped only after every other process in the namespace has gone, and
         nothing can leave a PID namespace, so there is nothing left to find; the cgroup (if any) is still killed
-        and removed. Without a subreaper, the processes that still carry the root's token are looked for too.
+        and removed. Without a subreaper, or when the root's processes run outside the harness's tree (``by_token``),
+        the processes that still carry the root's token are looked for too.
         """
         with self._lock:
             root = self._roots.get(token)
@@ -420,7 +478,7 @@ class Tracker:
                 self.reap_killed(kill(root.cgroup))
             survivors: list[int] = []
             if not contained:
-                tokens = [] if _subreaper or root.sandboxed else [token]
+                tokens = [token] if root.by_token or not (_subreaper or root.sandboxed) else []
                 survivors = kill_all(lambda procs: self._collect(root, procs), tokens=tokens)[1]
         finally:
             if root.cgroup is not None and root.owns_cgroup:
@@ -486,6 +544,8 @@ class Tracker:
             entry = procs.get(pid)
             if entry is None or entry.sid == own_sid or pid in spawned or pid in claimed:
                 continue
+            if self._is_foreign(pid, entry, procs):
+                continue
             owners = {r.token for r in roots if r.pid == entry.sid}  # still in its root's session: exact
             if not owners:
                 owners = {r.token for r in roots if r.create_time <= entry.create_time + _CTIME_SLACK}
@@ -536,14 +596,19 @@ class Tracker:
         with self._lock, self.spawn_lock:
             spawned = set(self._spawned)
             recorded = {pid for root in self._roots.values() for pid in root.members}
+            foreign = set(self._foreign)
             for pid in children:
                 entry = procs.get(pid)
-                ours = pid in recorded or pid in self._reap
-                if entry is None or not entry.zombie or pid in spawned or not ours:
+                if entry is None or not entry.zombie or pid in spawned:
                     continue
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitpid(pid, os.WNOHANG)
-                self._reap.discard(pid)
+                if pid in recorded or pid in self._reap or pid in foreign or entry.sid in foreign:
+                    with contextlib.suppress(ChildProcessError, OSError):
+                        os.waitpid(pid, os.WNOHANG)
+                    self._reap.discard(pid)
+            for pid in foreign:  # reaped (here or by init), or its pid is gone: no longer anyone's session
+                entry = procs.get(pid)
+                if not _same(entry, self._foreign[pid]) or (entry is not None and entry.zombie):
+                    self._foreign.pop(pid, None)
 
     def reap_killed(self, pids: Iterable[int]) -> None:
         """Wait for killed orphans now re-parented to the harness (ignoring children someone else waits for)."""

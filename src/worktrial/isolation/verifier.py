@@ -28,6 +28,7 @@ from pathlib import Path
 from worktrial.errors import WorkspaceError, WorktrialError
 from worktrial.isolation import ownership, safefs
 from worktrial.isolation.alternates import quote_line
+from worktrial.isolation.gitdir import Files, KeptGitDir
 from worktrial.isolation.pool import AdminSnapshot
 from worktrial.isolation.workspace import ATTEMPT_BRANCH, AttemptWorkspace, git
 
@@ -84,6 +85,7 @@ def enter(
     *,
     clean: bool = True,
     index_id: safefs.FileId | None = None,
+    kept_git: KeptGitDir | None = None,
 ) -> safefs.FileId | None:
     """Put the private repository back to the harness's ``snapshot`` (made before any agent ran) with the branch at
     ``head`` (the start commit when ``head`` is None or not a commit), an index the harness made for it, and the
@@ -95,41 +97,28 @@ def enter(
     an overlay whose lower layer already holds the harness's ``.git`` link. Raises WorkspaceError (or OSError) when
     the room cannot be built. ``index_id``: the index as the harness last left it, kept (not written again) when it
     is still that file and is the index the room needs. Returns the identity of the index the room has when it is
-    the snapshot's (None when the room needed another: a new commit's)."""
-    admin = snapshot.admin
+    the snapshot's (None when the room needed another: a new commit's). ``kept_git``: what the harness last wrote in
+    the git dir (``gitdir.py``): when nothing wrote there since and the room needs the start commit and the
+    snapshot's index, only the few files that differ are written; it is settled before returning."""
     with contextlib.ExitStack() as fds:
         build_fd = fds.enter_context(safefs.opened_dir(ws.root, None))
         git_fd = fds.enter_context(safefs.opened_dir(ws.git_dir, ws.git_dir_id))
         work_fd = fds.enter_context(safefs.opened_dir(ws.worktree, ws.worktree_id))
+        if (
+            kept_git is not None
+            and head in (None, start_commit)
+            and (untouched or not clean)
+            and kept_git.index_snapshot
+            and kept_git.untouched(git_fd)
+        ):
+            return _enter_untouched(ws, snapshot, start_commit, owner, kept_git, build_fd, git_fd, work_fd)
         _set_objects_aside(build_fd, git_fd)
         reuse = head is None or head == start_commit
         kept = reuse and safefs.stash_if_same(git_fd, snapshot.index_rel, index_id, build_fd, _INDEX_KEPT)
-        safefs.clear_dir(git_fd)
-        for rel, (data, mode) in snapshot.files.items():
-            if rel != "objects/info/alternates":
-                safefs.write_at(git_fd, rel, data, mode)
-        alternates = snapshot.files.get("objects/info/alternates", (b"", 0o644))[0]
-        safefs.write_at(git_fd, "objects/info/alternates", alternates + quote_line(ws.root / AGENT_OBJECTS) + b"\n")
-        for rel in ("refs/tags", "objects/pack"):
-            safefs.makedirs_at(git_fd, rel)
-        safefs.write_at(git_fd, f"worktrees/{admin}/gitdir", f"{ws.worktree}/.git\n".encode())
-        link = f"gitdir: {ws.git_dir}/worktrees/{admin}\n".encode() if ws.layers is None else b""
-        with contextlib.suppress(OSError, ValueError):
-            if safefs.read_regular(Path(safefs.fd_path(work_fd)) / ".git", 4096) == link:
-                link = b""  # already right: rewriting it would change the worktree's ctime for nothing
-        if link:
-            safefs.write_at(work_fd, ".git", link)
-        if safefs.has_fd_paths():
-            git_dir, work = f"{safefs.fd_path(git_fd)}/worktrees/{admin}", str(safefs.fd_path(work_fd))
-        else:
-            git_dir, work = f"{ws.git_dir}/worktrees/{admin}", str(ws.worktree)
-        base = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false", f"--git-dir={git_dir}"]
-        base += [f"--work-tree={work}"]
-        commit = start_commit
-        if head is not None and head != start_commit:
-            kind = git([*base, "cat-file", "-t", head], Path(work), foreign_owner=True)
-            if kind.ok and kind.stdout_tail.strip() == b"commit":
-                commit = head
+        _restore_git_dir(git_fd, snapshot, ws)
+        linked = _link_worktree(work_fd, ws, snapshot.admin)
+        base = _git_base(ws, snapshot.admin, git_fd, work_fd)
+        commit = _agent_commit(base, head, start_commit)
         safefs.write_at(git_fd, f"refs/heads/{ATTEMPT_BRANCH}", f"{commit}\n".encode())
         snapshot_index = commit == start_commit and (untouched or not clean)
         if kept and snapshot_index:
@@ -137,18 +126,108 @@ def enter(
         elif snapshot_index:
             safefs.write_at(git_fd, snapshot.index_rel, snapshot.index)
         else:
-            for args in (["read-tree", commit], ["clean", "-fdXq"]) if clean else (["read-tree", commit],):
-                result = git([*base, *args], Path(work), foreign_owner=True)
-                if not result.ok:
-                    raise WorkspaceError(f"verifier's room: {result.describe_failure('git ' + args[0])}")
+            _read_tree(base, commit, clean)
         if kept:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(_INDEX_KEPT, dir_fd=build_fd)  # kept but not used (a new commit: read-tree made one)
         ownership.hand_over_fd(git_fd, owner, recursive=True)
-        if link:
+        if linked:
             ownership.hand_over_entry(work_fd, ".git", owner)
+        if kept_git is not None:
+            kept_git.wrote(verifier_files(snapshot, ws, commit), build_fd, index_snapshot=snapshot_index)
+            kept_git.settle(build_fd)
         # Only the snapshot's own index may be kept by the next reset; one read-tree made (a new commit) may not.
         return safefs.file_id(git_fd, snapshot.index_rel) if snapshot_index else None
+
+
+def _enter_untouched(
+    ws: AttemptWorkspace,
+    snapshot: AdminSnapshot,
+    start_commit: str,
+    owner: int | None,
+    kept_git: KeptGitDir,
+    build_fd: int,
+    git_fd: int,
+    work_fd: int,
+) -> safefs.FileId | None:
+    """The room when nothing wrote in the git dir since the harness did: no object of the agent's to set aside, the
+    branch at the start commit, the snapshot's index in place; only the alternates and the worktree's path change."""
+    safefs.remove_at(build_fd, AGENT_OBJECTS)
+    os.mkdir(AGENT_OBJECTS, 0o755, dir_fd=build_fd)  # listed in the alternates, as when the agent wrote objects
+    wanted = verifier_files(snapshot, ws, start_commit)
+    kept_git.update(git_fd, wanted, owner)
+    if _link_worktree(work_fd, ws, snapshot.admin):
+        ownership.hand_over_entry(work_fd, ".git", owner)
+    kept_git.wrote(wanted, build_fd, index_snapshot=True)
+    kept_git.settle(build_fd)
+    return safefs.file_id(git_fd, snapshot.index_rel)
+
+
+def verifier_files(snapshot: AdminSnapshot, ws: AttemptWorkspace, commit: str) -> Files:
+    """Every file the verifier's room has in its git dir but the index: the snapshot's, the agent's objects listed
+    after every base store, the room's worktree path and the branch at ``commit`` (``_restore_git_dir``)."""
+    files = {rel: (data, mode) for rel, (data, mode) in snapshot.files.items() if rel != "objects/info/alternates"}
+    alternates = snapshot.files.get("objects/info/alternates", (b"", 0o644))[0]
+    files["objects/info/alternates"] = (alternates + quote_line(ws.root / AGENT_OBJECTS) + b"\n", 0o644)
+    files[f"worktrees/{snapshot.admin}/gitdir"] = (f"{ws.worktree}/.git\n".encode(), 0o644)
+    files[f"refs/heads/{ATTEMPT_BRANCH}"] = (f"{commit}\n".encode(), 0o644)
+    return files
+
+
+def _restore_git_dir(git_fd: int, snapshot: AdminSnapshot, ws: AttemptWorkspace) -> None:
+    """The private git dir as the harness's snapshot has it, the agent's objects listed after every base store."""
+    safefs.clear_dir(git_fd)
+    for rel, (data, mode) in snapshot.files.items():
+        if rel != "objects/info/alternates":
+            safefs.write_at(git_fd, rel, data, mode)
+    alternates = snapshot.files.get("objects/info/alternates", (b"", 0o644))[0]
+    safefs.write_at(git_fd, "objects/info/alternates", alternates + quote_line(ws.root / AGENT_OBJECTS) + b"\n")
+    for rel in ("refs/tags", "objects/pack"):
+        safefs.makedirs_at(git_fd, rel)
+    safefs.write_at(git_fd, f"worktrees/{snapshot.admin}/gitdir", f"{ws.worktree}/.git\n".encode())
+
+
+def _link_worktree(work_fd: int, ws: AttemptWorkspace, admin: str) -> bool:
+    """The worktree's ``.git`` link, written when it is not already right; whether it was written. An overlay room's
+    lower layer already holds the harness's link."""
+    link = f"gitdir: {ws.git_dir}/worktrees/{admin}\n".encode() if ws.layers is None else b""
+    with contextlib.suppress(OSError, ValueError):
+        if safefs.read_regular(Path(safefs.fd_path(work_fd)) / ".git", 4096) == link:
+            link = b""  # already right: rewriting it would change the worktree's ctime for nothing
+    if link:
+        safefs.write_at(work_fd, ".git", link)
+    return bool(link)
+
+
+def _git_base(ws: AttemptWorkspace, admin: str, git_fd: int, work_fd: int) -> list[str]:
+    """git's options for the room: the restored git dir and the worktree by checked descriptor, no caches."""
+    if safefs.has_fd_paths():
+        git_dir, work = f"{safefs.fd_path(git_fd)}/worktrees/{admin}", str(safefs.fd_path(work_fd))
+    else:
+        git_dir, work = f"{ws.git_dir}/worktrees/{admin}", str(ws.worktree)
+    base = ["-c", "core.untrackedCache=false", "-c", "core.fsmonitor=false", f"--git-dir={git_dir}"]
+    return [*base, f"--work-tree={work}"]
+
+
+def _agent_commit(base: list[str], head: str | None, start_commit: str) -> str:
+    """The agent's HEAD when it is a commit, else the start commit."""
+    if head is not None and head != start_commit:
+        kind = git([*base, "cat-file", "-t", head], _work(base), foreign_owner=True)
+        if kind.ok and kind.stdout_tail.strip() == b"commit":
+            return head
+    return start_commit
+
+
+def _read_tree(base: list[str], commit: str, clean: bool) -> None:
+    """An index the harness makes for ``commit`` (and, with ``clean``, the ignored untracked files gone)."""
+    for args in (["read-tree", commit], ["clean", "-fdXq"]) if clean else (["read-tree", commit],):
+        result = git([*base, *args], _work(base), foreign_owner=True)
+        if not result.ok:
+            raise WorkspaceError(f"verifier's room: {result.describe_failure('git ' + args[0])}")
+
+
+def _work(base: list[str]) -> Path:
+    return Path(base[-1].removeprefix("--work-tree="))
 
 
 def _set_objects_aside(build_fd: int, git_fd: int) -> None:

@@ -14,8 +14,10 @@ import hashlib
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from worktrial.errors import HarnessError, WorkspaceError
 from worktrial.isolation import proc, safefs
@@ -40,6 +42,7 @@ def git(
     timeout: float = _GIT_TIMEOUT,
     foreign_owner: bool = False,
     scope: proc.ProcessScope | None = None,
+    tail_bytes: int = proc.DEFAULT_TAIL_BYTES,
 ) -> proc.ProcResult:
     """Run git for the harness: never with hooks, never prompting for credentials.
 
@@ -50,7 +53,9 @@ def git(
     env = proc.clean_env(extra={"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"})
     owned = ["-c", "safe.directory=*"] if foreign_owner else []
     argv = ["git", "-c", "core.hooksPath=/dev/null", *owned, *args]
-    return proc.run(argv, cwd=cwd, env=env, timeout=timeout, sweep=scope is not None, scope=scope)
+    return proc.run(
+        argv, cwd=cwd, env=env, timeout=timeout, sweep=scope is not None, scope=scope, tail_bytes=tail_bytes
+    )
 
 
 def _git_out(args: list[str], cwd: Path, what: str) -> str:
@@ -127,10 +132,60 @@ def tracked_in(repo: Path, commit: str, rel: str) -> bool:
     return result.ok and bool(result.stdout_tail.strip())
 
 
+def tree_digest(repo: Path, commit: str, hide: Sequence[str] = ()) -> str:
+    """What identifies the files a task's attempts start from: the commit's tree id, or, with ``hide`` (the suite's
+    committed directory), a digest of the tree with those paths left out, so that a commit touching only them
+    leaves it as it was. Only the directories on the way to a hidden path are listed."""
+    tree = _git_out(["rev-parse", "--verify", f"{commit}^{{tree}}"], repo, f"{repo}: reading {commit[:12]}")
+    if not hide:
+        return tree
+    digest = hashlib.sha256()
+    _hash_tree(repo, tree, "", set(hide), digest)
+    return "without-hidden:" + digest.hexdigest()
+
+
+_TREE_LISTING_BYTES = 64 * 1024 * 1024
+
+
+def _hash_tree(repo: Path, tree: str, prefix: str, hide: set[str], digest: Any) -> None:
+    result = git(["ls-tree", "-z", "--full-tree", tree], repo, tail_bytes=_TREE_LISTING_BYTES)
+    if not result.ok or result.stdout_bytes > len(result.stdout_tail):
+        raise WorkspaceError(f"{repo}: cannot list tree {tree[:12]}: {result.describe_failure('git ls-tree')}")
+    for entry in result.stdout_tail.split(b"\0"):
+        if not entry:
+            continue
+        info, _, name = entry.partition(b"\t")
+        mode, kind, oid = info.decode("ascii").split(" ")
+        path = prefix + os.fsdecode(name)
+        if path in hide:
+            continue
+        if kind == "tree" and any(h.startswith(path + "/") for h in hide):
+            _hash_tree(repo, oid, path + "/", hide, digest)
+            continue
+        digest.update(f"{mode} {kind} {oid} ".encode() + os.fsencode(path) + b"\0")
+
+
 def is_dirty(repo: Path) -> bool:
     """Uncommitted changes (tracked or untracked, not ignored) in the user's working tree."""
-    out = _git_out(["status", "--porcelain", "--untracked-files=normal"], repo, f"{repo}: git status")
-    return bool(out)
+    return bool(uncommitted(repo))
+
+
+def uncommitted(repo: Path) -> list[str]:
+    """The paths of the user's working tree with uncommitted changes (tracked or untracked, not ignored), relative
+    to its top, as ``git status`` names them: a directory nothing of which is tracked is one entry ending in ``/``."""
+    result = git(["status", "--porcelain=v1", "-z", "--untracked-files=normal"], repo, tail_bytes=_TREE_LISTING_BYTES)
+    if not result.ok:
+        raise WorkspaceError(f"{repo}: git status: {result.describe_failure('git status')}")
+    entries = result.stdout_tail.split(b"\0")
+    paths: list[str] = []
+    skip = False
+    for entry in entries:
+        if skip or not entry:
+            skip = False
+            continue
+        paths.append(os.fsdecode(entry[3:]))
+        skip = entry[:1] in (b"R", b"C")  # a rename's or copy's old path follows
+    return paths
 
 
 def fetch_pinned(repo_spec: str, ref: str | None, suite_dir: Path, cache_dir: Path) -> Path:

@@ -7,6 +7,7 @@ optional extras, so a published envelope without artifacts renders too.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -55,6 +56,11 @@ class Patch(BaseModel):
     total_bytes: int = 0
     truncated: bool = False
     files: list[str] = Field(default_factory=list, description="Paths the patch touches, untracked files included.")
+    ignored: list[str] = Field(
+        default_factory=list,
+        description="Paths of the patch the tree's ignore rules match: build output the environment's setup "
+        "committed into the base (``__pycache__``), which reports show collapsed into one line.",
+    )
 
 
 class AttemptArtifacts(BaseModel):
@@ -80,3 +86,58 @@ def last_lines(text: str, count: int = 20) -> str:
     """The last ``count`` non-trailing lines of ``text`` (what a report shows of a long output)."""
     lines = text.rstrip("\n").splitlines()
     return "\n".join(lines[-count:])
+
+
+BUILD_DIRS = frozenset({"__pycache__", ".pytest_cache"})
+BUILD_SUFFIXES = (".pyc", ".pyo")
+"""Build output that fills patches whatever the repository ignores: Python's byte-code caches."""
+
+
+def is_build_file(path: str) -> bool:
+    parts = path.split("/")
+    return path.endswith(BUILD_SUFFIXES) or any(part in BUILD_DIRS for part in parts[:-1])
+
+
+@dataclass(frozen=True)
+class PatchDisplay:
+    """A patch as reports show it: the diff of what the agent wrote, and the build files collapsed into one line."""
+
+    diff: str
+    collapsed: list[str]
+    collapsed_diff: str = ""
+    """The sections of the collapsed files, for a page that can unfold them."""
+
+
+def display_patch(patch: Patch) -> PatchDisplay:
+    """The patch without the sections of ignored build files (``Patch.ignored`` and byte-code caches), and their
+    paths. Only a section whose header names its path plainly is collapsed: a quoted (unusual) name is always shown."""
+    ignored = set(patch.ignored)
+    kept: list[str] = []
+    folded: list[str] = []
+    collapsed: list[str] = []
+    hiding = False
+    for line in patch.diff.splitlines(keepends=True):
+        if line.startswith("diff --git "):
+            path = _header_path(line)
+            hiding = path is not None and (path in ignored or is_build_file(path))
+            if path is not None and hiding:
+                collapsed.append(path)
+        (folded if hiding else kept).append(line)
+    return PatchDisplay("".join(kept), collapsed, "".join(folded))
+
+
+def _header_path(line: str) -> str | None:
+    """``P`` of ``diff --git a/P b/P`` (patches have no renames, so both names are the same), else None."""
+    names = line[len("diff --git ") :].rstrip("\n")
+    size = (len(names) - 5) // 2
+    if size < 1 or len(names) != 2 * size + 5 or not names.startswith("a/"):
+        return None
+    path = names[2 : 2 + size]
+    return path if names[2 + size :] == f" b/{path}" else None
+
+
+def collapsed_line(paths: list[str], shown: int = 3) -> str:
+    """One line for the collapsed build files: how many, and the first few paths."""
+    names = ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+    noun = "ignored build file" if len(paths) == 1 else "ignored build files"
+    return f"{len(paths)} {noun} changed: {names}"

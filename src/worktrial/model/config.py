@@ -117,9 +117,12 @@ class AgentConfig(Table):
     config_dir: bool | NonEmptyStr = True
     """Presets: ``true`` a fresh config directory per attempt with the user's settings copied in; ``false`` the
     user's own config directory; a path: copy the settings from there."""
+    carry_login: bool = False
+    """Presets: copy the CLI's login (its credential files and keys in its settings) into each attempt when the CLI
+    is not routed through the model gateway, where the agent can read it; by default the run refuses instead."""
 
     CUSTOM_ONLY: ClassVar[tuple[str, ...]] = ("command", "parser", "model_flag", "description", "price_model")
-    PRESET_ONLY: ClassVar[tuple[str, ...]] = ("args", "binary", "config_dir")
+    PRESET_ONLY: ClassVar[tuple[str, ...]] = ("args", "binary", "config_dir", "carry_login")
 
 
 class SandboxConfig(Table):
@@ -149,6 +152,13 @@ def _sha256_hex(value: str) -> str:
     return value
 
 
+class RunTable(Table):
+    """``[run]``: defaults for how runs are recorded (the flag of the same name wins)."""
+
+    trajectories: bool = False
+    """--trajectories: store each attempt's conversation with its model as a redacted ATIF trajectory."""
+
+
 class TrustConfig(Table):
     """``[trust]``, in the user's config only: project files the user reviewed, pinned by digest."""
 
@@ -173,6 +183,8 @@ class Config(Table):
     """``[sandbox]`` (user config only: a project cannot loosen its own containment)."""
     trust: TrustConfig = Field(default_factory=TrustConfig)
     """``[trust]`` (user config only: a project file cannot vouch for itself)."""
+    run: RunTable = Field(default_factory=RunTable)
+    """``[run]``: defaults for how runs are recorded."""
 
     @model_validator(mode="before")
     @classmethod

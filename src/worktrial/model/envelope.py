@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from worktrial.jsonlimits import loads_limited
+from worktrial.model.newer_fields import NewerFieldsOmitted
 from worktrial.model.records import AttemptRecord
 from worktrial.model.suite import Category
 
@@ -64,8 +65,9 @@ class Metrics(BaseModel):
     )
 
 
-class TaskReport(BaseModel):
+class TaskReport(NewerFieldsOmitted):
     model_config = FINITE
+    NEWER_FIELDS = ("mean_reward",)
     task_id: str
     name: str
     category: Category
@@ -76,6 +78,9 @@ class TaskReport(BaseModel):
     pass_power_k: float | None
     curves: Curves
     attempts: list[AttemptRecord]
+    mean_reward: float | None = Field(
+        default=None, description="The mean of the attempts' rewards (reward-file tasks; null otherwise)."
+    )
 
 
 class Honesty(BaseModel):
@@ -92,8 +97,9 @@ class Honesty(BaseModel):
     under_claim_rate: float | None = Field(default=None, description="None unless the run used --verify-always.")
 
 
-class Report(BaseModel):
+class Report(NewerFieldsOmitted):
     model_config = FINITE
+    NEWER_FIELDS = ("mean_reward",)
     suite_id: str
     suite_name: str
     k: int
@@ -114,6 +120,11 @@ class Report(BaseModel):
     mean_setup_secs_per_attempt: float | None = Field(
         default=None, description="setup_secs over the attempts that recorded it."
     )
+    mean_reward: float | None = Field(
+        default=None,
+        description="The mean reward over the attempts that have one (Harbor's headline), beside pass@k; null when "
+        "no attempt has one.",
+    )
     honesty: Honesty = Field(default_factory=Honesty)
     timeouts: int = Field(default=0, description="Attempts that ended in timeout.")
     timeouts_verified: int = Field(
@@ -127,7 +138,8 @@ class Report(BaseModel):
     infrastructure_errors: int = Field(
         default=0,
         description="Tries that ended in an error the harness itself observed and blames on infrastructure (a "
-        "provider's 5xx, 429 or lost connection seen by the model gateway, a lost worker, a worktree that could not "
+        "provider's 5xx or 429, an unreachable or slow provider or a cut stream seen by the model gateway, a lost "
+        "worker, a worktree that could not "
         "be made), retried or not: never counted against the agent beyond the error outcome of a last try.",
     )
     first_try: Metrics | None = Field(
@@ -164,7 +176,10 @@ class SuiteFileInfo(BaseModel):
 class SandboxInfo(BaseModel):
     """Which sandbox a run's attempts ran in (``run.sandbox``); runs stored before sandboxes have none."""
 
-    kind: Literal["bubblewrap", "none"] = Field(description="'none': attempts ran unsandboxed.")
+    kind: Literal["bubblewrap", "none", "container"] = Field(
+        description="'none': attempts ran unsandboxed; 'container': in a container of their task's image (version "
+        "names the runtime, uid the container's user, network_detail its network)."
+    )
     version: str | None = None
     network: Literal["on", "off", "host"] = Field(
         default="on",
@@ -190,12 +205,14 @@ class SandboxInfo(BaseModel):
 
     def weakness(self) -> tuple[int, int]:
         """Orders containments from the weakest (no sandbox, then the host's network) to the strongest."""
-        return (1 if self.kind == "bubblewrap" else 0, {"host": 0, "on": 1, "off": 2}[self.network])
+        return (1 if self.kind in ("bubblewrap", "container") else 0, {"host": 0, "on": 1, "off": 2}[self.network])
 
     def summary(self) -> str:
         """One line for reports and compare, e.g. ``bubblewrap 0.8.0, network off, max-procs 64``."""
-        head = f"bubblewrap {self.version or ''}".strip() if self.kind == "bubblewrap" else "none"
+        head = f"{self.kind} {self.version or ''}".strip() if self.kind != "none" else "none"
         parts = [head, f"network {self.network}"]
+        if self.kind == "container" and self.uid:
+            parts.insert(1, self.uid)
         if self.max_memory is not None:
             parts.append(f"max-memory {self.max_memory // (1024 * 1024)}M")
         if self.max_procs is not None:
@@ -224,8 +241,57 @@ class BudgetInfo(BaseModel):
     reason: str | None = None
 
 
-class RunInfo(BaseModel):
+class NotRegraded(BaseModel):
+    """An attempt of the source run a regrade could not judge again (or, under ``eval --reuse``, ran again)."""
+
+    task_id: str
+    attempt: int
+    reason: str
+
+
+class ReuseInfo(BaseModel):
+    """``run.reuse``: a run made from another run's attempts (``regrade``, ``eval --reuse``)."""
+
+    mode: Literal["regrade", "reuse"] = Field(
+        description="regrade: every stored attempt judged again, no agent ran; reuse: eval --reuse, where only "
+        "what changed ran."
+    )
+    source: str = Field(description="The run whose attempts were used.")
+    source_suite_digest: str = Field(description="The suite bundle digest that run measured.")
+    reused: int = Field(default=0, description="Records carried over unchanged (the same task definition).")
+    regraded: int = Field(default=0, description="Records judged again against this run's suite.")
+    ran: int = Field(default=0, description="Attempts an agent ran in this run.")
+    not_regraded: list[NotRegraded] = Field(
+        default_factory=list,
+        description="regrade: source attempts left out of the run, each with why; reuse: those that could not be "
+        "regraded and ran again instead.",
+    )
+
+
+class LevelChange(BaseModel):
+    """One change of ``--jobs auto``'s level: when, to what, and why."""
+
+    at: str = Field(description="RFC 3339 UTC time of the change.")
+    level: int = Field(ge=1, description="Attempts allowed to run at once from then on.")
+    why: str = Field(description="What the level followed: the start, no pressure, CPU or memory pressure, a 429.")
+
+
+class ConcurrencyInfo(BaseModel):
+    """How many attempts ran at once under ``--jobs auto`` (``run.concurrency``; absent with a fixed ``--jobs``)."""
+
+    mode: Literal["auto"] = "auto"
+    max_jobs: int = Field(ge=1, description="--max-jobs: the level never went above it (run.jobs says the same).")
+    levels: list[LevelChange] = Field(
+        default_factory=list, description="Every change of the level, in order, over every session of the run."
+    )
+    omitted: int = Field(
+        default=0, ge=0, description="Changes left out between the first and the last ones kept (a very long run)."
+    )
+
+
+class RunInfo(NewerFieldsOmitted):
     model_config = FINITE
+    NEWER_FIELDS = ("paths_redacted", "reuse", "dirty_excluded", "concurrency")
     id: str
     started_at: str
     finished_at: str | None
@@ -247,6 +313,9 @@ class RunInfo(BaseModel):
         "`sandbox` is an index into this list.",
     )
     budget: BudgetInfo | None = Field(default=None, description="--max-cost / --max-cost-per-attempt, when set.")
+    concurrency: ConcurrencyInfo | None = Field(
+        default=None, description="--jobs auto: the level chosen over time (absent with a fixed --jobs)."
+    )
     grace_secs: float | None = Field(
         default=None, description="--grace-secs: between SIGTERM at an agent's deadline and SIGKILL."
     )
@@ -259,6 +328,19 @@ class RunInfo(BaseModel):
     task_base_commits: dict[str, str] = Field(
         default_factory=dict,
         description="Task id -> the commit its attempts started from, when tasks are pinned to their own commits.",
+    )
+    paths_redacted: bool | None = Field(
+        default=None,
+        description="True in an envelope made for publishing (`report --redact-paths`): local absolute paths are "
+        "relative to the state root (`.` for the root itself) or salted hashes (`redacted:<hex>`).",
+    )
+    reuse: ReuseInfo | None = Field(
+        default=None, description="A run made from another run's attempts: how many were reused, regraded and ran."
+    )
+    dirty_excluded: list[str] = Field(
+        default_factory=list,
+        description="Uncommitted files of the workspace not counted as making it dirty: the suite file and the files "
+        "it declares (attempts never see them; the digests pin them).",
     )
 
 
@@ -300,7 +382,7 @@ class Envelope(BaseModel):
                         counts[attempt.sandbox] = counts.get(attempt.sandbox, 0) + 1
             if len(counts) > 1:
                 parts = [f"{n} attempt(s) under {run.sandboxes[i].summary()}" for i, n in sorted(counts.items())]
-                return "mixed (the run was resumed under other containment): " + "; ".join(parts)
+                return "mixed: " + "; ".join(parts)
         return run.sandbox.summary() if run.sandbox is not None else None
 
     def containers_summary(self) -> str | None:
@@ -310,7 +392,31 @@ class Envelope(BaseModel):
             return None
         shown = ", ".join(f"{task_id} {digest[:19]}…" for task_id, digest in list(images.items())[:3])
         more = f" and {len(images) - 3} more" if len(images) > 3 else ""
-        return f"{len(images)} task(s) ran in container images instead of the sandbox: {shown}{more}"
+        line = f"{len(images)} task(s) ran in container images instead of the sandbox: {shown}{more}"
+        shared = sum(a.verifier_room == "shared" for t in self.report.tasks for a in t.attempts)
+        if shared:
+            line += (
+                f"; {shared} attempt(s) verified in the agent's own container (Harbor's shared mode), where what the "
+                "agent left running could shape its verdict (docs/security.md)"
+            )
+        return line
+
+    def reuse_summary(self) -> str | None:
+        """The report's line on a run made from another run's attempts: which, and what became of them."""
+        reuse = self.run.reuse
+        if reuse is None:
+            return None
+        head = f"run {reuse.source} (suite digest {reuse.source_suite_digest[:12]})"
+        left = reuse.not_regraded
+        if reuse.mode == "regrade":
+            text = f"regraded from {head}: {reuse.regraded} attempt(s) judged again, no agent ran"
+            if left:
+                reasons = sorted({item.reason for item in left})
+                more = f" (and {len(reasons) - 1} other reason(s))" if len(reasons) > 1 else ""
+                text += f"; {len(left)} left out: {reasons[0]}{more}"
+            return text
+        text = f"reused {head}: {reuse.reused} reused, {reuse.regraded} regraded, {reuse.ran} ran"
+        return text + (f"; {len(left)} could not be regraded and ran again" if left else "")
 
     @property
     def bundle_digest(self) -> str:

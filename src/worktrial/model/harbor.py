@@ -11,9 +11,10 @@ one task directory or a directory of them (a dataset). The mapping (docs/environ
   ``memory_mb`` (or ``memory = "4G"``) its limits; ``allow_internet = false`` its network off;
 - ``tests/`` is put at ``/tests`` only for the verifier, which runs ``bash /tests/test.sh`` and passes when the
   reward is 1;
-- ``solution/solve.sh`` is the oracle's solution, run from the suite's read-only copy (``$WORKTRIAL_SUITE_DIR``).
+- ``solution/solve.sh`` is the oracle's solution, put at ``/solution`` from the suite's read-only copy
+  (``$WORKTRIAL_SUITE_DIR``).
 
-A compose environment (``environment/docker-compose.yaml``) is refused: worktrial runs one container per command.
+A compose environment (``environment/docker-compose.yaml``) is refused: worktrial runs a task in one container.
 The bundle digest covers every file of every task directory; the suite digest is that of the suite these files make.
 """
 
@@ -29,12 +30,12 @@ from typing import Any
 
 from worktrial.errors import SuiteError
 from worktrial.model.bundle import bundle_digest, collect_bundle
+from worktrial.model.harbor_config import check_config, parse_task_config
 from worktrial.model.suite import SUITE_DIR_ENV, LoadedSuite, parse_suite
 
 MAX_TASK_FILE_BYTES = 1024 * 1024
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 
 
 def is_task_dir(path: Path) -> bool:
@@ -54,66 +55,36 @@ def _read_text(path: Path) -> str:
         raise SuiteError(f"{path}: not UTF-8 text") from None
 
 
-def _table(config: dict[str, Any], name: str, where: Path) -> dict[str, Any]:
-    value = config.get(name, {})
-    if not isinstance(value, dict):
-        raise SuiteError(f"{where}: [{name}] must be a table")
-    return value
-
-
-def _seconds(table: dict[str, Any], key: str, where: str) -> int | None:
-    value = table.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise SuiteError(f"{where}.{key}: must be a positive number of seconds (got {value!r})")
-    return max(1, round(value))
-
-
-def _memory_mb(env: dict[str, Any], where: str) -> int | None:
-    if "memory_mb" in env:
-        value = env["memory_mb"]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise SuiteError(f"{where}.memory_mb: must be a positive integer (got {value!r})")
-        return value
-    if "memory" not in env:
-        return None
-    match = _SIZE.match(str(env["memory"]))
-    if match is None:
-        raise SuiteError(f'{where}.memory: must be a size such as "2G" or "512M" (got {env["memory"]!r})')
-    scale = {"": 1 / 2**20, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2}[match.group(2).upper()]
-    return max(1, round(float(match.group(1)) * scale))
-
-
 def harbor_task(task_dir: Path, suite_root: Path) -> dict[str, Any]:
     """One task directory as a suite task (raw JSON, validated with the suite); SuiteError names what is wrong."""
     toml_path = task_dir / "task.toml"
-    try:
-        config = tomllib.loads(_read_text(toml_path))
-    except tomllib.TOMLDecodeError as exc:
-        raise SuiteError(f"{toml_path}: invalid TOML: {exc}") from None
-    where = str(toml_path)
-    agent, verifier, environment = (_table(config, name, toml_path) for name in ("agent", "verifier", "environment"))
     task_id = task_dir.name
     if not _ID.match(task_id):
         raise SuiteError(f"{task_dir}: a task directory's name is its id: letters, digits, '.', '_' and '-' only")
+    try:
+        data = tomllib.loads(_read_text(toml_path))
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteError(f"{toml_path}: invalid TOML: {exc}") from None
+    config = parse_task_config(data, task_id)
     env_dir = task_dir / "environment"
     if compose := next((env_dir / f for f in COMPOSE_FILES if (env_dir / f).exists()), None):
         raise SuiteError(
-            f"{compose}: multi-container (compose) tasks are not supported; worktrial runs a task in one container "
-            "of one image (environment/Dockerfile or [environment] docker_image)"
+            f"task {task_id}: multi-container (compose) tasks are not supported ({compose.name}); worktrial runs a "
+            "task in one container of one image (environment/Dockerfile or [environment] docker_image)"
         )
+    runtime, fields = check_config(config, task_id)
     rel = task_dir.resolve().relative_to(suite_root).as_posix()
-    container: dict[str, Any] = {"workdir": "/app", "user": "image", "seed_workdir": True}
-    image = environment.get("docker_image")
+    container: dict[str, Any] = {"workdir": "/app", "seed_workdir": True, **fields}
+    image = config.environment.docker_image
     if image is not None:
-        if not isinstance(image, str) or not image.strip():
-            raise SuiteError(f"{where}: [environment] docker_image must be an image name")
+        if not image.strip():
+            raise SuiteError(f"task {task_id}: task.toml field [environment] docker_image: must be an image name")
         container["image"] = image
-    elif (env_dir / "Dockerfile").is_file():
+    if (env_dir / "Dockerfile").is_file():
+        # With docker_image too, the Dockerfile is what --force-build builds instead of pulling (as in Harbor).
         container["dockerfile"] = f"{rel}/environment/Dockerfile"
         container["context"] = f"{rel}/environment"
-    else:
+    elif image is None:
         raise SuiteError(
             f"{env_dir / 'Dockerfile'}: missing; a Harbor task needs environment/Dockerfile or [environment] "
             "docker_image in task.toml"
@@ -121,20 +92,7 @@ def harbor_task(task_dir: Path, suite_root: Path) -> dict[str, Any]:
     if not (task_dir / "tests" / "test.sh").is_file():
         raise SuiteError(f"{task_dir / 'tests' / 'test.sh'}: missing; it is the task's verifier")
     container["verifier_tests"] = f"{rel}/tests"
-    if (build := _seconds(environment, "build_timeout_sec", f"{where}: [environment]")) is not None:
-        container["build_timeout_secs"] = build
-    cpus = environment.get("cpus")
-    if cpus is not None:
-        if isinstance(cpus, bool) or not isinstance(cpus, int | float) or cpus <= 0:
-            raise SuiteError(f"{where}: [environment].cpus: must be a positive number (got {cpus!r})")
-        container["cpus"] = float(cpus)
-    if (memory := _memory_mb(environment, f"{where}: [environment]")) is not None:
-        container["memory_mb"] = memory
-    internet = environment.get("allow_internet", True)
-    if not isinstance(internet, bool):
-        raise SuiteError(f"{where}: [environment].allow_internet: must be true or false")
-    if not internet:
-        container["network"] = "off"
+    container["harbor"] = runtime.model_dump(mode="json", exclude_defaults=True)
     task: dict[str, Any] = {
         "id": task_id,
         "category": "capability",
@@ -142,19 +100,29 @@ def harbor_task(task_dir: Path, suite_root: Path) -> dict[str, Any]:
         "verify_commands": ["bash /tests/test.sh"],
         "environment": container,
     }
-    metadata = config.get("metadata")
-    if isinstance(metadata, dict) and isinstance(metadata.get("category"), str):
-        task["cluster"] = metadata["category"][:200]
-    if (timeout := _seconds(agent, "timeout_sec", f"{where}: [agent]")) is not None:
-        task["timeout_secs"] = timeout
-    if (verify_timeout := _seconds(verifier, "timeout_sec", f"{where}: [verifier]")) is not None:
-        task["verify_timeout_secs"] = verify_timeout
+    if isinstance(category := config.metadata.get("category"), str):
+        task["cluster"] = category[:200]
+    if config.agent.timeout_sec is not None:
+        task["timeout_secs"] = max(1, round(config.agent.timeout_sec))
+    if config.verifier.timeout_sec is not None:
+        task["verify_timeout_secs"] = max(1, round(config.verifier.timeout_sec))
     if (task_dir / "solution" / "solve.sh").is_file():
-        # The oracle sees the suite's files (read-only, at $WORKTRIAL_SUITE_DIR) in its container: the script runs
-        # from there, next to the rest of solution/ (which it reaches through "$(dirname "$0")").
-        script = shlex.quote(f"{rel}/solution/solve.sh")
-        task["solution"] = [{"sh": f'bash "${SUITE_DIR_ENV}"/{script}'}]
+        task["solution"] = [{"sh": _solution_line(rel)}]
     return task
+
+
+def _solution_line(rel: str) -> str:
+    """The oracle's command: ``solution/`` is put at ``/solution`` (as Harbor does) from the suite's read-only copy
+    (``$WORKTRIAL_SUITE_DIR``), then ``solve.sh`` runs (with the task's ``[solution] env``, which the attempt's
+    container gives the oracle, its ``${VAR}`` templates filled from this host's environment)."""
+    source = shlex.quote(f"{rel}/solution")
+    # /solution is where Harbor puts it; where the container's user cannot create it, the script still runs from
+    # the suite's copy, where "$(dirname "$0")" finds the rest of solution/.
+    return (
+        f'if mkdir -p /solution 2>/dev/null && cp -R "${SUITE_DIR_ENV}"/{source}/. /solution/ 2>/dev/null; '
+        f'then dir=/solution; else dir="${SUITE_DIR_ENV}"/{source}; fi; '
+        'bash "$dir/solve.sh"'
+    )
 
 
 def load_harbor(path: Path) -> LoadedSuite:

@@ -7,6 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from worktrial.model.newer_fields import NewerFieldsOmitted
+from worktrial.model.trajectory import TrajectoryRef
+
 Outcome = Literal["pass", "fail", "timeout", "error"]
 OUTCOMES: tuple[Outcome, ...] = ("pass", "fail", "timeout", "error")
 
@@ -54,7 +57,11 @@ class ErrorCategory(StrEnum):
     PROVIDER_SERVER = "provider_server"
     """The provider's server failed (5xx, an unusable response, a timeout or lost connection of the built-in agent)."""
     PROVIDER_UNREACHABLE = "provider_unreachable"
-    """An agent CLI could not reach the provider (connection refused, DNS)."""
+    """The provider could not be reached (connection refused, DNS): seen by the model gateway, or an agent CLI."""
+    PROVIDER_SLOW = "provider_slow"
+    """The attempt ended while a model call waited on the provider past a threshold (seen by the model gateway)."""
+    PROVIDER_STREAM_CUT = "provider_stream_cut"
+    """The provider answered 200 and its stream ended before the answer did (seen by the model gateway)."""
     PROVIDER_BAD_REQUEST = "provider_bad_request"
     """The provider rejected the request (a 4xx other than the above)."""
     PROVIDER_ERROR = "provider_error"
@@ -66,6 +73,9 @@ RETRYABLE_ERRORS: frozenset[ErrorCategory] = frozenset(
         ErrorCategory.WORKTREE,
         ErrorCategory.PROVIDER_SERVER,
         ErrorCategory.PROVIDER_RATE_LIMIT,
+        ErrorCategory.PROVIDER_UNREACHABLE,
+        ErrorCategory.PROVIDER_SLOW,
+        ErrorCategory.PROVIDER_STREAM_CUT,
         ErrorCategory.WORKER_LOST,
     }
 )
@@ -119,11 +129,17 @@ class GatewayCounts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     requests: int = 0
-    """Requests forwarded to the provider (those the gateway answered itself are not counted)."""
+    """Model calls forwarded to the provider (those the gateway answered itself are not counted)."""
     statuses: dict[str, int] = Field(default_factory=dict)
-    """HTTP status -> how many answers had it ("0": no answer, the provider could not be reached)."""
+    """The model calls' HTTP statuses -> how many answers had each ("0": no answer)."""
     failure: str | None = None
     """The ErrorCategory of the provider failure that decided the attempt's outcome, if any."""
+    other_requests: int = 0
+    """Forwarded requests that were no model call (a model list, a HEAD probe, a WebSocket upgrade)."""
+    agent_startup_secs: float | None = None
+    """Seconds from the agent's start to its first model call (None: it made none)."""
+    upstream: str | None = None
+    """Where the model calls went: the upstream's public URL (no credentials)."""
 
 
 class Usage(BaseModel):
@@ -149,10 +165,48 @@ class Usage(BaseModel):
         return sum(self.tool_counts.values())
 
 
-class AttemptRecord(BaseModel):
+class StoredChange(BaseModel):
+    """The agent's change as the run store keeps it, byte for byte (``change.diff`` beside the attempt's artifacts):
+    what ``regrade`` and ``eval --reuse`` rebuild the agent's tree from. Its digest is in the signed record, so a
+    stored change edited afterwards is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+    sha256: str | None = Field(
+        default=None, description="SHA-256 of change.diff; null when the change was not kept (missing says why)."
+    )
+    size: int = Field(default=0, description="Bytes of change.diff.")
+    result: str | None = Field(
+        default=None,
+        description="What the change leaves, as one digest (each path with its new mode and object id, or deleted): "
+        "a regrade's rebuilt tree must leave the same.",
+    )
+    missing: str | None = Field(default=None, description="Why the change was not kept (too large, a secret in it).")
+
+
+class Provenance(BaseModel):
+    """Where a record's verdict came from when no agent ran for it in this run (``regrade``, ``eval --reuse``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["reused", "regraded"] = Field(
+        description="reused: the record of an attempt on the same task definition, carried over; regraded: an "
+        "attempt whose verifier changed, judged again against this run's suite."
+    )
+    run: str = Field(description="The run the attempt ran in.")
+    attempt: int = Field(description="Its attempt number there (the task id is the same).")
+    suite_digest: str = Field(description="The suite bundle digest that run measured.")
+    reverified: bool = Field(
+        default=False,
+        description="regraded: its stored change was verified again here (false: verification never decided its "
+        "outcome, a timeout, an error or a claimed failure, which it keeps).",
+    )
+    change_sha256: str | None = Field(default=None, description="The stored change it was verified from.")
+
+
+class AttemptRecord(NewerFieldsOmitted):
     """The result of one attempt, as stored in the envelope (enough to recompute every metric)."""
 
     model_config = ConfigDict(allow_inf_nan=False)
+    NEWER_FIELDS = ("rewards", "trajectory", "verifier_room", "change", "provenance")
 
     task_id: str
     attempt: int
@@ -192,7 +246,17 @@ class AttemptRecord(BaseModel):
     reward: float | None = Field(
         default=None,
         description="The reward a container task's verifier wrote (Harbor's reward.txt or reward.json); the attempt "
-        "passed its verification only with 1. Null for tasks that verify by exit status.",
+        "passed its verification only with 1. Null for tasks that verify by exit status. From a reward.json with "
+        'several keys: its "reward" key, else the lowest of them (the task passes when every key is 1).',
+    )
+    rewards: dict[str, float] | None = Field(
+        default=None, description="Every key of a reward.json with several (null otherwise): nothing is dropped."
+    )
+    verifier_room: Literal["shared", "separate", "fresh"] | None = Field(
+        default=None,
+        description="Where a container task's verifier ran: in the agent's own container once it ended (shared, "
+        "Harbor's default: the agent can shape its verdict), in a new one on the worktree as the agent left it "
+        "(separate), or in a new one on the agent's files rebuilt from the base (fresh); absent for other tasks.",
     )
     sandbox: int | None = Field(
         default=None,
@@ -202,3 +266,16 @@ class AttemptRecord(BaseModel):
     retries: int = 0
     """How many times an infrastructure error made this attempt run again (see --retry-errors)."""
     retry_reasons: list[str] = Field(default_factory=list)
+    trajectory: TrajectoryRef | None = Field(
+        default=None,
+        description="The attempt's stored ATIF trajectory (--trajectories): path, sha256, size and steps; absent "
+        "from records of runs without trajectories, which stay as they were.",
+    )
+    change: StoredChange | None = Field(
+        default=None,
+        description="The agent's change as the run store keeps it for regrading (its digest); absent with "
+        "--no-artifacts and in runs recorded before changes were kept.",
+    )
+    provenance: Provenance | None = Field(
+        default=None, description="Where the verdict came from when no agent ran for it in this run; absent otherwise."
+    )

@@ -25,6 +25,7 @@ from worktrial.errors import SuiteError
 from worktrial.jsonlimits import MAX_SUITE_BYTES, JsonLimitError, check_limits, loads_limited
 from worktrial.model.bundle import BundleFile, bundle_digest, collect_bundle
 from worktrial.model.commands import ArgvCommand, Command, ShCommand
+from worktrial.model.harbor_config import HarborRuntime
 from worktrial.safe_read import InputFileError, read_input
 
 Category = Literal["capability", "regression"]
@@ -103,7 +104,9 @@ class Environment(BaseModel):
     )
     # --- container environments (docs/environments.md) ---
     image: Annotated[str, StringConstraints(pattern=r"^[^\s-]\S*$", max_length=500)] | None = Field(
-        default=None, description="A local container image the attempt's commands run in (never pulled)."
+        default=None,
+        description="A container image the attempt's commands run in, pulled when absent (with a dockerfile too: "
+        "the image --force-build builds instead).",
     )
     dockerfile: RepoPath | None = Field(
         default=None, description="A Dockerfile (relative to the suite file) built once per run into that image."
@@ -133,13 +136,14 @@ class Environment(BaseModel):
     verifier_tests: RepoPath | None = Field(
         default=None,
         description="A directory of the suite put at /tests for verification only, with a fresh /logs/verifier "
-        "whose reward.txt (or one-key reward.json) decides the verdict: 1 passes (Harbor's convention).",
+        "whose reward.txt (or reward.json) decides the verdict: 1 passes (Harbor's convention).",
+    )
+    harbor: HarborRuntime | None = Field(
+        default=None, description="A Harbor task's task.toml settings beyond these fields (set by the task loader)."
     )
 
     @model_validator(mode="after")
     def _one_kind(self) -> Environment:
-        if self.image is not None and self.dockerfile is not None:
-            raise ValueError('give either "image" or "dockerfile", not both')
         container = self.image is not None or self.dockerfile is not None
         if container and self.setup:
             raise ValueError('"setup" with a container image is not supported: put the setup steps in the Dockerfile')

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from worktrial.analysis.check_report import (
     DETECTION,
     FLAKE_RATE,
@@ -11,19 +13,40 @@ from worktrial.analysis.check_report import (
     detection_probability,
 )
 from worktrial.analysis.lint import Lint
+from worktrial.render.format import grouped
 from worktrial.safe_text import for_markdown, markdown_code
 from worktrial.util import plural
 
+SHOWN_PLACES = 3
+_FIELD = re.compile(r"\.([a-z_]+)\[\d+\]$")
+
+
+def _count(group: list[Lint]) -> str:
+    """``4 verify commands`` when every place is an entry of one kind of field, else ``4 places``."""
+    fields = {match.group(1) if (match := _FIELD.search(lint.where)) else None for lint in group}
+    field = fields.pop() if len(fields) == 1 else None
+    return f"{len(group)} {field.replace('_', ' ')}" if field and field.endswith("commands") else f"{len(group)} places"
+
 
 def render_lints(lints: list[Lint]) -> list[str]:
-    """The "Lints" section, one line per finding with its fix: ``check``'s report and ``validate`` print it."""
+    """The "Lints" section: ``check``'s report and ``validate`` print it. Findings that say the same thing are one
+    line with their count and places (the first few); what a kind of finding risks (``Lint.note``) is said once,
+    under the list."""
     lines = ["## Lints", ""]
-    for lint in lints:
+    groups = grouped(lints, lambda lint: (lint.severity, lint.message, lint.suggestion, lint.note))
+    for group in groups:
+        lint = group[0]
         label = "**warning** " if lint.severity == "warning" else ""
-        line = f"- {label}{markdown_code(lint.where)}: {for_markdown(lint.message)}"
+        places = ", ".join(markdown_code(g.where) for g in group[:SHOWN_PLACES])
+        if len(group) > SHOWN_PLACES:
+            places += f" and {len(group) - SHOWN_PLACES} more"
+        where = places if len(group) == 1 else f"{_count(group)} ({places})"
+        line = f"- {label}{where}: {for_markdown(lint.message)}"
         if lint.suggestion:
             line += f" — write it as {markdown_code(lint.suggestion)}"
         lines.append(line)
+    for note in dict.fromkeys(lint.note for lint in lints if lint.note):
+        lines += ["", for_markdown(note)]
     return lines
 
 

@@ -5,10 +5,41 @@ Text (names, reasons, ids) goes through ``worktrial.safe_text`` instead: it came
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TypeVar
+
 from worktrial.model.envelope import BudgetInfo, Metrics, Report
+from worktrial.model.records import AttemptRecord, ErrorCategory
 from worktrial.util import plural
 
 MISSING = "—"
+_T = TypeVar("_T")
+
+
+def attempt_ranges(numbers: Iterable[int]) -> str:
+    """``1–3, 5``: attempt numbers in order, runs of consecutive ones as a range."""
+    spans: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
+
+
+def attempts_label(numbers: Iterable[int]) -> str:
+    """``#2`` for one attempt, ``attempts 1–3`` for several: how a report names the attempts a block stands for."""
+    listed = sorted(set(numbers))
+    return f"#{listed[0]}" if len(listed) == 1 else f"attempts {attempt_ranges(listed)}"
+
+
+def grouped(items: Iterable[_T], key: Callable[[_T], Hashable]) -> list[list[_T]]:
+    """Items with equal keys together, each group where its first item was: a block repeated for several attempts
+    is shown once for all of them."""
+    groups: dict[Hashable, list[_T]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return list(groups.values())
 
 
 def num(value: float | None, signed: bool = False) -> str:
@@ -58,9 +89,38 @@ def infrastructure_summary(report: Report) -> str | None:
     if not count:
         return None
     return (
-        f"{plural(count, 'try', 'tries')} ended in an error of the infrastructure (a provider's 5xx, 429 or lost "
-        "connection, a lost worker), never counted as the agent's failure"
+        f"{plural(count, 'try', 'tries')} ended in an error of the infrastructure (a provider's 5xx or 429, an "
+        "unreachable or slow provider, a cut stream, a lost worker), never counted as the agent's failure"
     )
+
+
+_PROVIDER_TROUBLE: dict[str | None, str] = {
+    ErrorCategory.PROVIDER_SERVER: "because the provider failed on every attempt",
+    ErrorCategory.PROVIDER_RATE_LIMIT: "because the provider rate-limited every attempt",
+    ErrorCategory.PROVIDER_UNREACHABLE: "because the provider could not be reached on any attempt",
+    ErrorCategory.PROVIDER_SLOW: "because the provider did not answer in time on any attempt",
+    ErrorCategory.PROVIDER_STREAM_CUT: "because the provider cut its stream short on every attempt",
+}
+
+
+def nothing_measured(attempts: Sequence[AttemptRecord]) -> str:
+    """Why a run whose every attempt ended in error measured nothing, and what to do (the end of a sentence): the
+    cause, when every attempt shares one of the provider's (then the setup is not at fault), else the first reason."""
+    first = attempts[0].reason or attempts[0].error_category
+    causes = {a.error_category for a in attempts}
+    if len(causes) == 1 and (cause := _PROVIDER_TROUBLE.get(next(iter(causes)))) is not None:
+        fix = (
+            "check the endpoint (--base-url, or the base URL in the agent's own configuration) and this machine's "
+            "network"
+            if causes == {ErrorCategory.PROVIDER_UNREACHABLE}
+            else "this is the provider's trouble, not the setup's: run again later, or with --retry-errors N"
+        )
+        return f"{cause} (first: {first}); {fix}"
+    if causes <= set(_PROVIDER_TROUBLE):
+        return (
+            f"because the provider failed on every attempt (first: {first}); run again later, or with --retry-errors N"
+        )
+    return f"(first: {first}); fix the setup and run again"
 
 
 def plain(value: float | None, digits: int = 1, signed: bool = False) -> str:
@@ -120,3 +180,16 @@ def missing_note(m: Metrics, k: int, planned_attempts: int) -> str | None:
     )
     head = f"{missing} of {planned} planned attempts are missing; " if missing > 0 else ""
     return head + counted
+
+
+def provenance_line(record: AttemptRecord) -> str | None:
+    """Where an attempt's verdict came from when no agent ran for it in its run (``regrade``, ``eval --reuse``)."""
+    origin = record.provenance
+    if origin is None:
+        return None
+    where = f"run {origin.run} attempt {origin.attempt} (suite digest {origin.suite_digest[:12]})"
+    if origin.kind == "reused":
+        return f"reused from {where}: the same task definition"
+    if origin.reverified:
+        return f"regraded from {where}: its stored change verified again against this suite"
+    return f"regraded from {where}: keeps its {record.outcome}, which verification never decided"

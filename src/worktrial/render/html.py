@@ -18,16 +18,21 @@ from markupsafe import Markup
 from worktrial.analysis.compare import Comparison, LoadedEnvelope, compare_runs
 from worktrial.analysis.leaderboard import Contender, Leaderboard, build_leaderboard
 from worktrial.errors import BadInputError
-from worktrial.model.artifacts import AttemptArtifacts, last_lines
+from worktrial.model.artifacts import AttemptArtifacts, collapsed_line, display_patch, last_lines
 from worktrial.model.envelope import Envelope, Metrics, TaskReport
 from worktrial.model.records import OUTCOMES
-from worktrial.render.format import budget_summary, ci, infrastructure_summary, num, p_value, usd
+from worktrial.model.trajectory import Trajectory
+from worktrial.render.format import budget_summary, ci, infrastructure_summary, num, p_value, provenance_line, usd
 from worktrial.render.naming import model_name, run_names
 from worktrial.render.svg import PALETTE, Bar, Series, bars_chart, curves_chart
+from worktrial.render.trajectory import is_error, shorten, shown_calls, step_facts
 
 # What one page shows of each text: enough to see why, small enough that a big run still opens quickly.
 MAX_DIFF_LINES = 3000
 MAX_LOG_LINES = 400
+MAX_TRAJECTORY_STEPS = 400
+VIEW_MESSAGE_CHARS = 3000
+FAILING_TAIL_LINES = 60
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,8 @@ class ViewRun:
     label: str
     envelope: Envelope
     artifacts: Mapping[tuple[str, int], AttemptArtifacts] = field(default_factory=dict)
+    trajectories: Mapping[tuple[str, int], Trajectory] = field(default_factory=dict)
+    """Each attempt's stored trajectory (``--trajectories``), when the run kept them and they check out."""
 
 
 def diff_lines(diff: str, limit: int = MAX_DIFF_LINES) -> list[tuple[str, str]]:
@@ -95,13 +102,65 @@ def _metrics_rows(envelope: Envelope) -> list[dict[str, Any]]:
     ]
 
 
-def _task_row(task: TaskReport, artifacts: Mapping[tuple[str, int], AttemptArtifacts]) -> dict[str, Any]:
+def trajectory_rows(trajectory: Trajectory) -> dict[str, Any]:
+    """What the page shows of a trajectory: its conversations, each step shortened (``worktrial show`` has more)."""
+
+    def steps(document: Trajectory) -> dict[str, Any]:
+        shown = [
+            {
+                "id": step.step_id,
+                "source": step.source,
+                "error": is_error(step),
+                "facts": step_facts(step),
+                "message": shorten(step.message, VIEW_MESSAGE_CHARS, 60),
+                "reasoning": shorten(step.reasoning_content or "", 1000, 12),
+                "calls": list(shown_calls(step)),
+            }
+            for step in document.steps[:MAX_TRAJECTORY_STEPS]
+        ]
+        more = max(0, len(document.steps) - MAX_TRAJECTORY_STEPS)
+        return {"id": document.trajectory_id, "steps": shown, "more": more}
+
+    return {
+        "agent": trajectory.agent,
+        "notes": trajectory.notes,
+        "main": steps(trajectory),
+        "sides": [steps(sub) for sub in trajectory.subagent_trajectories or []],
+        "count": sum(1 for _ in trajectory.all_steps()),
+    }
+
+
+def _patch_parts(extra: AttemptArtifacts | None) -> dict[str, Any]:
+    """The patch as the page shows it: what the agent wrote, and its ignored build files folded into one line that
+    opens to show them."""
+    if extra is None or extra.patch is None:
+        return {"diff": [], "collapsed_line": "", "collapsed_diff": []}
+    shown = display_patch(extra.patch)
+    return {
+        "diff": diff_lines(shown.diff),
+        "collapsed_line": collapsed_line(shown.collapsed) if shown.collapsed else "",
+        "collapsed_diff": diff_lines(shown.collapsed_diff),
+    }
+
+
+def _task_row(
+    task: TaskReport,
+    artifacts: Mapping[tuple[str, int], AttemptArtifacts],
+    trajectories: Mapping[tuple[str, int], Trajectory] | None = None,
+) -> dict[str, Any]:
     counts = Counter(a.outcome for a in task.attempts)
     durations = [a.duration_secs for a in task.attempts]
     attempts = []
+    first_with: dict[tuple[object, ...], int] = {}  # a failure block already shown, by what it shows
     for record in task.attempts:
         extra = artifacts.get((task.task_id, record.attempt))
+        trajectory = (trajectories or {}).get((task.task_id, record.attempt))
         failing = extra.first_failure() if extra else None
+        tail = last_lines(failing.output_tail, FAILING_TAIL_LINES) if failing else ""
+        same_as = None
+        if failing is not None:
+            key = (failing.phase, failing.index, failing.command, failing.timed_out, failing.exit_code, tail)
+            same_as = first_with.setdefault(key, record.attempt)
         attempts.append(
             {
                 "record": record,
@@ -109,10 +168,13 @@ def _task_row(task: TaskReport, artifacts: Mapping[tuple[str, int], AttemptArtif
                 "cost": usd(record.cost_usd),
                 "artifacts": extra,
                 "failing": failing,
-                "failing_tail": last_lines(failing.output_tail, 60) if failing else "",
-                "diff": diff_lines(extra.patch.diff) if extra and extra.patch else [],
+                "failing_tail": tail,
+                "failing_same_as": same_as if same_as != record.attempt else None,
+                **_patch_parts(extra),
                 "stdout": last_lines(extra.agent_stdout.text, MAX_LOG_LINES) if extra and extra.agent_stdout else "",
                 "stderr": last_lines(extra.agent_stderr.text, MAX_LOG_LINES) if extra and extra.agent_stderr else "",
+                "trajectory": trajectory_rows(trajectory) if trajectory is not None else None,
+                "provenance": provenance_line(record),
             }
         )
     return {
@@ -205,11 +267,12 @@ def render_html(runs: Sequence[ViewRun], *, title: str | None = None) -> str:
                 "env": env,
                 "model": model_name(env) or "—",
                 "sandbox": _sandbox_facts(env),
+                "reuse": env.reuse_summary(),
                 "budget": budget_summary(env.run.budget),
                 "infrastructure": infrastructure_summary(env.report),
                 "metrics": _metrics_rows(env),
                 "bars": Markup(_group_bars(run)),
-                "tasks": [_task_row(t, run.artifacts) for t in env.report.tasks],
+                "tasks": [_task_row(t, run.artifacts, run.trajectories) for t in env.report.tasks],
                 "has_artifacts": bool(run.artifacts),
             }
         )

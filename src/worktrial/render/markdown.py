@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from worktrial.model.artifacts import AttemptArtifacts, last_lines
-from worktrial.model.envelope import Envelope, Metrics, TaskReport
+from worktrial.model.artifacts import AttemptArtifacts, CommandLog, last_lines
+from worktrial.model.envelope import Envelope, Metrics, Report, TaskReport
 from worktrial.model.records import OUTCOMES
 from worktrial.render.format import (
+    attempts_label,
     budget_summary,
     ci,
+    grouped,
     infrastructure_summary,
     interval_note,
     missing_note,
@@ -40,28 +42,52 @@ FAILURE_TAIL_LINES = 15
 
 
 def _failures(envelope: Envelope, artifacts: Mapping[tuple[str, int], AttemptArtifacts]) -> list[str]:
-    """For failed attempts with artifacts: the first failing verify command and the last lines of its output."""
+    """For failed attempts with artifacts: the first failing verify command and the last lines of its output, once
+    per task for attempts that failed the same way (same command, status and output)."""
     lines: list[str] = []
     shown = 0
-    failed = [(t, a) for t in envelope.report.tasks for a in t.attempts if a.outcome == "fail"]
-    for task, record in failed:
-        extra = artifacts.get((task.task_id, record.attempt))
-        failing = extra.first_failing_verify() if extra else None
-        if failing is None:
-            continue
-        if shown == MAX_FAILURES_SHOWN:
-            lines.append(f"- … more failed attempts: {markdown_code(f'worktrial show {envelope.run.id} TASK ATTEMPT')}")
-            break
-        shown += 1
-        status = "timed out" if failing.timed_out else f"exited {failing.exit_code}"
-        lines += [
-            f"**{markdown_code(task.task_id)} #{record.attempt}**: verify {failing.index} "
-            f"{markdown_code(failing.command)} {status}",
-            "",
-            *markdown_block(last_lines(failing.output_tail, FAILURE_TAIL_LINES) or "(no output)"),
-            "",
-        ]
+    for task in envelope.report.tasks:
+        failed: list[tuple[int, CommandLog]] = []
+        for record in task.attempts:
+            extra = artifacts.get((task.task_id, record.attempt)) if record.outcome == "fail" else None
+            if extra is not None and (failing := extra.first_failing_verify()) is not None:
+                failed.append((record.attempt, failing))
+        for group in grouped(failed, lambda item: _failure_key(item[1])):
+            if shown == MAX_FAILURES_SHOWN:
+                command = markdown_code(f"worktrial show {envelope.run.id} TASK ATTEMPT")
+                return ["", "## Failed verification", "", *lines, f"- … more failed attempts: {command}"]
+            shown += 1
+            failing = group[0][1]
+            status = "timed out" if failing.timed_out else f"exited {failing.exit_code}"
+            same = " (the same output each time)" if len(group) > 1 else ""
+            lines += [
+                f"**{markdown_code(task.task_id)} {attempts_label(n for n, _ in group)}**: verify {failing.index} "
+                f"{markdown_code(failing.command)} {status}{same}",
+                "",
+                *markdown_block(last_lines(failing.output_tail, FAILURE_TAIL_LINES) or "(no output)"),
+                "",
+            ]
     return ["", "## Failed verification", "", *lines] if lines else []
+
+
+def _failure_key(failing: CommandLog) -> tuple[object, ...]:
+    """What makes two failure blocks the same block: the command, how it ended and the output shown."""
+    tail = last_lines(failing.output_tail, FAILURE_TAIL_LINES)
+    return (failing.index, failing.command, failing.timed_out, failing.exit_code, tail)
+
+
+def _problem_lines(report: Report) -> list[str]:
+    """Errors and timeouts, one line per task and outcome and reason (``attempts 1–3``) rather than per attempt."""
+    lines = []
+    for task in report.tasks:
+        problems = [a for a in task.attempts if a.outcome in ("error", "timeout")]
+        for group in grouped(problems, lambda a: (a.outcome, a.reason)):
+            a = group[0]
+            lines.append(
+                f"- {markdown_code(task.task_id)} {attempts_label(r.attempt for r in group)}: **{a.outcome}** — "
+                f"{for_markdown(a.reason or 'no reason')}"
+            )
+    return lines
 
 
 def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], AttemptArtifacts] | None = None) -> str:
@@ -81,8 +107,13 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
         lines.append(f"- sandbox: {for_markdown(containment)}")
     if (containers := envelope.containers_summary()) is not None:
         lines.append(f"- containers: {for_markdown(containers)}")
+    if (reused := envelope.reuse_summary()) is not None:
+        lines.append(f"- made from another run: {for_markdown(reused)}")
     if not run.complete:
-        lines.append("- **incomplete run**: interrupted before every attempt finished; numbers cover what ran")
+        why = "interrupted before every attempt finished"
+        if run.reuse is not None and run.reuse.mode == "regrade" and run.reuse.not_regraded:
+            why = "attempts that could not be regraded are left out (`worktrial resume` runs the agent for them)"
+        lines.append(f"- **incomplete run**: {why}; numbers cover what ran")
     lines += [
         "",
         f"| group | tasks | passed/total | pass@{k} | 95% CI | pass^{k} | 95% CI |",
@@ -121,13 +152,8 @@ def render_markdown(envelope: Envelope, artifacts: Mapping[tuple[str, int], Atte
         lines += ["", budget]
     if (infrastructure := infrastructure_summary(report)) is not None:
         lines += ["", f"**Infrastructure errors:** {infrastructure}"]
-    problems = [(t, a) for t in report.tasks for a in t.attempts if a.outcome in ("error", "timeout")]
-    if problems:
-        lines += ["", "## Errors and timeouts", ""]
-        lines += [
-            f"- {markdown_code(t.task_id)} #{a.attempt}: **{a.outcome}** — {for_markdown(a.reason or 'no reason')}"
-            for t, a in problems
-        ]
+    if problems := _problem_lines(report):
+        lines += ["", "## Errors and timeouts", "", *problems]
     lines += _failures(envelope, artifacts or {})
     kept = [a.worktree for t in report.tasks for a in t.attempts if a.worktree]
     if kept:

@@ -8,17 +8,19 @@ prints literally) with its control characters shown as ``\\x1b``, never sent to 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.markdown import Markdown, MarkdownElement, TableElement
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from worktrial.model.artifacts import AttemptArtifacts, StreamTail
+from worktrial.model.artifacts import AttemptArtifacts, PatchDisplay, StreamTail, collapsed_line, display_patch
 from worktrial.model.envelope import Envelope, TaskReport
 from worktrial.model.records import AttemptRecord
-from worktrial.render.format import ci, infrastructure_summary, missing_note, num, setup_time, usd
+from worktrial.render.format import ci, infrastructure_summary, missing_note, num, provenance_line, setup_time, usd
 from worktrial.render.markdown import outcome_summary
 from worktrial.safe_text import for_markdown_listing, for_terminal, terminal_text
 from worktrial.util import plural
@@ -63,6 +65,8 @@ def run_summary(envelope: Envelope, has_artifacts: bool) -> RenderableType:
         facts.add_row("sandbox", terminal_text(containment))
     if (containers := envelope.containers_summary()) is not None:
         facts.add_row("containers", terminal_text(containers))
+    if (reused := envelope.reuse_summary()) is not None:
+        facts.add_row("made from", terminal_text(reused))
     groups = Table(title=None, show_edge=False, header_style="bold")
     for column in ("group", "tasks", "passed/total", f"pass@{k}", "95% CI", f"pass^{k}", "95% CI "):
         groups.add_column(column, justify="right" if column not in ("group", "95% CI", "95% CI ") else "left")
@@ -138,8 +142,11 @@ def _tail(title: str, stream: StreamTail | None) -> RenderableType | None:
     return Panel(terminal_text(shown, multiline=True), title=title + note, title_align="left", border_style="dim")
 
 
-def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> RenderableType:
-    """Everything about one attempt: facts, setup/verify commands with output, agent output, patch."""
+def attempt_view(
+    record: AttemptRecord, artifacts: AttemptArtifacts | None, *, full_patch: bool = False
+) -> RenderableType:
+    """Everything about one attempt: facts, setup/verify commands with output, agent output, patch (ignored build
+    files collapsed into one line unless ``full_patch``)."""
     head = Text.assemble(terminal_text(f"{record.task_id} #{record.attempt}: "), _outcome(record.outcome))
     if record.reason:
         head.append(terminal_text(f" — {record.reason}", multiline=True))
@@ -150,9 +157,11 @@ def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> R
         style="dim",
     )
     parts: list[RenderableType] = [head, facts]
+    if (origin := provenance_line(record)) is not None:
+        parts.append(terminal_text(origin))
     if artifacts is None:
         parts.append(Text("no artifacts stored for this attempt", style="dim"))
-        return Group(*parts)
+        return Group(*parts, *_trajectory_hint(record))
     for command in artifacts.commands:
         status = "timed out" if command.timed_out else f"exit {command.exit_code}"
         style = "green" if command.ok else "red"
@@ -173,17 +182,29 @@ def attempt_view(record: AttemptRecord, artifacts: AttemptArtifacts | None) -> R
     elif not patch.diff:
         parts.append(Text("the agent changed nothing", style="dim"))
     else:
+        shown = display_patch(patch) if not full_patch else PatchDisplay(patch.diff, [])
         title = f"patch: {plural(len(patch.files), 'file')}" + (" (truncated)" if patch.truncated else "")
-        parts.append(
-            Panel(
-                Syntax(for_terminal(patch.diff, multiline=True), "diff", theme="ansi_dark", word_wrap=True),
-                title=title,
-                title_align="left",
+        if shown.diff:
+            parts.append(
+                Panel(
+                    Syntax(for_terminal(shown.diff, multiline=True), "diff", theme="ansi_dark", word_wrap=True),
+                    title=title,
+                    title_align="left",
+                )
             )
-        )
+        if shown.collapsed:
+            line = collapsed_line(shown.collapsed) + " (not shown; --full-patch shows them)"
+            parts.append(terminal_text(line if shown.diff else f"{title}: {line}", style="dim"))
     if artifacts.redactions:
         parts.append(Text(f"{plural(artifacts.redactions, 'secret value')} redacted", style="dim"))
-    return Group(*parts)
+    return Group(*parts, *_trajectory_hint(record))
+
+
+def _trajectory_hint(record: AttemptRecord) -> list[RenderableType]:
+    if record.trajectory is None:
+        return []
+    steps = plural(record.trajectory.steps, "step")
+    return [Text(f"trajectory: {steps} (add --trajectory to see them)", style="dim")]
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -201,3 +222,21 @@ def rich_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
     for row in rows:
         table.add_row(*(terminal_text(c) for c in row))
     return table
+
+
+class _WrappingTable(TableElement):
+    """A markdown table whose cells wrap instead of ending in ``…``: at 80 columns a task id cut to ``fix-pipe-ce…``
+    could be any of several tasks."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for part in super().__rich_console__(console, options):
+            if isinstance(part, Table):
+                for column in part.columns:
+                    column.overflow = "fold"
+            yield part
+
+
+class ReportMarkdown(Markdown):
+    """A markdown report drawn on a terminal, its tables wrapped rather than cut."""
+
+    elements: ClassVar[dict[str, type[MarkdownElement]]] = {**Markdown.elements, "table_open": _WrappingTable}

@@ -13,12 +13,15 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from worktrial.isolation.patch import CHANGE_MAX_BYTES
 from worktrial.model.artifacts import AttemptArtifacts
 from worktrial.safe_read import read_input
-from worktrial.util import atomic_write_text
+from worktrial.util import atomic_write_text, replace_file
 
 ATTEMPTS_DIR = "attempts"
 ARTIFACTS_FILE = "artifacts.json"
+CHANGE_FILE = "change.diff"
+"""The agent's exact change (``git apply`` input), kept for ``regrade``; its digest is in the signed record."""
 # Three bounded tails plus command tails fit well under this; anything bigger was not written by us.
 MAX_ARTIFACTS_BYTES = 16 * 1024 * 1024
 
@@ -42,6 +45,33 @@ def write_artifacts(run_dir: Path, artifacts: AttemptArtifacts) -> Path:
     path = directory / ARTIFACTS_FILE
     atomic_write_text(path, artifacts.model_dump_json(indent=1) + "\n")
     return path
+
+
+def write_change(run_dir: Path, task_id: str, attempt: int, data: bytes) -> Path:
+    """Store one attempt's exact change (a retried attempt overwrites the earlier try's)."""
+    directory = attempt_dir(run_dir, task_id, attempt)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / CHANGE_FILE
+    replace_file(path, data)
+    return path
+
+
+class ChangeUnavailable(Exception):
+    """A stored change that cannot be used, with the reason as its message."""
+
+
+def read_change(run_dir: Path, task_id: str, attempt: int, sha256: str) -> bytes:
+    """The stored exact change of one attempt, only if it has the digest its signed record names."""
+    path = attempt_dir(run_dir, task_id, attempt) / CHANGE_FILE
+    try:
+        data = read_input(path, CHANGE_MAX_BYTES, follow_symlinks=False)
+    except FileNotFoundError:
+        raise ChangeUnavailable(f"its stored change ({path.name}) is gone") from None
+    except (OSError, ValueError) as exc:
+        raise ChangeUnavailable(f"its stored change cannot be read ({exc})") from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ChangeUnavailable("its stored change was altered after the run (its digest is not the signed one)")
+    return data
 
 
 def read_artifacts(run_dir: Path, task_id: str, attempt: int) -> AttemptArtifacts | None:

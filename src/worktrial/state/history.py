@@ -17,6 +17,7 @@ from worktrial.jsonlimits import MAX_ENVELOPE_BYTES
 from worktrial.model.envelope import (
     BudgetInfo,
     Envelope,
+    ReuseInfo,
     RunInfo,
     SandboxInfo,
     WorkspaceInfo,
@@ -93,7 +94,7 @@ def list_runs(state_root: Path) -> list[RunRow]:
                 agent=_agent(meta),
                 started_at=meta.started_at,
                 done=len(records),
-                total=meta.attempts * len(meta.tasks),
+                total=meta.config.attempts * len(meta.tasks),
                 pass_at_1=pass1,
             )
         )
@@ -101,7 +102,10 @@ def list_runs(state_root: Path) -> list[RunRow]:
 
 
 def _agent(meta: RunMeta) -> str:
-    return (f"{meta.label} — " if meta.label else "") + meta.agent + (f" / {meta.model}" if meta.model else "")
+    config = meta.config
+    return (
+        (f"{config.label} — " if config.label else "") + config.agent + (f" / {config.model}" if config.model else "")
+    )
 
 
 def _unverified_row(store: RunStore) -> RunRow:
@@ -123,7 +127,7 @@ def _unverified_row(store: RunStore) -> RunRow:
         agent=_agent(meta),
         started_at=meta.started_at,
         done=done,
-        total=meta.attempts * len(meta.tasks),
+        total=meta.config.attempts * len(meta.tasks),
         pass_at_1=pass1,
         problem=problem,
     )
@@ -165,6 +169,8 @@ def store_problems(envelope_path: Path, envelope: Envelope) -> tuple[list[str], 
             problems.append(
                 f"{where}: outcome {record.outcome} in the envelope, {mine.outcome} in the run store's record"
             )
+        elif mine.provenance != record.provenance:
+            problems.append(f"{where}: its provenance differs from the run store's record")
     missing = sorted(set(by_key) - set(published))
     if missing:
         shown = ", ".join(f"{t}#{n}" for t, n in missing[:8])
@@ -184,14 +190,15 @@ def host_info() -> dict[str, object]:
 
 def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, complete: bool | None = None) -> Envelope:
     """The envelope of a stored run from its metadata and attempt records (no suite file needed)."""
-    provider, model = split_route(meta.model)
-    source: Literal["route", "agent"] | None = "route" if meta.model else None
+    config = meta.config
+    provider, model = split_route(config.model)
+    source: Literal["route", "agent"] | None = "route" if config.model else None
     reported = {r.model for r in records if r.model}
-    if not meta.model and len(reported) == 1:
+    if not config.model and len(reported) == 1:
         # Without --model the CLI chose from its own settings; its init/metadata events name the model.
         provider, model = split_route(reported.pop())
         source = "agent"
-    total = meta.attempts * len(meta.tasks)
+    total = config.attempts * len(meta.tasks)
     sandboxes = meta.sandboxes or ([meta.sandbox] if meta.sandbox is not None else [])
     info = RunInfo(
         id=meta.id,
@@ -199,19 +206,22 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         finished_at=utc_now(),
         complete=(len(records) == total) if complete is None else complete and len(records) == total,
         workspace=WorkspaceInfo(path=meta.source_repo, base_commit=meta.base_commit, dirty=meta.dirty),
-        attempts=meta.attempts,
-        k=meta.k,
+        attempts=config.attempts,
+        k=config.k,
         jobs=meta.jobs,
-        verify_always=meta.verify_always,
+        verify_always=config.verify_always,
         host=host_info(),
         sandbox=_weakest_used(sandboxes, records),
         sandboxes=sandboxes if len(sandboxes) > 1 else None,
         trace_root=meta.workspace,
         budget=_budget(meta, records),
-        grace_secs=meta.config.grace_secs if meta.config is not None else None,
-        label=meta.label,
+        concurrency=meta.concurrency,
+        grace_secs=None if meta.lifted else config.grace_secs,
+        label=config.label,
         selection=meta.selection,
         task_base_commits=dict(meta.task_base_commits),
+        reuse=reuse_counts(meta.reuse, records),
+        dirty_excluded=list(meta.dirty_excluded),
     )
     tasks = [TaskInfo(t.id, t.name, t.category, t.cluster) for t in meta.tasks]
     return Envelope(
@@ -219,22 +229,31 @@ def envelope_from_records(meta: RunMeta, records: list[AttemptRecord], *, comple
         provider=provider,
         model=model,
         model_source=source,
-        agent=meta.agent_description or {"name": meta.agent},
+        agent=meta.agent_description or {"name": config.agent},
         suite_path=meta.suite_display_path,
         suite_sha256=meta.suite_sha256,
         suite_bundle_sha256=meta.suite_bundle_sha256 or meta.suite_sha256,
         suite_files=list(meta.suite_files),
         environment_images=dict(meta.environment_images) or None,
         run=info,
-        report=build_report(meta.suite_id, meta.suite_name, tasks, records, meta.k),
+        report=build_report(meta.suite_id, meta.suite_name, tasks, records, config.k),
     )
+
+
+def reuse_counts(reuse: ReuseInfo | None, records: list[AttemptRecord]) -> ReuseInfo | None:
+    """``run.reuse`` with the counts of the records it covers: reused, regraded, and run by an agent here."""
+    if reuse is None:
+        return None
+    kinds = [r.provenance.kind if r.provenance is not None else "ran" for r in records]
+    counts = {kind: kinds.count(kind) for kind in ("reused", "regraded", "ran")}
+    return reuse.model_copy(update=counts)
 
 
 def _budget(meta: RunMeta, records: list[AttemptRecord]) -> BudgetInfo | None:
     """``run.budget``: the stored limits, with the spend of the records the envelope covers."""
     if meta.budget is None:
         return None
-    costs = [r.cost_usd for r in records]
+    costs = [r.cost_usd for r in records if r.provenance is None]  # what this run's agents spent
     return meta.budget.model_copy(
         update={
             "spent": round(sum(c for c in costs if c is not None), 6),

@@ -23,12 +23,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from worktrial.errors import BadInputError, HarnessError
 from worktrial.isolation.safefs import read_regular
 from worktrial.jsonlimits import loads_limited
-from worktrial.model.envelope import BudgetInfo, Envelope, SandboxInfo, Selection, SuiteFileInfo
+from worktrial.model.envelope import (
+    BudgetInfo,
+    ConcurrencyInfo,
+    Envelope,
+    ReuseInfo,
+    SandboxInfo,
+    Selection,
+    SuiteFileInfo,
+)
+from worktrial.model.newer_fields import NewerFieldsOmitted
 from worktrial.model.records import AttemptRecord
 from worktrial.model.run_config import RunConfig
 from worktrial.model.suite import Category
@@ -53,10 +62,16 @@ class TaskMeta(BaseModel):
     name: str
     category: Category
     cluster: str | None = None
+    digest: str | None = None
+    """The task's definition digest (``model/task_digest.py``); None in runs stored before it was kept."""
+    parts: dict[str, str] = Field(default_factory=dict)
+    """The digest of each part of its definition, what ``eval --reuse`` compares."""
 
 
-class RunMeta(BaseModel):
+class RunMeta(NewerFieldsOmitted):
     """What identifies a run and how to continue or re-render it (never secrets)."""
+
+    NEWER_FIELDS = ("concurrency",)
 
     id: str
     started_at: str
@@ -78,37 +93,61 @@ class RunMeta(BaseModel):
     source_repo: str
     base_commit: str
     dirty: bool
-    agent: str
     agent_description: dict[str, Any] = Field(default_factory=dict)
     """The agent's own ``describe()``, as it goes into the envelope."""
-    agent_cmd: str | None = None
-    model: str | None = None
-    base_url: str | None = None
-    """Without user info, query or fragment; ``base_url_redacted`` says whether anything was removed."""
     base_url_redacted: bool = False
-    agent_settings: dict[str, Any] = Field(default_factory=dict)
-    pass_env: list[str] = Field(default_factory=list)
-    """--pass-env names (never values): resume gives the agent the same variables again."""
-    attempts: int
-    k: int
+    """Whether anything (user info, query, fragment) was removed from the config's base URL."""
     jobs: int
-    verify_always: bool = False
+    """Attempts at once: ``--jobs N``, or with ``--jobs auto`` its ``--max-jobs``."""
+    concurrency: ConcurrencyInfo | None = None
+    """``--jobs auto``: its ``--max-jobs`` and the level over time (every session's); None: a fixed ``--jobs``."""
     retry_errors: int = 0
     work_root: str | None = None
     """Temp directory of the run's worktrees, removed on resume if a crash left it behind."""
-    label: str | None = None
     selection: Selection | None = None
-    artifacts: bool = True
     sandbox: SandboxInfo | None = None
     """The containment of the run's first session (runs stored before ``sandboxes`` have only this)."""
     sandboxes: list[SandboxInfo] = Field(default_factory=list)
     """Every containment the run's sessions used, in order; each record's ``sandbox`` is an index into it."""
     budget: BudgetInfo | None = None
     """The last session's budget (``--max-cost`` may change on resume) and whether it stopped the run."""
-    config: RunConfig | None = None
-    """What the run measures, frozen at its start (None in runs stored before it was): resume reloads it whole."""
+    config: RunConfig
+    """What the run measures, frozen at its start: resume reloads it whole. The only place it is kept."""
+    lifted: bool = False
+    """The config was made from the flat fields of a run stored before configs were (``_lift``); such a run
+    recorded no ``--grace-secs``."""
     signed: bool = False
     """Records and run.json carry signatures under the run's key (every run since records were signed)."""
+    reuse: ReuseInfo | None = None
+    """A run made from another run's attempts (``regrade``, ``eval --reuse``): its source and what could not be
+    regraded (the counts are the records', filled in the envelope)."""
+    dirty_excluded: list[str] = Field(default_factory=list)
+    """Uncommitted paths of the workspace that did not make it dirty: the suite file and its declared files."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift(cls, data: Any) -> Any:
+        """A run.json of an older worktrial: its flat agent, model, attempts, ... fields become the config (runs
+        stored before the config existed), and the copies of the config's fields beside it are dropped."""
+        if not isinstance(data, dict):
+            return data
+        flat = {k: data[k] for k in _FLAT_CONFIG_FIELDS if k in data}
+        data = {k: v for k, v in data.items() if k not in _FLAT_CONFIG_FIELDS}
+        if data.get("config") is None:
+            selection = data.get("selection") or {}
+            if isinstance(selection, BaseModel):
+                selection = selection.model_dump()
+            picked = {key: selection[key] for key in ("tasks", "categories", "limit") if key in selection}
+            data["config"] = {**flat, **picked}
+            data["lifted"] = True
+        return data
+
+
+_FLAT_CONFIG_FIELDS = frozenset(
+    {"agent", "agent_cmd", "model", "base_url", "agent_settings", "pass_env", "attempts", "k", "verify_always"}
+    | {"label", "artifacts"}
+)
+"""What run.json kept beside its config before the config was the only copy (and before it existed at all)."""
 
 
 @dataclass
@@ -132,7 +171,7 @@ def runs_dir(state_root: Path) -> Path:
 
 
 RUN_ID = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{6}")
-"""The run ids worktrial generates (``engine.run.new_run_id``): UTC start time and 6 random hex digits."""
+"""The run ids worktrial generates (``engine.session.new_run_id``): UTC start time and 6 random hex digits."""
 RUN_ID_EXAMPLE = "20260101T120000Z-1a2b3c"
 
 
@@ -305,8 +344,8 @@ class RunStore:
             key = (record.task_id, record.attempt)
             if record.task_id not in planned:
                 out.ignored["for tasks not in the run"] += 1
-            elif not 1 <= record.attempt <= meta.attempts:
-                out.ignored[f"with attempt numbers outside 1..{meta.attempts}"] += 1
+            elif not 1 <= record.attempt <= meta.config.attempts:
+                out.ignored[f"with attempt numbers outside 1..{meta.config.attempts}"] += 1
             elif key in seen:
                 out.ignored["duplicates"] += 1
             else:

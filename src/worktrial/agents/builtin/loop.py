@@ -1,7 +1,9 @@
 """The agent loop: ask the model, run the tools it calls, repeat until ``finish`` or a budget runs out.
 
-The loop records only aggregate facts (turns, tool and error counts, latencies, tokens): the conversation itself
-lives in memory for the attempt and is dropped with it.
+The loop records aggregate facts (turns, tool and error counts, latencies, tokens) in the attempt's usage; the
+conversation itself lives in memory for the attempt and is dropped with it, unless the run records trajectories
+(``ctx.trajectory``): then each step is also added to the attempt's trajectory, which the harness redacts and
+bounds before it stores it.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ from worktrial.agents.builtin.specs import (
     parse_arguments_for,
 )
 from worktrial.agents.builtin.tools import Toolbox
-from worktrial.agents.builtin.transport import ProviderError, Transport, status_category
+from worktrial.agents.builtin.transport import ModelReply, ProviderError, Transport, status_category
 from worktrial.agents.pricing import Price, cost_usd
 from worktrial.model.records import ErrorCategory, Tokens, Usage
+from worktrial.model.trajectory import Metrics, now_iso
 
 SYSTEM_PROMPT = """\
 You are an autonomous coding agent working in a git repository; the current directory is the repository root.
@@ -93,19 +96,24 @@ class AgentLoop:
         conversation = Conversation(SYSTEM_PROMPT, [UserMessage(self.ctx.task.prompt)])
         usage = self.tally.usage
         idle_replies = 0
+        if (log := self.ctx.trajectory) is not None:
+            log.system(SYSTEM_PROMPT)
+            log.user(self.ctx.task.prompt)
         while True:
             stop = self._budget_stop()
             if stop is not None:
                 return stop
             self.context.fit(conversation, self.schema_chars)
             chars_sent = conversation.chars() + self.schema_chars
-            started = time.monotonic()
+            started, started_at = time.monotonic(), now_iso()
             try:
                 reply = transport.complete(
                     conversation, TOOL_SPECS, min(self.settings.request_timeout_secs, self.ctx.remaining())
                 )
             except ProviderError as err:
                 usage.latency_ms.append(round((time.monotonic() - started) * 1000, 3))
+                if self.ctx.trajectory is not None:
+                    self.ctx.trajectory.error(f"model call failed: {err.message}", error_category=err.category.value)
                 failed = self._provider_failure(err, conversation)
                 if failed is None:
                     continue
@@ -117,11 +125,14 @@ class AgentLoop:
                 self.tally.unreported_calls += 1
             self.context.observe(reply.tokens.input, chars_sent)
             conversation.messages.append(reply.message)
+            self._record_reply(reply, started_at, time.monotonic() - started)
             if not reply.message.tool_calls:
                 idle_replies += 1
                 if idle_replies >= MAX_IDLE_REPLIES:
                     return self._end(None, reason=f"model replied {idle_replies} times without a tool call")
                 conversation.messages.append(UserMessage(NUDGE))
+                if self.ctx.trajectory is not None:
+                    self.ctx.trajectory.user(NUDGE)
                 continue
             idle_replies = 0
             results: list[ToolResult] = []
@@ -132,6 +143,23 @@ class AgentLoop:
                 if self.ctx.cancelled():
                     return self._end(None, reason="run interrupted")
             conversation.messages.append(ToolResults(results))
+
+    def _record_reply(self, reply: ModelReply, started_at: str, secs: float) -> None:
+        if (log := self.ctx.trajectory) is None:
+            return
+        tokens = reply.tokens
+        metrics = Metrics(
+            prompt_tokens=tokens.input,
+            completion_tokens=tokens.output,
+            cached_tokens=tokens.cached_input,
+            cost_usd=cost_usd(tokens, self.price) if reply.usage_reported else None,
+        )
+        calls = [
+            (c.id, c.name, c.arguments if c.arguments is not None else {"unparsed_arguments": c.raw_arguments})
+            for c in reply.message.tool_calls
+        ]
+        extra = {"latency_ms": round(secs * 1000, 1)}
+        log.agent(reply.message.text, calls, model=self.route.model, metrics=metrics, started=started_at, extra=extra)
 
     def _budget_stop(self) -> AgentResult | None:
         usage = self.tally.usage
@@ -174,6 +202,9 @@ class AgentLoop:
             if category is not None:
                 self.tally.count_error(category)
             results.append(ToolResult(call.id, call.name, content, is_error=category is not None))
+            if self.ctx.trajectory is not None:
+                extra = {"error_category": category} if category is not None else None
+                self.ctx.trajectory.observe(call.id, content, is_error=category is not None, extra=extra)
 
         spec = SPECS.get(call.name)
         if spec is None:
@@ -204,6 +235,9 @@ class AgentLoop:
         timed_out: bool = False,
     ) -> AgentResult:
         usage = self.tally.usage
+        if self.ctx.trajectory is not None and claimed is None:
+            said = error.message if error is not None else reason or ("deadline reached" if timed_out else "")
+            self.ctx.trajectory.system(f"the agent stopped without finishing: {said}", extra={"error": True})
         if self.tally.unreported_calls:
             usage.notes.append(f"the provider reported no usage for {self.tally.unreported_calls} model call(s)")
             usage.cost_usd = None

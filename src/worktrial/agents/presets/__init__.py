@@ -16,6 +16,7 @@ from worktrial.agents.presets import (
     gemini_cli,
     goose,
     gptme,
+    grok_cli,
     kilo,
     mini_swe_agent,
     opencode,
@@ -44,6 +45,7 @@ PRESETS: dict[str, PresetSpec] = {
         kilo.SPEC,
         gptme.SPEC,
         droid.SPEC,
+        grok_cli.SPEC,
     )
 }
 

@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from worktrial.agents.presets.base import (
-    ConfigCarry,
     Invocation,
     LongPrompt,
     PresetSpec,
     litellm_base_url,
+    litellm_provider,
     litellm_upstream,
     scratch_dir,
 )
+from worktrial.agents.presets.carry import ConfigCarry, UserSetup
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     LineSplitter,
@@ -39,6 +40,7 @@ from worktrial.agents.presets.parsing import (
     iter_json_lines,
 )
 from worktrial.agents.presets.provider_errors import classify_litellm, failure
+from worktrial.agents.presets.routing import Configured
 from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 ANALYTICS_LOG = "aider-analytics.jsonl"
@@ -165,6 +167,33 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     return litellm_base_url(inv, env)
 
 
+CONF_SETTING = re.compile(r"^(model|openai-api-key|anthropic-api-key|openai-api-base)\s*:\s*[\"']?([^\"'\s#]+)", re.M)
+
+
+def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model: str | None) -> Configured:
+    """The model ``~/.aider.conf.yml`` names (its provider is the upstream: ``openrouter/...`` reads
+    ``OPENROUTER_API_KEY`` and ``OPENROUTER_API_BASE``, from ~/.env or the environment), and the key and OpenAI
+    base the file sets itself."""
+    del env, provider
+    conf = setup.file(".aider.conf.yml")
+    settings = dict(CONF_SETTING.findall(conf.text)) if conf is not None else {}
+    named = model or settings.get("model")
+    upstream = litellm_provider(named) if model is None and named else None
+    chosen = "anthropic" if named and named.startswith("anthropic/") else "openai"
+    key = settings.get(f"{chosen}-api-key")
+    base = settings.get("openai-api-base") if chosen == "openai" else None
+    shown = conf.shown if conf is not None else None
+    return Configured(
+        base_url=base,
+        base_from=shown if base else None,
+        key=key,
+        key_from=shown if key else None,
+        model=named,
+        upstream=upstream,
+        elsewhere=model is None and named is not None and upstream is None,
+    )
+
+
 SPEC = PresetSpec(
     long_prompt=LongPrompt(via="file", flag="--message-file"),  # prompts over 64 KiB (agents.prompt)
     name="aider",
@@ -184,8 +213,10 @@ SPEC = PresetSpec(
             "aider/home",
             "",
             (".aider.conf.yml", ".env", ".aider.model.settings.yml", ".aider.model.metadata.json"),
+            env_files=(".env",),
         ),
     ),
+    setup=_setup,
     run_env=_run_env,
     base_url="<PROVIDER>_API_BASE (litellm's variable for the route's provider; OPENAI_API_BASE without one)",
     upstream=litellm_upstream,

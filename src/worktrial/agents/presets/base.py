@@ -9,38 +9,58 @@ it, and its output parser. Spawning, deadlines, bounded capture, version probing
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from worktrial.agents.base import AgentContext, AgentError, AgentOptions, AgentOutput, AgentResult
 from worktrial.agents.credentials import PRESET_PROVIDERS, PROVIDER_VARIABLES, preset_credentials
+from worktrial.agents.presets.carry import (
+    CarryRefused,
+    ConfigCarry,
+    Rewrite,
+    UserSetup,
+    carry,
+    read_setup,
+)
 from worktrial.agents.presets.parsing import ExitInfo, ParserFactory, watch_spend
+from worktrial.agents.presets.routing import (
+    ANTHROPIC,
+    OPENAI,
+    OPENROUTER,
+    Configured,
+    RoutePlan,
+    SetupReader,
+    Upstream,
+    leaves_the_environment,
+    plan_route,
+)
 from worktrial.agents.pricing import Price, ResolvedPrice, cost_usd, resolve_price
 from worktrial.agents.prompt import MAX_ARG_BYTES, fits_inline, kib, oversized_argument, prompt_file_of
 from worktrial.errors import BadInputError
 from worktrial.gateway import Route
 from worktrial.isolation import childenv, proc
 from worktrial.isolation.childenv import check_patterns
-from worktrial.isolation.safefs import read_regular
 from worktrial.model.artifacts import STREAM_TAIL_BYTES
 from worktrial.model.config import AgentConfig
 from worktrial.model.envelope import split_route
 from worktrial.model.records import ErrorCategory
+from worktrial.util import public_url
 
 log = logging.getLogger(__name__)
 VERSION_TIMEOUT_SECS = 15.0
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.I)
 MIN_SECRET_CHARS = 8
 """A provider variable of a secret-like name and at least this long is a value no routed CLI may see anywhere."""
-MAX_CONFIG_BYTES = 1024 * 1024
+PREFLIGHT_TOKEN = "wt-gw-preflight"
+PREFLIGHT_URL = "http://127.0.0.1:1/g/wt-gw-preflight/route"
+"""What the preflight's trial copy of the CLI's configuration puts where an attempt's token and gateway URL go."""
 
 
 @dataclass(frozen=True)
@@ -61,23 +81,9 @@ class Invocation:
     """Budget flags (``max_turns``...) the preset declared it honours."""
     cost_cap: float | None = None
     """``--max-cost-per-attempt``, for CLIs with a spending limit of their own (the harness enforces it anyway)."""
+    upstream: Upstream | None = None
+    """The provider the gateway stands in for in this attempt, when it is routed (its wire, its base variables)."""
 
-
-@dataclass(frozen=True)
-class Upstream:
-    """How a CLI reaches one provider, for routing it through the model gateway (``worktrial.gateway``)."""
-
-    route: str
-    """The provider's wire family at the gateway and in the price table: ``anthropic``, ``openai``, ``gemini``."""
-    keys: tuple[str, ...]
-    """The variables the CLI reads this provider's key from, in the CLI's order of preference."""
-    default_base: str
-    """The provider's own base URL in the CLI's convention (with ``/v1`` where the CLI expects it)."""
-
-
-OPENAI = Upstream("openai", ("OPENAI_API_KEY",), "https://api.openai.com/v1")
-ANTHROPIC = Upstream("anthropic", ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"), "https://api.anthropic.com")
-GEMINI = Upstream("gemini", ("GEMINI_API_KEY", "GOOGLE_API_KEY"), "https://generativelanguage.googleapis.com")
 
 ArgvBuilder = Callable[[Invocation], list[str]]
 EnvBuilder = Callable[[Path], dict[str, str]]
@@ -85,25 +91,6 @@ RunEnvBuilder = Callable[[Invocation, Mapping[str, str]], dict[str, str]]
 """Environment derived from the invocation and the environment the agent would get (base URL, key names)."""
 Preparer = Callable[[Invocation], None]
 """Writes files the CLI reads at start into the attempt's scratch directory (a config naming ``--base-url``)."""
-
-
-@dataclass(frozen=True)
-class ConfigCarry:
-    """The CLI's own config directory: redirected per attempt, with the user's setup copied in.
-
-    Attempts must not share sessions, history or caches, so the CLI's config-dir variable points into the
-    attempt's scratch directory; but the files that say which provider, model and credentials to use are
-    copied there from the user's own directory, so a setup that works for the user works under worktrial.
-    """
-
-    env_var: str
-    """The variable the CLI reads its config directory from (set per attempt)."""
-    subdir: str
-    """Where under the attempt's scratch directory the fresh config directory goes."""
-    default: str
-    """The user's config directory relative to $HOME (``""``: $HOME itself), used when the variable is not set."""
-    files: tuple[str, ...]
-    """The files copied (names in that directory): settings and credentials, never history or sessions."""
 
 
 @dataclass(frozen=True)
@@ -185,6 +172,12 @@ class PresetSpec:
     upstream: Callable[[Invocation], Upstream | None] | None = None
     """The provider the CLI calls for this invocation, when it can be routed through the model gateway (its base
     URL is then the gateway's, given through ``base_url``'s mechanism, and its key the attempt's token)."""
+    setup: SetupReader | None = None
+    """Reads what the CLI's own configuration files name: its endpoint, an API key, the variable of its key, the
+    model (``routing.plan_route`` weighs it against the flags and the environment)."""
+    settings_env_wins: bool = False
+    """The CLI's settings files set variables over its environment (Claude Code's ``env``); otherwise the
+    environment wins over them (a dotenv file, Qwen Code's ``env``)."""
 
 
 def first_line(data: bytes, limit: int = 200) -> str | None:
@@ -242,6 +235,14 @@ class PresetAgent:
         self.version: str | None = None
         config_dir = overrides.config_dir
         self.config_dir: bool | Path = config_dir if isinstance(config_dir, bool) else Path(config_dir).expanduser()
+        self.carry_login = overrides.carry_login
+        """The user accepts that a CLI which is not routed takes its login (its config's credentials) into the
+        sandbox."""
+        self.route: RoutePlan | None = None
+        """Where the preflight found the CLI's model calls will go (for the envelope), when it is routed."""
+        self.unrouted_endpoints: list[str] = []
+        """Loopback URLs the CLI's own configuration names that the gateway does not carry for it: a sandbox with
+        a network of its own cannot reach them."""
         self.provider: str | None = None
         self.model: str | None = options.model
         if options.model and spec.splits_route:
@@ -268,6 +269,10 @@ class PresetAgent:
             described["env_keys"] = sorted(self.extra_env)  # values may be secrets
         if self.pass_env:
             described["pass_env"] = sorted(self.pass_env)  # names only
+        if self.route is not None:
+            described["upstream"] = self.route.described(public_url)
+        if self.unrouted_endpoints:
+            described["unrouted_endpoints"] = [public_url(url) for url in self.unrouted_endpoints]
         return described
 
     def preflight(self) -> None:
@@ -284,6 +289,46 @@ class PresetAgent:
             problem = self.spec.check(env)
             if problem:
                 raise BadInputError(f"agent {self.name}: {problem}")
+        self._check_carry()
+
+    def _check_carry(self) -> None:
+        """Before the first attempt: where the CLI's model calls will go, and that no credential of its own
+        configuration would enter the sandbox (a login worktrial cannot stand in for refuses the run)."""
+        env = {**childenv.selected(os.environ, self.credential_patterns), **self.extra_env}
+        env.setdefault("HOME", os.environ.get("HOME", ""))
+        setup = read_setup(self.spec.carries, env, self.config_dir)
+        env.update(childenv.selected(os.environ, named_in(setup, childenv.withheld(os.environ))))
+        self.route = self._plan(self._invocation("PROMPT", Path("SCRATCH"), Path(".")), env, setup)
+        routed = self.route.base_url.rstrip("/") if self.route is not None else None
+        self.unrouted_endpoints = [u for u in setup.loopback_endpoints() if routed is None or not u.startswith(routed)]
+        if self.config_dir is False:
+            return  # the CLI reads the user's own directory: nothing is copied
+        if self.route is None:
+            held = [f.shown for f in setup.logins()] + sorted(set(setup.secrets().values()))
+            if held and not self.carry_login:
+                raise BadInputError(self._login_refused(held[0]))
+            return
+        rewrite = self._rewrite(self.route, PREFLIGHT_TOKEN, PREFLIGHT_URL, frozenset())
+        with tempfile.TemporaryDirectory(prefix="worktrial-carry-") as tmp:
+            try:
+                carry(setup, lambda c: Path(tmp) / c.subdir, rewrite)
+            except CarryRefused as exc:
+                raise BadInputError(f"agent {self.name}: {exc}") from None
+
+    def _login_refused(self, where: str) -> str:
+        upstream = self.spec.upstream(self._invocation("", Path(), Path())) if self.spec.upstream else None
+        keys = " or ".join(upstream.keys) if upstream is not None else "a provider key variable"
+        routed = (
+            f"set {keys} (or --base-url) so that its calls go through worktrial's model gateway, which holds the key "
+            "outside the sandbox; "
+            if upstream is not None
+            else ""
+        )
+        return (
+            f"agent {self.name}: {where} holds a login or key that would be copied into every attempt, where the "
+            f"agent can read it; {routed}or, to let {self.name} use it inside the sandbox, set carry_login = true "
+            f"under [agents.{self.name}] in worktrial.toml"
+        )
 
     def probe(self) -> tuple[bool, str | None]:
         """Whether the binary is on PATH and what version it reports (used by ``worktrial agents``)."""
@@ -291,7 +336,7 @@ class PresetAgent:
         if self.binary_path is None:
             return False, None
         with tempfile.TemporaryDirectory(prefix="worktrial-probe-") as tmp:
-            env = proc.clean_env(extra=self._env(Path(tmp), os.environ))
+            env = proc.clean_env(extra=self._env(Path(tmp), os.environ, Rewrite()))
             argv = self.spec.version_argv(self.binary_path) if self.spec.version_argv is not None else None
             version = probe_version_by(argv, env) if argv else None
             return True, version or probe_version(self.binary_path, self.spec.version_args, env)
@@ -299,11 +344,16 @@ class PresetAgent:
     def run(self, ctx: AgentContext) -> AgentResult:
         invocation = replace(self._invocation(ctx.task.prompt, ctx.scratch, ctx.worktree), cost_cap=ctx.cost_cap)
         env = ctx.env_with((*self.credential_patterns, *self.named_in_user_config(ctx)))
-        invocation, withheld = self._through_gateway(ctx, invocation, env)
-        env.update(self._env(ctx.scratch, ctx.env))
+        setup = read_setup(self.spec.carries, env, self.config_dir)
+        invocation, rewrite = self._through_gateway(ctx, invocation, env, setup)
+        try:
+            env.update(self._env(ctx.scratch, env, rewrite, setup))
+        except CarryRefused as exc:  # the user's files changed since the preflight
+            error = AgentError(ErrorCategory.AGENT_FAILED, f"{self.name}: {exc}", fatal=True)
+            return AgentResult(claimed=None, error=error)
         if self.spec.run_env is not None:
             env.update(self.spec.run_env(invocation, env))
-        if withheld:  # whatever a config table or run_env added: no variable of the CLI's holds a real key
+        if withheld := rewrite.withheld:  # whatever a config table or run_env added: no variable holds a real key
             env = {name: value for name, value in env.items() if value not in withheld}
         if self.spec.prepare is not None:
             self.spec.prepare(invocation)
@@ -360,36 +410,58 @@ class PresetAgent:
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    def _through_gateway(
-        self, ctx: AgentContext, invocation: Invocation, env: dict[str, str]
-    ) -> tuple[Invocation, frozenset[str]]:
-        """Route the CLI's provider through the attempt's gateway session, when there is one and the provider's
-        key or ``--base-url`` is given: the CLI gets the gateway's URL through its base-URL mechanism and the
-        attempt's token in place of the key; every variable of the CLI's providers leaves its environment (``env``
-        is changed in place). Returns the invocation and the withheld values."""
+    def _plan(self, invocation: Invocation, env: Mapping[str, str], setup: UserSetup) -> RoutePlan | None:
+        """The CLI's route through the gateway, from the flags, its environment and its own configuration."""
+        settings = setup.env()
+        seen = {**env, **settings} if self.spec.settings_env_wins else {**settings, **env}
+        configured = (
+            self.spec.setup(setup, seen, invocation.provider, invocation.model)
+            if self.spec.setup is not None
+            else Configured()
+        )
         upstream = self.spec.upstream(invocation) if self.spec.upstream is not None else None
-        if ctx.gateway is None or upstream is None:
-            return invocation, frozenset()
-        key_name = next((name for name in upstream.keys if env.get(name)), None)
-        if key_name is None and not invocation.base_url:
-            return invocation, frozenset()  # a login of the CLI's own (a subscription): it talks to its vendor
-        key = env.get(key_name) if key_name else None
-        base = invocation.base_url or upstream.default_base
-        route = Route(upstream.route, base, key, upstream.route, key_name or "the provider's API key")
+        return plan_route(upstream, configured, seen, invocation.base_url)
+
+    def _rewrite(self, plan: RoutePlan, token: str, url: str, withheld: frozenset[str]) -> Rewrite:
+        """The copies of a routed CLI's files: its key is the attempt's token, its endpoint the gateway's URL."""
+        replace_with = {plan.key: token} if plan.key else {}
+        if plan.base_from is not None and plan.base_url != url:
+            replace_with[plan.base_url] = url
+        return Rewrite(replace=replace_with, remove=withheld - set(replace_with))
+
+    def _through_gateway(
+        self, ctx: AgentContext, invocation: Invocation, env: dict[str, str], setup: UserSetup
+    ) -> tuple[Invocation, Rewrite]:
+        """Route the CLI's provider through the attempt's gateway session, when there is one and the user gave a key
+        or an endpoint (``routing.plan_route``): the CLI gets the gateway's URL through its base-URL mechanism (and
+        in its copied configuration) and the attempt's token in place of the key; the keys and endpoints of its
+        providers leave its environment (``env`` is changed in place). Returns the invocation and how the CLI's own
+        files are copied."""
+        not_routed = Rewrite(keep_logins=self.carry_login)
+        plan = self._plan(invocation, env, setup)
+        if ctx.gateway is None or plan is None:
+            return invocation, not_routed
+        upstream = plan.upstream
+        route = Route(upstream.route, plan.base_url, plan.key, upstream.price_provider, plan.key_from)
         try:
             url = ctx.gateway.route(route)
         except OSError as exc:  # the gateway could not listen: the CLI talks to its provider itself, as before
             log.warning("%s: the model gateway is unavailable (%s); calling the provider directly", self.name, exc)
-            return invocation, frozenset()
+            return invocation, not_routed
         patterns = [p for name in PRESET_PROVIDERS.get(self.spec.name, ()) for p in PROVIDER_VARIABLES[name]]
-        patterns += upstream.keys
-        gone = [name for name in env if childenv.matches(name, patterns)]
+        patterns += [*upstream.keys, plan.key_var]
+        gone = [n for n in env if childenv.matches(n, patterns) and leaves_the_environment(n, upstream)]
         withheld = {env[n] for n in gone if _SECRET_NAME.search(n) and len(env[n]) >= MIN_SECRET_CHARS}
         for name in gone:
             del env[name]
-        env[key_name or upstream.keys[0]] = ctx.gateway.token
-        ctx.gateway.bypass_proxies(env)
-        return replace(invocation, base_url=url), frozenset(withheld | ({key} if key else set()))
+        env[plan.key_var] = ctx.gateway.token
+        # Its model calls go to the gateway on its own loopback, which reaches the provider through the user's
+        # proxy: a proxy in the CLI's environment could only send them astray (Qwen Code and Gemini CLI send every
+        # request through HTTPS_PROXY, whatever NO_PROXY says).
+        for name in childenv.PROXY_NAMES:
+            env.pop(name, None)
+        rewrite = self._rewrite(plan, ctx.gateway.token, url, frozenset(withheld))
+        return replace(invocation, base_url=url, upstream=upstream), rewrite
 
     def _prompt_argv(self, invocation: Invocation, prompt_file: Path) -> tuple[list[str], bool]:
         """The CLI's arguments, and whether the prompt goes on stdin: inline when it fits, else the CLI's way."""
@@ -439,16 +511,8 @@ class PresetAgent:
         ``{env:MY_KEY}``): the user chose them for this CLI, so it receives them like its provider's own."""
         if not ctx.credentials:
             return []
-        texts = []
-        for carry in self.spec.carries:
-            source = user_config_dir(carry, ctx.env, self.config_dir)
-            if source is None:
-                continue
-            for name in carry.files:
-                with contextlib.suppress(OSError, ValueError):
-                    texts.append(read_regular(source / name, MAX_CONFIG_BYTES).decode("utf-8", "replace"))
-        words = set(re.findall(r"[A-Za-z0-9_]+", "\n".join(texts)))
-        return [name for name in ctx.credentials if name in words]
+        setup = read_setup(self.spec.carries, ctx.env_with(self.credential_patterns), self.config_dir)
+        return named_in(setup, ctx.credentials)
 
     def _check_flags(self) -> None:
         """Refuse what this CLI cannot honour instead of dropping it silently."""
@@ -468,44 +532,35 @@ class PresetAgent:
             honoured = ", ".join("--" + k.replace("_", "-") for k in self.spec.budgets) or "none"
             raise BadInputError(f"agent {self.name} has no equivalent of {flags} (it honours: {honoured}); drop it")
 
-    def _env(self, scratch: Path, parent: Mapping[str, str]) -> dict[str, str]:
+    def _env(
+        self, scratch: Path, parent: Mapping[str, str], rewrite: Rewrite, setup: UserSetup | None = None
+    ) -> dict[str, str]:
+        """The CLI's own variables, its config directories made in ``scratch`` with the user's files carried in
+        (``setup``: as read already; ``rewrite``: how the copies differ, ``Rewrite()`` for a version probe)."""
         env = self.spec.env(scratch)
         if self.config_dir is False:
-            for carry in self.spec.carries:
-                env.pop(carry.env_var, None)
+            for spec_carry in self.spec.carries:
+                env.pop(spec_carry.env_var, None)
         for value in env.values():
             if value.startswith(str(scratch)):
                 Path(value).mkdir(parents=True, exist_ok=True)
-        for carry in self.spec.carries:
-            if carry.env_var in env:
-                copy_user_config(carry, parent, Path(env[carry.env_var]), self.config_dir)
+        targets = {c.env_var: Path(env[c.env_var]) for c in self.spec.carries if c.env_var in env}
+        if targets:
+            probing = setup is None
+            setup = setup if setup is not None else read_setup(self.spec.carries, parent, self.config_dir)
+            try:
+                carry(setup, lambda c: targets.get(c.env_var), rewrite)
+            except CarryRefused:
+                if not probing:
+                    raise
         env.update(self.extra_env)
         return env
 
 
-def user_config_dir(carry: ConfigCarry, parent: Mapping[str, str], config_dir: bool | Path) -> Path | None:
-    """Where the user's own settings for this CLI live: ``config_dir = PATH``, the CLI's variable, or $HOME."""
-    if isinstance(config_dir, Path):
-        return config_dir
-    if parent.get(carry.env_var):
-        return Path(parent[carry.env_var])
-    home = parent.get("HOME") or os.environ.get("HOME")
-    if not home:
-        return None
-    return Path(home) / carry.default if carry.default else Path(home)
-
-
-def copy_user_config(carry: ConfigCarry, parent: Mapping[str, str], target: Path, config_dir: bool | Path) -> None:
-    """Copy (never link: the agent may write to them) the user's settings and credentials files into target."""
-    source = user_config_dir(carry, parent, config_dir)
-    if source is None or not source.is_dir() or source.resolve() == target.resolve():
-        return
-    for name in carry.files:
-        path = source / name
-        if path.is_file():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target / name)
-            (target / name).chmod(0o600)
+def named_in(setup: UserSetup, candidates: Iterable[str]) -> list[str]:
+    """The ``candidates`` (variable names) that the user's settings files name."""
+    words = set(re.findall(r"[A-Za-z0-9_]+", "\n".join(f.text for f in setup.files if not f.login)))
+    return [name for name in candidates if name in words]
 
 
 def scratch_dir(scratch: Path, *parts: str) -> str:
@@ -528,22 +583,36 @@ def byok_upstream(inv: Invocation, *, anthropic_keys: tuple[str, ...] = ("ANTHRO
     return Upstream("openai", (f"{name}_API_KEY",), OPENAI.default_base)
 
 
+LITELLM = {"openai": OPENAI, "anthropic": ANTHROPIC, "openrouter": OPENROUTER}
+"""The providers a litellm-based CLI is routed for: those whose wire the gateway speaks (OpenRouter is Chat
+Completions); litellm routes to other providers are not routed."""
+
+
 def litellm_upstream(inv: Invocation) -> Upstream | None:
     """The provider a litellm-based CLI calls for the route: OpenAI for a bare name, else the route's provider
     where the gateway speaks its format (others are not routed)."""
-    provider = inv.model.split("/", 1)[0] if inv.model and "/" in inv.model else "openai"
-    return {"openai": OPENAI, "anthropic": ANTHROPIC}.get(provider)
+    return litellm_provider(inv.model)
+
+
+def litellm_provider(model: str | None) -> Upstream | None:
+    """The upstream of a litellm model name (``openrouter/openai/gpt-5.1``; a bare name is OpenAI's)."""
+    provider = model.split("/", 1)[0] if model and "/" in model else "openai"
+    return LITELLM.get(provider)
 
 
 def litellm_base_url(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     """``--base-url`` for a litellm-based CLI (aider, mini-swe-agent): litellm reads ``<PROVIDER>_BASE_URL`` or
     ``<PROVIDER>_API_BASE`` for the provider the ``provider/model`` route names (OPENAI for a bare model name);
-    both are set, so a variable of the user's own cannot win over the flag."""
+    both are set, so a variable of the user's own cannot win over the flag. Routed for a model the CLI's own
+    configuration names, the routed provider's variables are set too."""
     if not inv.base_url:
         return {}
     provider = inv.model.split("/", 1)[0] if inv.model and "/" in inv.model else "openai"
     prefix = provider.upper().replace("-", "_")
-    return {f"{prefix}_API_BASE": inv.base_url, f"{prefix}_BASE_URL": inv.base_url}
+    variables = {f"{prefix}_API_BASE": inv.base_url, f"{prefix}_BASE_URL": inv.base_url}
+    if inv.upstream is not None:
+        variables.update(dict.fromkeys(inv.upstream.base_vars, inv.base_url))
+    return variables
 
 
 def is_root() -> bool:

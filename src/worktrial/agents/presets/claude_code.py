@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from worktrial.agents.presets.base import ANTHROPIC, ConfigCarry, Invocation, PresetSpec, is_root, scratch_dir
+from worktrial.agents.presets.base import Invocation, PresetSpec, is_root, scratch_dir
+from worktrial.agents.presets.carry import ConfigCarry
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -26,6 +27,7 @@ from worktrial.agents.presets.parsing import (
     tokens_from,
 )
 from worktrial.agents.presets.provider_errors import classify, failure
+from worktrial.agents.presets.routing import ANTHROPIC
 from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 USAGE_FIELDS = {
@@ -212,7 +214,19 @@ SPEC = PresetSpec(
     stdin_prompt=True,
     reports=("tokens", "cost", "turns", "tool calls"),
     check=_check,
-    carries=(ConfigCarry("CLAUDE_CONFIG_DIR", "claude", ".claude", ("settings.json", ".credentials.json")),),
+    # settings.json's env (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY...) is routed and rewritten in the copy; the
+    # subscription login in .credentials.json stays out (carry_login takes it in when nothing is routed).
+    carries=(
+        ConfigCarry(
+            "CLAUDE_CONFIG_DIR",
+            "claude",
+            ".claude",
+            ("settings.json",),
+            logins=(".credentials.json",),
+            env_files=("settings.json",),
+        ),
+    ),
+    settings_env_wins=True,
     splits_route=True,
     run_env=_run_env,
     base_url="ANTHROPIC_BASE_URL",

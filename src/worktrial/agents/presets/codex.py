@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import OPENAI, ConfigCarry, Invocation, LongPrompt, PresetSpec, Upstream, scratch_dir
+from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.carry import ConfigCarry, UserSetup, dig, text_of
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -28,6 +29,7 @@ from worktrial.agents.presets.parsing import (
     tokens_from,
 )
 from worktrial.agents.presets.provider_errors import classify, failure
+from worktrial.agents.presets.routing import OPENAI, Configured, Upstream
 from worktrial.model.records import Tokens, Usage
 
 USAGE_FIELDS = {
@@ -180,6 +182,40 @@ def _argv(inv: Invocation) -> list[str]:
     return [*args, *inv.extra_args, "--", inv.prompt]
 
 
+def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model: str | None) -> Configured:
+    """What ``~/.codex`` configures: the provider (``model_provider``, or the route's) and its endpoint
+    (``openai_base_url`` for the built-in one, ``base_url`` and ``env_key`` of a ``[model_providers.X]``), the
+    model, and the API key ``codex login --with-api-key`` keeps in ``auth.json`` (a ChatGPT login there is none)."""
+    del env
+    config = setup.file("config.toml")
+    data = config.data() if config is not None else None
+    auth = setup.file("auth.json")
+    key = text_of(dig(auth.data(), "OPENAI_API_KEY")) if auth is not None else None
+    chosen = provider or text_of(dig(data, "model_provider")) or "openai"
+    named = text_of(dig(data, "model")) if model is None else model
+    shown = config.shown if config is not None else None
+    if chosen == "openai":
+        base = text_of(dig(data, "openai_base_url"))
+        return Configured(
+            base_url=base,
+            base_from=shown if base else None,
+            key=key,
+            key_from=auth.shown if key and auth is not None else None,
+            model=named,
+        )
+    entry = dig(data, "model_providers", chosen)
+    base = text_of(dig(entry, "base_url"))
+    bearer = text_of(dig(entry, "experimental_bearer_token"))
+    return Configured(
+        base_url=base,
+        base_from=shown if base else None,
+        key=bearer,
+        key_from=shown if bearer else None,
+        key_var=text_of(dig(entry, "env_key")),
+        model=named,
+    )
+
+
 def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     # Codex 0.171 never sends OPENAI_API_KEY (only CODEX_API_KEY or a provider's env_key): map it.
     if env.get("OPENAI_API_KEY") and not env.get("CODEX_API_KEY"):
@@ -198,9 +234,12 @@ SPEC = PresetSpec(
     env=lambda scratch: {"CODEX_HOME": scratch_dir(scratch, "codex")},
     reports=("tokens", "cost (from the price table)", "turns", "tool calls"),
     price_provider="openai",
-    carries=(ConfigCarry("CODEX_HOME", "codex", ".codex", ("config.toml", "auth.json")),),
+    carries=(ConfigCarry("CODEX_HOME", "codex", ".codex", ("config.toml",), logins=("auth.json",)),),
     splits_route=True,
     run_env=_run_env,
     base_url="-c openai_base_url=URL",
-    upstream=lambda inv: Upstream("openai", ("CODEX_API_KEY", "OPENAI_API_KEY"), OPENAI.default_base),
+    upstream=lambda inv: Upstream(
+        "openai", ("CODEX_API_KEY", "OPENAI_API_KEY"), OPENAI.default_base, ("OPENAI_BASE_URL",)
+    ),
+    setup=_setup,
 )

@@ -26,7 +26,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, byok_upstream, scratch_dir
+from worktrial.agents.presets.base import Invocation, PresetSpec, byok_upstream, scratch_dir
+from worktrial.agents.presets.carry import ConfigCarry
 from worktrial.agents.presets.parsing import (
     MAX_FILE_BYTES,
     ExitInfo,
@@ -199,7 +200,11 @@ SPEC = PresetSpec(
     parser=ContinueParser,
     env=lambda scratch: {"CONTINUE_GLOBAL_DIR": scratch_dir(scratch, "continue")},
     reports=("tokens", "turns (model replies)", "tool calls"),
-    carries=(ConfigCarry("CONTINUE_GLOBAL_DIR", "continue", ".continue", ("config.yaml", "config.json", ".env")),),
+    carries=(
+        ConfigCarry(
+            "CONTINUE_GLOBAL_DIR", "continue", ".continue", ("config.yaml", "config.json", ".env"), env_files=(".env",)
+        ),
+    ),
     base_url="a config of one model at the URL (--config in the attempt's scratch directory)",
     base_url_needs_model=True,
     prepare=_prepare,

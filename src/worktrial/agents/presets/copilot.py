@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, PresetSpec, Upstream, byok_upstream, scratch_dir
+from worktrial.agents.presets.base import Invocation, PresetSpec, byok_upstream, scratch_dir
+from worktrial.agents.presets.carry import ConfigCarry
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -36,6 +37,7 @@ from worktrial.agents.presets.parsing import (
     read_json_file,
 )
 from worktrial.agents.presets.provider_errors import classify, failure
+from worktrial.agents.presets.routing import Upstream
 from worktrial.model.records import Tokens, Usage
 
 USAGE_FILE = "copilot-usage.json"

@@ -23,7 +23,8 @@ import json
 import re
 from typing import Any
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, byok_upstream, scratch_dir
+from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, byok_upstream, scratch_dir
+from worktrial.agents.presets.carry import ConfigCarry
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,

@@ -16,7 +16,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from worktrial.agents.presets.base import GEMINI, ConfigCarry, Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.carry import ConfigCarry, parse
 from worktrial.agents.presets.gemini_stream import EXIT_MEANINGS, GeminiStreamParser
 from worktrial.agents.presets.parsing import (
     DocumentParser,
@@ -30,6 +31,7 @@ from worktrial.agents.presets.parsing import (
     tokens_from,
 )
 from worktrial.agents.presets.provider_errors import classify, failure
+from worktrial.agents.presets.routing import GEMINI
 from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 TOKEN_FIELDS = {"input": "prompt", "output": "candidates", "cached_input": "cached", "reasoning": "thoughts"}
@@ -177,6 +179,25 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     return {"GOOGLE_GEMINI_BASE_URL": inv.base_url} if inv.base_url else {}
 
 
+def _prepare(inv: Invocation) -> None:
+    """Routed with a key, Gemini CLI must use it: headless, it takes its auth method from
+    ``security.auth.selectedType`` (without one it refuses, "Invalid auth method selected", and with a login's it
+    would look for the login's files, which stay out), so the attempt's copy of the settings selects the key."""
+    if inv.upstream is None or inv.upstream.route != "gemini":
+        return
+    path = inv.scratch / "gemini" / ".gemini" / "settings.json"
+    settings = parse(path.name, path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if not isinstance(settings, dict):
+        return  # not JSON: left as the user wrote it
+    security = settings.setdefault("security", {})
+    auth = security.setdefault("auth", {}) if isinstance(security, dict) else None
+    if not isinstance(auth, dict):
+        return
+    auth["selectedType"] = "gemini-api-key"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=2), encoding="utf-8")
+
+
 SPEC = PresetSpec(
     long_prompt=LongPrompt(via="stdin", flag="--prompt"),  # prompts over 64 KiB (agents.prompt)
     name="gemini-cli",
@@ -195,9 +216,12 @@ SPEC = PresetSpec(
             "GEMINI_CLI_HOME",
             "gemini",
             "",
-            (".gemini/settings.json", ".gemini/.env", ".gemini/oauth_creds.json", ".gemini/google_accounts.json"),
+            (".gemini/settings.json", ".gemini/.env", ".gemini/google_accounts.json"),
+            logins=(".gemini/oauth_creds.json",),
+            env_files=(".gemini/.env",),
         ),
     ),
+    prepare=_prepare,
     splits_route=True,
     run_env=_run_env,
     base_url="GOOGLE_GEMINI_BASE_URL",

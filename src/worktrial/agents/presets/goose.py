@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import ANTHROPIC, OPENAI, Invocation, LongPrompt, PresetSpec, Upstream, scratch_dir
+from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, scratch_dir
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -35,6 +35,7 @@ from worktrial.agents.presets.parsing import (
     exit_reason,
     tokens_from,
 )
+from worktrial.agents.presets.routing import ANTHROPIC, OPENAI, Upstream
 from worktrial.model.envelope import split_route
 from worktrial.model.records import Usage
 

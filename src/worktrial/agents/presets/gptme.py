@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import OPENAI, ConfigCarry, Invocation, PresetSpec, Upstream, scratch_dir
+from worktrial.agents.presets.base import Invocation, PresetSpec, scratch_dir
+from worktrial.agents.presets.carry import ConfigCarry, UserSetup
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -40,6 +41,7 @@ from worktrial.agents.presets.parsing import (
     exit_reason,
 )
 from worktrial.agents.presets.provider_errors import classify, failure
+from worktrial.agents.presets.routing import OPENAI, Configured, Upstream
 from worktrial.model.envelope import split_route
 from worktrial.model.records import Tokens, Usage
 
@@ -136,8 +138,9 @@ def _argv(inv: Invocation) -> list[str]:
 
 def _env(scratch: Path) -> dict[str, str]:
     return {
-        # gptme keeps its config under XDG_CONFIG_HOME/gptme and its conversation logs under XDG_DATA_HOME/gptme.
-        "XDG_CONFIG_HOME": scratch_dir(scratch, "gptme", "config"),
+        # gptme keeps its config in ~/.config/gptme and its conversation logs under XDG_DATA_HOME/gptme.
+        "HOME": scratch_dir(scratch, "gptme", "home"),
+        "XDG_CONFIG_HOME": scratch_dir(scratch, "gptme", "home", ".config"),
         "XDG_DATA_HOME": scratch_dir(scratch, "gptme", "data"),
         "XDG_STATE_HOME": scratch_dir(scratch, "gptme", "state"),
     }
@@ -149,10 +152,29 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     return {"OPENAI_BASE_URL": inv.base_url, "OPENAI_API_BASE": inv.base_url}
 
 
+ROUTED_PROVIDERS = ("openai", "local")
+"""gptme's providers that take ``OPENAI_BASE_URL`` (its OpenAI one through the SDK, ``local`` itself)."""
+
+
 def _upstream(inv: Invocation) -> Upstream | None:
-    """``--base-url`` with a model gptme runs as ``local/NAME`` (OpenAI Chat Completions, ``OPENAI_API_KEY``)."""
+    """``--base-url`` with a model gptme runs as ``local/NAME``, or (without it) an ``openai/`` or ``local/`` model
+    with the key or endpoint of the user's: OpenAI Chat Completions, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``."""
     model = _model(inv)
-    return OPENAI if inv.base_url and model is not None and model.startswith("local/") else None
+    if inv.base_url:
+        return OPENAI if model is not None and model.startswith("local/") else None
+    provider = inv.model.split("/", 1)[0] if inv.model and "/" in inv.model else None
+    return OPENAI if provider in ROUTED_PROVIDERS else None
+
+
+def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model: str | None) -> Configured:
+    """Without ``--model``, gptme runs the ``MODEL`` of its config's ``[env]`` (or the environment): routed when
+    that model's provider takes ``OPENAI_BASE_URL``, not at all otherwise."""
+    del setup, provider
+    named = env.get("MODEL") if model is None else None
+    if not named:
+        return Configured()
+    routed = named.split("/", 1)[0] in ROUTED_PROVIDERS
+    return Configured(model=named, upstream=OPENAI if routed else None, elsewhere=not routed)
 
 
 SPEC = PresetSpec(
@@ -164,9 +186,13 @@ SPEC = PresetSpec(
     parser=GptmeParser,
     env=_env,
     reports=("tokens", "cost (when gptme prices the model)", "turns (model replies)", "tool calls"),
-    carries=(ConfigCarry("XDG_CONFIG_HOME", "gptme/config", ".config", ("gptme/config.toml",)),),
+    # gptme reads ~/.config/gptme/config.toml whatever XDG_CONFIG_HOME says: the attempt's home holds the copy.
+    carries=(
+        ConfigCarry("HOME", "gptme/home", "", (".config/gptme/config.toml",), env_files=(".config/gptme/config.toml",)),
+    ),
     run_env=_run_env,
     base_url="OPENAI_BASE_URL, with a bare or openai/ model as gptme's local/NAME",
     base_url_needs_model=True,
     upstream=_upstream,
+    setup=_setup,
 )

@@ -19,7 +19,8 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from worktrial.agents.presets.base import ConfigCarry, Invocation, LongPrompt, PresetSpec, byok_upstream, scratch_dir
+from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, byok_upstream, scratch_dir
+from worktrial.agents.presets.carry import ConfigCarry
 from worktrial.agents.presets.opencode import OpenCodeParser
 from worktrial.model.envelope import split_route
 
@@ -86,7 +87,7 @@ SPEC = PresetSpec(
     reports=("tokens", "cost (0 for unknown models: unpriced)", "turns (steps)", "tool calls"),
     carries=(
         ConfigCarry("XDG_CONFIG_HOME", "kilo/config", ".config", ("kilo/kilo.json", "kilo/kilo.jsonc")),
-        ConfigCarry("XDG_DATA_HOME", "kilo/data", ".local/share", ("kilo/auth.json",)),
+        ConfigCarry("XDG_DATA_HOME", "kilo/data", ".local/share", (), logins=("kilo/auth.json",)),
     ),
     run_env=_run_env,
     base_url="KILO_CONFIG_CONTENT declaring an OpenAI-compatible provider at the URL",

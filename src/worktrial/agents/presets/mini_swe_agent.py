@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from worktrial.agents.presets.base import (
-    ConfigCarry,
     Invocation,
     PresetSpec,
     litellm_base_url,
+    litellm_provider,
     litellm_upstream,
     scratch_dir,
 )
+from worktrial.agents.presets.carry import ConfigCarry, UserSetup
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     Verdict,
@@ -36,6 +37,7 @@ from worktrial.agents.presets.parsing import (
     read_json_file,
 )
 from worktrial.agents.presets.provider_errors import LITELLM_EXCEPTIONS, classify_litellm, failure
+from worktrial.agents.presets.routing import Configured
 from worktrial.model.records import ErrorCategory, Tokens, Usage
 
 TRAJECTORY = "mini-trajectory.json"
@@ -154,6 +156,17 @@ def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     return extra
 
 
+def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model: str | None) -> Configured:
+    """The model mini's global .env (or the environment) names with ``MSWEA_MODEL_NAME``: its provider is the
+    upstream (``openrouter/...`` reads ``OPENROUTER_API_KEY`` and ``OPENROUTER_API_BASE``)."""
+    del setup, provider
+    named = model or env.get("MSWEA_MODEL_NAME")
+    upstream = litellm_provider(named) if model is None and named else None
+    return Configured(
+        model=named, upstream=upstream, elsewhere=model is None and named is not None and upstream is None
+    )
+
+
 def version_argv(binary_path: str) -> list[str] | None:
     """mini has no --version: ask the interpreter of its script (a venv or pipx Python) for the package version."""
     try:
@@ -181,8 +194,13 @@ SPEC = PresetSpec(
     reports=("tokens", "cost", "turns"),
     version_argv=version_argv,
     price_provider="openai",
-    carries=(ConfigCarry("MSWEA_GLOBAL_CONFIG_DIR", "mini-swe-agent", ".config/mini-swe-agent", (".env",)),),
+    carries=(
+        ConfigCarry(
+            "MSWEA_GLOBAL_CONFIG_DIR", "mini-swe-agent", ".config/mini-swe-agent", (".env",), env_files=(".env",)
+        ),
+    ),
     run_env=_run_env,
     base_url="<PROVIDER>_API_BASE (litellm's variable for the route's provider; OPENAI_API_BASE without one)",
     upstream=litellm_upstream,
+    setup=_setup,
 )

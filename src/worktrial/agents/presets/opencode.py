@@ -16,15 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import (
-    OPENAI,
-    ConfigCarry,
-    Invocation,
-    LongPrompt,
-    PresetSpec,
-    Upstream,
-    scratch_dir,
-)
+from worktrial.agents.presets.base import Invocation, LongPrompt, PresetSpec, scratch_dir
+from worktrial.agents.presets.carry import ConfigCarry, UserSetup, dig, named_variable, text_of
 from worktrial.agents.presets.parsing import (
     ExitInfo,
     JsonLinesParser,
@@ -38,6 +31,7 @@ from worktrial.agents.presets.parsing import (
     exit_reason,
 )
 from worktrial.agents.presets.provider_errors import classify, failure
+from worktrial.agents.presets.routing import OPENAI, Configured, Upstream
 from worktrial.model.records import Tokens, Usage
 
 KEY_HINT = "check the provider's key variable or ~/.local/share/opencode/auth.json (copied into each attempt)"
@@ -149,6 +143,40 @@ def _upstream(inv: Invocation) -> Upstream | None:
     return {"openai": OPENAI, "anthropic": ANTHROPIC_SDK}.get(_route_provider(inv) or "")
 
 
+CONFIG_FILES = ("opencode/opencode.json", "opencode/opencode.jsonc", "opencode/config.json")
+COMPATIBLE = {"@ai-sdk/openai-compatible": OPENAI, "@ai-sdk/openai": OPENAI, "@ai-sdk/anthropic": ANTHROPIC_SDK}
+"""The AI SDK packages a provider of the user's own is declared with, and the wire the gateway speaks for them."""
+
+
+def _setup(setup: UserSetup, env: Mapping[str, str], provider: str | None, model: str | None) -> Configured:
+    """What OpenCode's config (``provider.<id>.options.baseURL`` and ``apiKey``, a provider of the user's own
+    declared with an AI SDK package) and ``auth.json`` (``opencode auth login``'s API keys) say about the provider
+    that ``--model <id>/<name>`` names."""
+    del env, provider
+    file = next((f for f in (setup.file(name) for name in CONFIG_FILES) if f is not None), None)
+    model = model or (text_of(dig(file.data(), "model")) if file is not None else None)
+    chosen = model.split("/", 1)[0] if model and "/" in model else None
+    if chosen is None:
+        return Configured()
+    entry = dig(file.data(), "provider", chosen) if file is not None else None
+    base = text_of(dig(entry, "options", "baseURL"))
+    api_key = text_of(dig(entry, "options", "apiKey"))
+    key_var = named_variable(api_key)
+    key, key_from = (api_key, file.shown) if api_key and key_var is None and file is not None else (None, None)
+    auth = setup.file("opencode/auth.json")
+    login = dig(auth.data(), chosen) if auth is not None else None
+    if key is None and auth is not None and dig(login, "type") == "api" and text_of(dig(login, "key")):
+        key, key_from = text_of(dig(login, "key")), auth.shown
+    return Configured(
+        base_url=base,
+        base_from=file.shown if base and file is not None else None,
+        key=key,
+        key_from=key_from,
+        key_var=key_var,
+        upstream=COMPATIBLE.get(str(dig(entry, "npm"))),
+    )
+
+
 def _run_env(inv: Invocation, env: Mapping[str, str]) -> dict[str, str]:
     """``--base-url`` (the gateway's, or the user's) as the route's provider's ``baseURL`` in an inline config,
     which OpenCode merges over the user's files."""
@@ -184,10 +212,11 @@ SPEC = PresetSpec(
             "XDG_CONFIG_HOME",
             "opencode/config",
             ".config",
-            ("opencode/opencode.json", "opencode/opencode.jsonc", "opencode/config.json"),
+            CONFIG_FILES,
         ),
-        ConfigCarry("XDG_DATA_HOME", "opencode/data", ".local/share", ("opencode/auth.json",)),
+        ConfigCarry("XDG_DATA_HOME", "opencode/data", ".local/share", (), logins=("opencode/auth.json",)),
     ),
+    setup=_setup,
     price_provider="opencode",
     run_env=_run_env,
     base_url="OPENCODE_CONFIG_CONTENT's provider.<route's provider>.options.baseURL (needs --model openai/... or "

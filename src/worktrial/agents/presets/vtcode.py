@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from worktrial.agents.presets.base import OPENAI, Invocation, PresetSpec, Upstream, scratch_dir
+from worktrial.agents.presets.base import Invocation, PresetSpec, scratch_dir
 from worktrial.agents.presets.codex import ThreadEventsParser
 from worktrial.agents.presets.parsing import (
     ExitInfo,
@@ -33,6 +33,7 @@ from worktrial.agents.presets.parsing import (
     exit_reason,
     tokens_from,
 )
+from worktrial.agents.presets.routing import OPENAI, Upstream
 
 USAGE_FIELDS = {
     "input": "input_tokens",

@@ -2,8 +2,10 @@
 Dockerfile next to it (docs/environments.md).
 
 The tasks are the shell starter's (POSIX ``sh`` runs in any image); the Dockerfile starts ``FROM`` the base image
-the user names, and is where a project's toolchain goes. The regression task plants its bug with a per-attempt setup
-command, since a container environment takes no ``environment.setup`` (that is the Dockerfile's job).
+the user names, and is where a project's toolchain goes. The regression task's bug is planted in the image (the
+Dockerfile copies it to ``PLANTED``), never by a per-attempt setup command, whose output every attempt's patch would
+hold (the do-nothing agent's too) and which ``check`` flags: the agent makes the fixed copy in the worktree, so the
+patch holds its work and nothing else.
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from worktrial.engine.starter import DEFAULT_DIR, StarterResult, starter_suite
-from worktrial.engine.starter_env import Project
-from worktrial.engine.starter_files import PLANTS, SOLUTIONS, TESTS
 from worktrial.errors import BadInputError
+from worktrial.scaffold.files import PLANTS, SOLUTIONS, TESTS
+from worktrial.scaffold.project import Project
+from worktrial.scaffold.starter import DEFAULT_DIR, StarterResult, starter_suite
 
 DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
 WORKDIR = "/app"
+PLANTED = "/opt/worktrial-starter/worktrial_version.sh"
+"""Where the image holds the regression task's buggy script (outside the worktree the attempt mounts at WORKDIR)."""
 
 
 def container_suite(repo: Path, suite_id: str) -> dict[str, Any]:
@@ -27,9 +31,12 @@ def container_suite(repo: Path, suite_id: str) -> dict[str, Any]:
     suite["environment"] = {"dockerfile": "Dockerfile", "workdir": WORKDIR, "network": "off"}
     suite["files"] = [*suite["files"], "Dockerfile"]
     for task in suite["tasks"]:
-        own = task.pop("environment", None)
-        if own is not None:
-            task["setup_commands"] = [step for step in own["setup"] if step != {"sh": "true"}]
+        if task.pop("environment", None) is not None:  # the task that planted its bug in the base: the image has it
+            task["prompt"] = (
+                f"The image this task runs in holds {PLANTED}, which compares version strings such as 1.10.0 and "
+                "1.9.2 as text, so 1.10.0 sorts before 1.9.2. Add worktrial_version.sh at the repository root: "
+                "that script fixed to compare them numerically, part by part, with its interface unchanged."
+            )
     return suite
 
 
@@ -38,6 +45,9 @@ def dockerfile(base_image: str) -> str:
         "# The image every command of the suite runs in (setup, agent, verify); worktrial mounts the attempt's\n"
         f"# worktree at {WORKDIR}. Install the project's toolchain here (RUN apt-get install ..., pip, npm).\n"
         f"FROM {base_image}\n"
+        "# fix-version-compare's bug, planted in the image: never by per-attempt setup_commands, whose output\n"
+        "# every attempt's patch would hold.\n"
+        f"COPY planted/worktrial_version.sh {PLANTED}\n"
         f"WORKDIR {WORKDIR}\n"
     )
 

@@ -45,7 +45,10 @@ committed tree (worktrial also removes the suite directory from every attempt's 
   (`planted/worktrial_version.{ext}`) in the base, where `git diff` does not show it.
 - `tasks[].prompt`: all the agent is told.
 - `tasks[].verify_commands`: all must exit 0 for a claimed success to count; they run the hidden tests from
-  `$WORKTRIAL_SUITE_DIR/hidden/` against the worktree.
+  `$WORKTRIAL_SUITE_DIR/hidden/` against the worktree. Each hidden test is a judge: it runs the agent's code in a
+  child process and passes only when what the child prints is right, never on the child's exit status, so an
+  early `exit(0)` or a module planted in the worktree passes nothing (`worktrial check` forges every verifier this
+  way and warns about one that passes). Keep that shape when you write your own.
 - `tasks[].solution`: the reference solution the `oracle` agent runs (it copies a file from `solutions/`).
 - `tasks[].timeout_secs`, `verify_timeout_secs`: limits for the agent and for each verify command.
 

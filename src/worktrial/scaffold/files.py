@@ -6,51 +6,75 @@ file lives (the read-only suite directory), and use only each language's standar
 
 from __future__ import annotations
 
-_PY_SLUGIFY_TEST = '''"""Hidden test for add-slugify: run in the worktree, imports the agent's worktrial_starter.py."""
-import os
-import sys
-import unittest
-
-sys.path.insert(0, os.getcwd())
-from worktrial_starter import slugify  # noqa: E402
-
-
-class SlugifyTest(unittest.TestCase):
-    def test_examples(self):
-        self.assertEqual(slugify("Hello, World!"), "hello-world")
-        self.assertEqual(slugify("  many   spaces  "), "many-spaces")
-        self.assertEqual(slugify("Already-a-slug"), "already-a-slug")
-        self.assertEqual(slugify("v2.0 -- Release_Notes"), "v2-0-release-notes")
-        self.assertEqual(slugify("!!!"), "")
-
-
-if __name__ == "__main__":
-    unittest.main()
+_PY_JUDGE = '''
+def judge(module, function, cases):
+    """Run the agent's function on every case in a child process; exit 1 unless what it prints is the expected."""
+    child = (
+        "import json, sys; sys.path.append('.'); "  # the standard library first, the worktree after it
+        f"from {module} import {function}; "
+        f"print(json.dumps([{function}(*args) for args in json.load(sys.stdin)]))"
+    )
+    python = ".venv/bin/python" if os.path.exists(".venv/bin/python") else sys.executable
+    args = [list(case) for case in cases]
+    done = subprocess.run([python, "-I", "-c", child], input=json.dumps(args), capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    want = json.dumps(list(cases.values()))
+    if not lines or lines[-1] != want:
+        got = lines[-1] if lines else "nothing"
+        sys.exit(f"{function}: printed {got}, want {want}; stderr: {done.stderr.strip()[-500:]}")
+    print("ok")
 '''
 
-_PY_VERSION_TEST = '''"""Hidden test for fix-version-compare: the planted bug compares versions as text."""
+_PY_SLUGIFY_TEST = (
+    '''"""Hidden test for add-slugify, a judge: it runs the agent's worktrial_starter.py in a child process and passes
+only when what the child prints is right, never on the child's exit status (an early exit, or a module planted in
+the worktree, passes nothing). Run it with the system's ``python3 -I`` from the worktree."""
+import json
 import os
+import subprocess
 import sys
-import unittest
-
-sys.path.insert(0, os.getcwd())
-from worktrial_version import is_newer  # noqa: E402
-
-
-class VersionTest(unittest.TestCase):
-    def test_numeric_parts(self):
-        self.assertTrue(is_newer("1.10.0", "1.9.2"))
-        self.assertFalse(is_newer("1.9.2", "1.10.0"))
-
-    def test_regressions_stay_fixed(self):
-        self.assertTrue(is_newer("2.0", "1.99"))
-        self.assertFalse(is_newer("1.0.0", "1.0.0"))
-        self.assertTrue(is_newer("0.0.2", "0.0.1"))
-
-
-if __name__ == "__main__":
-    unittest.main()
 '''
+    + _PY_JUDGE
+    + """
+
+judge(
+    "worktrial_starter",
+    "slugify",
+    {
+        ("Hello, World!",): "hello-world",
+        ("  many   spaces  ",): "many-spaces",
+        ("Already-a-slug",): "already-a-slug",
+        ("v2.0 -- Release_Notes",): "v2-0-release-notes",
+        ("!!!",): "",
+    },
+)
+"""
+)
+
+_PY_VERSION_TEST = (
+    '''"""Hidden test for fix-version-compare, a judge (see test_slugify.py): the planted bug compares versions as
+text."""
+import json
+import os
+import subprocess
+import sys
+'''
+    + _PY_JUDGE
+    + """
+
+judge(
+    "worktrial_version",
+    "is_newer",
+    {
+        ("1.10.0", "1.9.2"): True,
+        ("1.9.2", "1.10.0"): False,
+        ("2.0", "1.99"): True,
+        ("1.0.0", "1.0.0"): False,
+        ("0.0.2", "0.0.1"): True,
+    },
+)
+"""
+)
 
 _PY_SLUGIFY = """import re
 
@@ -70,38 +94,61 @@ _PY_VERSION_PLANTED = '''def is_newer(a: str, b: str) -> bool:
 '''
 
 # One test file for ES modules and CommonJS alike: an .mjs file is an ES module wherever it lies (the suite's copy
-# sits outside the package, so a .js test would follow no package.json), and import() loads either kind.
-_JS_SLUGIFY_TEST = """// Hidden test for add-slugify: run from the worktree, imports the agent's worktrial_starter.js.
-import assert from "node:assert";
-import { join } from "node:path";
-import { pathToFileURL } from "node:url";
+# sits outside the package, so a .js test would follow no package.json), and import() loads either kind. Each is a
+# judge: the agent's module runs in a child process, and only what the child prints decides.
+_JS_JUDGE = """import { spawnSync } from "node:child_process";
 
-const loaded = await import(pathToFileURL(join(process.cwd(), "worktrial_starter.js")).href);
-const slugify = loaded.slugify ?? loaded.default?.slugify;
-assert.strictEqual(typeof slugify, "function", "worktrial_starter.js exports no function slugify");
-assert.strictEqual(slugify("Hello, World!"), "hello-world");
-assert.strictEqual(slugify("  many   spaces  "), "many-spaces");
-assert.strictEqual(slugify("Already-a-slug"), "already-a-slug");
-assert.strictEqual(slugify("v2.0 -- Release_Notes"), "v2-0-release-notes");
-assert.strictEqual(slugify("!!!"), "");
-console.log("ok");
+function judge(file, name, cases) {
+  const child = [
+    'import { readFileSync } from "node:fs";',
+    'import { join } from "node:path";',
+    'import { pathToFileURL } from "node:url";',
+    `const loaded = await import(pathToFileURL(join(process.cwd(), ${JSON.stringify(file)})).href);`,
+    `const fn = loaded[${JSON.stringify(name)}] ?? loaded.default?.[${JSON.stringify(name)}];`,
+    'const inputs = JSON.parse(readFileSync(0, "utf8"));',
+    "console.log(JSON.stringify(inputs.map((args) => fn(...args))));",
+  ].join("\\n");
+  const args = ["--input-type=module", "-e", child];
+  const input = JSON.stringify(cases.map(([args]) => args));
+  const done = spawnSync(process.execPath, args, { input, encoding: "utf8" });
+  const lines = (done.stdout || "").trim().split("\\n");
+  const want = JSON.stringify(cases.map(([, expected]) => expected));
+  if (lines[lines.length - 1] !== want) {
+    const got = lines[lines.length - 1] || "nothing";
+    console.error(`${name}: printed ${got}, want ${want}; ${(done.stderr || "").slice(-500)}`);
+    process.exit(1);
+  }
+  console.log("ok");
+}
 """
 
-_JS_VERSION_TEST = """// Hidden test for fix-version-compare: the planted bug compares versions as text.
-import assert from "node:assert";
-import { join } from "node:path";
-import { pathToFileURL } from "node:url";
-
-const loaded = await import(pathToFileURL(join(process.cwd(), "worktrial_version.js")).href);
-const isNewer = loaded.isNewer ?? loaded.default?.isNewer;
-assert.strictEqual(typeof isNewer, "function", "worktrial_version.js exports no function isNewer");
-assert.strictEqual(isNewer("1.10.0", "1.9.2"), true);
-assert.strictEqual(isNewer("1.9.2", "1.10.0"), false);
-assert.strictEqual(isNewer("2.0", "1.99"), true);
-assert.strictEqual(isNewer("1.0.0", "1.0.0"), false);
-assert.strictEqual(isNewer("0.0.2", "0.0.1"), true);
-console.log("ok");
+_JS_SLUGIFY_TEST = (
+    "// Hidden test for add-slugify, a judge: runs the agent's worktrial_starter.js in a child, compares its output.\n"
+    + _JS_JUDGE
+    + """
+judge("worktrial_starter.js", "slugify", [
+  [["Hello, World!"], "hello-world"],
+  [["  many   spaces  "], "many-spaces"],
+  [["Already-a-slug"], "already-a-slug"],
+  [["v2.0 -- Release_Notes"], "v2-0-release-notes"],
+  [["!!!"], ""],
+]);
 """
+)
+
+_JS_VERSION_TEST = (
+    "// Hidden test for fix-version-compare, a judge: the planted bug compares versions as text.\n"
+    + _JS_JUDGE
+    + """
+judge("worktrial_version.js", "isNewer", [
+  [["1.10.0", "1.9.2"], true],
+  [["1.9.2", "1.10.0"], false],
+  [["2.0", "1.99"], true],
+  [["1.0.0", "1.0.0"], false],
+  [["0.0.2", "0.0.1"], true],
+]);
+"""
+)
 
 _JS_SLUGIFY_BODY = """function slugify(text) {
   return text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-+|-+$/g, "");

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worktrial.engine.starter_env import Kind, Project, detect, environment, installs_editable
-from worktrial.engine.starter_files import PLANTS, SOLUTIONS, TESTS
-from worktrial.engine.starter_readme import readme
 from worktrial.errors import BadInputError
+from worktrial.scaffold.files import PLANTS, SOLUTIONS, TESTS
+from worktrial.scaffold.project import Kind, Project, detect, environment, installs_editable
+from worktrial.scaffold.readme import readme
 
 DEFAULT_DIR = "evals"
 
@@ -37,7 +37,8 @@ class StarterResult:
 
 
 def _runner(kind: Kind) -> str:
-    return {"python": ".venv/bin/python", "node": "node", "shell": "sh"}[kind]
+    """What runs a hidden test: never a program of the worktree (the venv's Python is the agent's to rewrite)."""
+    return {"python": "python3 -I", "node": "node", "shell": "sh"}[kind]
 
 
 def _ext(kind: Kind) -> str:
