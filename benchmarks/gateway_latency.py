@@ -5,7 +5,9 @@ one JSON body, and as a Server-Sent Events stream of 40 chunks. One persistent c
 then N times through a gateway session (the same server as the session's upstream), and the same for the stream
 (time to the first chunk and to the last). Prints the median and p95 of each, side by side, and the difference:
 the latency the gateway adds per request. The server is on the same machine, so the figures are the gateway's own
-cost (its HTTP hop, header swap and usage reading), not a provider's network.
+cost (its HTTP hop, header swap and usage reading), not a provider's network. The CPU per request (this process's,
+every thread: client, server and gateway) is printed too, direct and through the gateway: their difference is the
+CPU the gateway spends on each call, which wall-clock latency on a shared machine hides.
 
     .venv/bin/python benchmarks/gateway_latency.py [--requests 300]
 """
@@ -76,10 +78,17 @@ def timed_stream(client: httpx.Client, url: str) -> tuple[float, float]:
     return ((first or end) - start) * 1000, (end - start) * 1000
 
 
-def measure(n: int, call: Callable[[], T]) -> list[T]:
+CPU: dict[str, float] = {}
+"""CPU ms per request of each measured series (every thread of this process), by name."""
+
+
+def measure(n: int, call: Callable[[], T], name: str = "") -> list[T]:
     for _ in range(min(20, n)):  # warm the connections
         call()
-    return [call() for _ in range(n)]
+    start = time.process_time()
+    found = [call() for _ in range(n)]
+    CPU[name] = (time.process_time() - start) / n * 1000
+    return found
 
 
 def p95(values: list[float]) -> float:
@@ -103,10 +112,10 @@ def main() -> None:
         direct = f"{server.url}/v1"
         transport = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
         with httpx.Client(timeout=30, transport=transport) as client:
-            json_direct = measure(n, lambda: timed_json(client, direct))
-            json_gateway = measure(n, lambda: timed_json(client, routed))
-            stream_direct = measure(n, lambda: timed_stream(client, direct))
-            stream_gateway = measure(n, lambda: timed_stream(client, routed))
+            json_direct = measure(n, lambda: timed_json(client, direct), "json direct")
+            json_gateway = measure(n, lambda: timed_json(client, routed), "json gateway")
+            stream_direct = measure(n, lambda: timed_stream(client, direct), "stream direct")
+            stream_gateway = measure(n, lambda: timed_stream(client, routed), "stream gateway")
         report = session.report()
     first_d = [s[0] for s in stream_direct]
     first_g = [s[0] for s in stream_gateway]
@@ -118,6 +127,11 @@ def main() -> None:
     print(row("JSON answer", json_direct, json_gateway))
     print(row("stream, first chunk", first_d, first_g))
     print(row("stream, whole", total_d, total_g))
+    print("CPU ms per request (this process, every thread):")
+    for kind in ("json", "stream"):
+        d, g = CPU[f"{kind} direct"], CPU[f"{kind} gateway"]
+        print(f"{'JSON answer' if kind == 'json' else 'stream, whole':<26} direct {d:7.3f}   gateway {g:7.3f}   "
+              f"added {g - d:+7.3f}")  # fmt: skip
     tokens = report.usage.tokens
     print(f"gateway counted {report.requests} requests, {tokens.input} input / {tokens.output} output tokens")
 

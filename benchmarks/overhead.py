@@ -205,15 +205,19 @@ def overlay_floor_cpu(repo: Path, iterations: int = 20) -> float:
 
 
 def startup_figures(root: Path, repo: Path, config: Path) -> None:
-    env = {**os.environ, "WORKTRIAL_TRUST": "1", "WORKTRIAL_CONFIG_DIR": str(config)}
+    # Byte-code written and used, as by an installed worktrial (PYTHONDONTWRITEBYTECODE would compile from source).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env |= {"WORKTRIAL_TRUST": "1", "WORKTRIAL_CONFIG_DIR": str(config)}
     cpu, _ = _cpu_of([sys.executable, "-m", "worktrial", "--version"], root, env)
     print(f"worktrial --version: {cpu * 1000:.0f} ms CPU (target <= 300)")
     suite = root / "one.json"
     suite.write_text(json.dumps({"id": "one", "tasks": [{"id": "t", "prompt": "p", "verify_commands": ["true"]}]}))
     argv = [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--agent", "nop", "-q",
             "--format", "json", "--output", os.devnull]  # fmt: skip
+    _cpu_of(argv, repo, env)  # writes the byte-code of what eval imports
     cpu, _ = _cpu_of(argv, repo, env)
-    print(f"eval of one nop attempt (sandbox on, 100 files), end to end: {cpu * 1000:.0f} ms CPU (target <= 800)")
+    print(f"eval of one nop attempt (sandbox on, 100 files), end to end: {cpu * 1000:.0f} ms CPU (target <= 600; "
+          "benchmarks/harness_cost.py measures it beside a baseline)")  # fmt: skip
 
 
 def cpu_table(root: Path, config: Path, sizes: tuple[int, ...]) -> None:

@@ -71,3 +71,71 @@ def test_eval_loads_neither_the_html_view_nor_jinja2(repo: Path, write_suite) ->
     args = ["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "-q", "--format", "json"]
     done = subprocess.run([sys.executable, "-c", probe, *args], cwd=repo, capture_output=True, text=True, timeout=120)
     assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
+
+
+WEB_STACK = ("uvicorn", "starlette", "httpx", "httpx2", "httpcore", "h11", "anyio", "asyncio")
+"""The model gateway's server and client: imported by a run only where an attempt may route through it."""
+
+_LOADED = """
+import json, sys
+from worktrial.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def _modules(args: list[str], cwd: Path) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def _web(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in WEB_STACK)
+
+
+@pytest.mark.slow
+def test_a_run_that_routes_nothing_never_loads_the_web_stack(repo: Path, write_suite) -> None:
+    """``eval`` of agents that never call a provider through the gateway (nop, oracle, a command without
+    ``--base-url``) imports neither the gateway's server nor its client; one whose command agent is given
+    ``--base-url`` does (the probe sees what a run imports)."""
+    suite = write_suite([task("t")])
+    run = ["eval", "--suite", str(suite), "--trust", "-q", "--format", "json", "--sandbox", "off"]
+    for agent in (["--agent", "nop"], ["--agent", "oracle"], ["--agent-cmd", "true"]):
+        loaded = _modules([*run, *agent], repo)
+        assert "worktrial.engine.run" in loaded, agent
+        assert _web(loaded) == [], agent
+        assert "worktrial.gateway.server" not in loaded, agent
+    routed = _modules([*run, "--agent-cmd", "true", "--base-url", "http://127.0.0.1:9/v1"], repo)
+    assert "worktrial.gateway.server" in routed and "uvicorn" in routed
+
+
+def test_help_loads_only_the_commands_definitions(tmp_path: Path) -> None:
+    """``worktrial --help`` lists every command without importing what any of them runs with: no models (pydantic),
+    no rich, none of the commands imported on first use, no psutil."""
+    loaded = _modules(["--help"], tmp_path)
+    assert "worktrial.cli.main" in loaded
+    heavy = {"pydantic", "rich", "psutil", "jinja2"} | {
+        f"worktrial.cli.{m}" for m in ("numbers", "view", "init", "export", "gc", "regrade")
+    }
+    assert sorted(m for m in loaded if m in heavy or m.split(".")[0] in heavy) == []
+
+
+def test_help_lists_each_lazy_command_as_the_command_describes_itself() -> None:
+    """The summaries --help shows for commands it does not import are the commands' own first lines."""
+    import importlib
+
+    import click
+
+    from worktrial.cli.main import _LAZY, _LAZY_SUMMARIES
+
+    assert set(_LAZY_SUMMARIES) == set(_LAZY)
+    for name, (module, attr) in _LAZY.items():
+        command = getattr(importlib.import_module(module), attr)
+        for limit in (30, 45, 80, 200):
+            shown = click.Command(name, help=_LAZY_SUMMARIES[name]).get_short_help_str(limit)
+            assert shown == command.get_short_help_str(limit), name

@@ -430,3 +430,42 @@ def test_regrade_judges_a_container_tasks_stored_change_again(cli, runtime, work
     (attempt,) = _attempts(json.loads(result.stdout))["fix-sum"]
     assert (attempt["outcome"], attempt["reward"], attempt["claimed"]) == ("fail", 0.0, True)
     assert attempt["provenance"]["kind"] == "regraded" and attempt["provenance"]["reverified"]
+
+
+def test_a_cancelled_command_ends_inside_the_container_and_the_container_stays(runtime, tmp_path: Path) -> None:
+    """A command exec'd into an attempt's container runs under the runtime's monitor, outside the harness's process
+    tree: when it is ended early (a deadline, a cost cap) the processes inside that carry its token end with it,
+    one that ignores SIGTERM too, while the container (and the attempt's next phase) goes on."""
+    import threading
+
+    from worktrial.isolation import proc
+    from worktrial.isolation.attempt_container import AttemptContainer, ContainerView, Mounts
+    from worktrial.isolation.container import ContainerEnv, ContainerPlan, find_runtime, probe
+
+    rt = probe(find_runtime(runtime), BASE_IMAGE)
+    worktree, scratch = tmp_path / "wt", tmp_path / "scratch"
+    worktree.mkdir()
+    scratch.mkdir()
+    box = AttemptContainer(
+        ContainerPlan(rt), ContainerEnv(image=BASE_IMAGE, digest=""), Mounts(worktree, (), (), scratch), network="off"
+    )
+    scope = proc.ProcessScope().confined(ContainerView(box))
+    cancel = threading.Event()
+
+    def cancel_once_started() -> None:
+        while not (worktree / "started").exists():
+            subprocess.run(["sleep", "0.1"], check=True)
+        cancel.set()
+
+    watcher = threading.Thread(target=cancel_once_started, daemon=True)
+    watcher.start()
+    script = "trap '' TERM; (trap '' TERM; exec sleep 3001) & touch /app/started; wait"
+    try:
+        result = proc.run(["/bin/sh", "-c", script], cwd=worktree, scope=scope, cancel=cancel, term_grace=0.5)
+        assert result.cancelled
+        inside = subprocess.run([runtime, "exec", box.name, "ps"], capture_output=True, text=True, check=True)
+        assert "sleep 3001" not in inside.stdout, inside.stdout
+        assert box.running
+    finally:
+        box.remove()
+        subprocess.run([runtime, "rm", "--force", box.name], capture_output=True)

@@ -9,10 +9,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,13 +32,13 @@ PY = shlex.quote(sys.executable)
 HARNESS_TIMEOUT = 120
 
 
-def sleeper(_marker: str) -> str:
+def sleeper(_marker: str, py: str = PY) -> str:
     """Shell words for a process that sleeps with the marker in its argv.
 
     The marker reaches it through ``$MARK`` in the environment, so that the harness's own argv (which holds the
     agent command) does not carry it.
     """
-    return f'{PY} -c "import time; time.sleep(300)" "$MARK"'
+    return f'{py} -c "import time; time.sleep(300)" "$MARK"'
 
 
 @pytest.fixture(autouse=True)
@@ -47,27 +50,27 @@ def _unsandboxed() -> None:
     config.write_text('[sandbox]\nmode = "off"\n')
 
 
-def escape(marker: str, pid_dir: Path, name: str) -> str:
+def escape(marker: str, pid_dir: Path, name: str, py: str = PY) -> str:
     """Shell: start a sleeper that drops the token and leaves the session, and wait until it runs."""
     return (
         f'P="{pid_dir}/{name}"; export P; '
         f'env -u {TOKEN_VAR} setsid sh -c \'echo $$ > "$P.tmp" && mv "$P.tmp" "$P" && '
-        f"exec {sleeper(marker)}' >/dev/null 2>&1 </dev/null & "
+        f"exec {sleeper(marker, py)}' >/dev/null 2>&1 </dev/null & "
         'while [ ! -e "$P" ]; do sleep 0.01; done; '
     )
 
 
-def double_fork(marker: str, pid_dir: Path, name: str) -> str:
+def double_fork(marker: str, pid_dir: Path, name: str, py: str = PY) -> str:
     """Shell: a subshell that backgrounds the escape and exits at once, so it is orphaned immediately."""
     return (
         f'P="{pid_dir}/{name}"; export P; '
         f'( env -u {TOKEN_VAR} setsid sh -c \'echo $$ > "$P.tmp" && mv "$P.tmp" "$P" && '
-        f"exec {sleeper(marker)}' >/dev/null 2>&1 </dev/null & ) ; "
+        f"exec {sleeper(marker, py)}' >/dev/null 2>&1 </dev/null & ) ; "
         'while [ ! -e "$P" ]; do sleep 0.01; done; '
     )
 
 
-def none_alive_verify(marker: str) -> dict[str, list[str]]:
+def none_alive_verify(marker: str, py: str = sys.executable) -> dict[str, list[str]]:
     """A verify command that passes only if no process carrying ``marker`` is running (a live one fails it)."""
     code = (
         f"marker = {marker[::-1]!r}[::-1].encode()\n"  # reversed: this check must not carry the marker itself
@@ -80,7 +83,7 @@ def none_alive_verify(marker: str) -> dict[str, list[str]]:
         "        return False\n"
         "sys.exit(1 if any(live(p) for p in os.listdir('/proc') if p.isdigit()) else 0)\n"
     )
-    return {"argv": [sys.executable, "-c", code]}
+    return {"argv": [py, "-c", code]}
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
@@ -127,9 +130,17 @@ def finish(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
         raise
 
 
+NO_CGROUP = {DISABLE_VAR: "cgroup"}
+"""As where no cgroup can be made (an unprivileged harness, cgroup v1 only): the subreaper and the tree alone."""
+
+
+@pytest.mark.parametrize("cgroup", ["cgroup", "no cgroup"])
 @pytest.mark.parametrize("how", ["setsid", "double-fork"])
-def test_escaped_process_ends_with_its_attempt(repo: Path, write_suite: SuiteWriter, tmp_path: Path, how: str) -> None:
-    """The escape is gone before verify runs (verify fails if it is alive), and after worktrial exits."""
+def test_escaped_process_ends_with_its_attempt(
+    repo: Path, write_suite: SuiteWriter, tmp_path: Path, how: str, cgroup: str
+) -> None:
+    """The escape is gone before verify runs (verify fails if it is alive), and after worktrial exits; with the
+    attempt's own cgroup where the harness can make one, and from the process tree and its orphans where not."""
     marker = f"wt-escape-{uuid.uuid4().hex}"
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
@@ -138,7 +149,7 @@ def test_escaped_process_ends_with_its_attempt(repo: Path, write_suite: SuiteWri
     suite = write_suite([task("t", verify_commands=["test -f done.txt", none_alive_verify(marker)])], attempts=2)
     # One at a time: verify must not see the escape of a concurrent attempt (the parallel test covers those).
     args = ["eval", "--suite", str(suite), "--agent-cmd", agent, "--format", "json", "-j", "1"]
-    proc = harness(repo, *args, marker=marker)
+    proc = harness(repo, *args, marker=marker, extra_env=NO_CGROUP if cgroup == "no cgroup" else None)
     try:
         out, err = finish(proc)
         assert proc.returncode == 0, err.decode()
@@ -153,7 +164,10 @@ def test_escaped_process_ends_with_its_attempt(repo: Path, write_suite: SuiteWri
         kill_marked(marker)
 
 
-def test_escapes_of_parallel_attempts_all_end(repo: Path, write_suite: SuiteWriter, tmp_path: Path) -> None:
+@pytest.mark.parametrize("cgroup", ["cgroup", "no cgroup"])
+def test_escapes_of_parallel_attempts_all_end(
+    repo: Path, write_suite: SuiteWriter, tmp_path: Path, cgroup: str
+) -> None:
     """With two attempts at once, orphans re-parent to the harness itself; each still ends with the run."""
     marker = f"wt-parallel-{uuid.uuid4().hex}"
     pid_dir = tmp_path / "pids"
@@ -161,7 +175,8 @@ def test_escapes_of_parallel_attempts_all_end(repo: Path, write_suite: SuiteWrit
     agent = double_fork(marker, pid_dir, "$WORKTRIAL_TASK_ID") + escape(marker, pid_dir, "$WORKTRIAL_TASK_ID-b")
     agent += "sleep 0.5; touch done.txt"
     suite = write_suite([task("a"), task("b"), task("c")], attempts=1)
-    proc = harness(repo, "eval", "--suite", str(suite), "--agent-cmd", agent, "-q", "--jobs", "3", marker=marker)
+    args = ["eval", "--suite", str(suite), "--agent-cmd", agent, "-q", "--jobs", "3"]
+    proc = harness(repo, *args, marker=marker, extra_env=NO_CGROUP if cgroup == "no cgroup" else None)
     try:
         _, err = finish(proc)
         assert proc.returncode == 0, err.decode()
@@ -436,3 +451,113 @@ def test_the_next_run_ends_what_a_killed_harness_left_in_its_cgroup(
             sleeper_proc.wait()
         for parent in (stale, foreign):
             cgroups.remove(parent)
+
+
+_NO_MACHINE_SCAN = """
+import json, sys
+from worktrial.isolation import proc, tracking
+tracking.enable_subreaper()
+tracking.SAMPLE_SECS = 0.02  # the sampler looks many times while the escapes run
+scans = []
+real_table, real_tokens = tracking._table, tracking.pids_with_token
+def table():
+    scans.append("process table")
+    return real_table()
+def tokens(wanted):
+    wanted = list(wanted)
+    if wanted:
+        scans.append("token carriers")
+    return real_tokens(wanted)
+tracking._table, tracking.pids_with_token = table, tokens
+result = proc.run(["/bin/sh", "-c", sys.argv[1]], cwd=sys.argv[2], timeout=60)
+print(json.dumps({"scans": scans, "returncode": result.returncode}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads children from /proc/<pid>/task/*/children")
+@pytest.mark.parametrize("cgroup", ["cgroup", "no cgroup"])
+def test_following_an_attempt_never_reads_every_process_of_the_machine(tmp_path: Path, cgroup: str) -> None:
+    """What a command started is found from its cgroup, its tree and the harness's own orphans: neither the sampler
+    nor the end of the command reads the machine's process table or every process's environment (the cost of both
+    grew with everything else running on the machine), and the escapes still end with the command."""
+    marker = f"wt-noscan-{uuid.uuid4().hex}"
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    script = escape(marker, pid_dir, "setsid") + double_fork(marker, pid_dir, "double") + "sleep 0.3"
+    env = {**os.environ, "MARK": marker, **(NO_CGROUP if cgroup == "no cgroup" else {})}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _NO_MACHINE_SCAN, script, str(tmp_path)],
+            env=env, capture_output=True, text=True, timeout=HARNESS_TIMEOUT,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        outcome = json.loads(done.stdout)
+        assert outcome == {"scans": [], "returncode": 0}
+        assert sorted(p.name for p in pid_dir.iterdir()) == ["double", "setsid"]  # both escapes did run
+        assert alive_with_marker(marker) == []
+    finally:
+        kill_marked(marker)
+
+
+def _free_uid() -> int:
+    for uid in range(61_000, 62_000):
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    raise AssertionError("no free uid between 61000 and 62000")
+
+
+@pytest.mark.slow
+def test_an_unprivileged_harness_ends_escapes_without_a_cgroup() -> None:
+    """A harness that is not root has no cgroup to put an unsandboxed command in (this machine delegates none): the
+    escapes are found from the process tree and the orphans re-parented to it, and are gone before verify runs."""
+    if os.geteuid() != 0:
+        pytest.skip("the harness already runs unprivileged: the tests above cover it")
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is needed to become an unprivileged user")
+    py = "/usr/bin/python3"  # this test's own Python may live where the other user cannot reach it
+    if not os.access(py, os.X_OK):
+        pytest.skip(f"{py} is needed for the agent's processes and the check")
+    uid = _free_uid()
+    as_user = [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    probe = subprocess.run([*as_user, sys.executable, "-c", "import worktrial"], capture_output=True, cwd="/")
+    if probe.returncode != 0:
+        pytest.skip(f"this test's Python cannot run as uid {uid}: {probe.stderr.decode().strip()[-200:]}")
+    base = Path(tempfile.mkdtemp(prefix="wt-unprivileged-escape-", dir="/var/tmp"))
+    marker = f"wt-unpriv-{uuid.uuid4().hex}"
+    try:
+        base.chmod(0o755)
+        repo, pid_dir = base / "repo", base / "pids"
+        repo.mkdir()
+        pid_dir.mkdir()
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(base), "TMPDIR": str(base),
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "WORKTRIAL_TRUST": "1", "MARK": marker,
+            "WORKTRIAL_CONFIG_DIR": str(base / "config"), "WORKTRIAL_CACHE_DIR": str(base / "cache"),
+            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        }  # fmt: skip
+        (repo / "README.md").write_text("# r\n")
+        for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "initial"]):
+            subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+        agent = (
+            escape(marker, pid_dir, "$WORKTRIAL_TASK_ID-$WORKTRIAL_ATTEMPT-s", py)
+            + double_fork(marker, pid_dir, "$WORKTRIAL_TASK_ID-$WORKTRIAL_ATTEMPT-d", py)
+            + "touch done.txt"
+        )
+        checks = ["test -f done.txt", none_alive_verify(marker, py)]
+        suite = {"id": "s", "attempts": 2, "tasks": [{"id": "t", "prompt": "p", "verify_commands": checks}]}
+        (base / "suite.json").write_text(json.dumps(suite))
+        subprocess.run(["chown", "-R", f"{uid}:{uid}", str(base)], check=True)
+        command = [sys.executable, "-m", "worktrial", "eval", "--suite", str(base / "suite.json"), "--agent-cmd",
+                   agent, "--sandbox", "off", "--format", "json", "-j", "1", "--pass-env", "MARK"]  # fmt: skip
+        done = subprocess.run([*as_user, *command], cwd=repo, env=env, capture_output=True, timeout=HARNESS_TIMEOUT)
+        assert done.returncode == 0, done.stderr.decode()
+        attempts = json.loads(done.stdout)["report"]["tasks"][0]["attempts"]
+        assert [a["outcome"] for a in attempts] == ["pass", "pass"], done.stderr.decode()
+        assert len(list(pid_dir.iterdir())) == 4  # every escape did run
+        assert alive_with_marker(marker) == []
+    finally:
+        kill_marked(marker)
+        subprocess.run(["rm", "-rf", str(base)], check=False)

@@ -27,7 +27,7 @@ from click.testing import Result
 import worktrial.isolation.sandbox as sandbox_module
 from tests.conftest import alive_with_marker, git, task
 from worktrial.isolation.limits import Enforcer, Limits, mechanism
-from worktrial.isolation.sandbox import AttemptView, Bubblewrap, SandboxSettings
+from worktrial.isolation.sandbox import AttemptView, Bubblewrap, SandboxSettings, etc_secrets
 
 pytestmark = pytest.mark.usefixtures("rooms")  # every test on both room paths: overlays and copying
 
@@ -492,3 +492,22 @@ def test_a_path_entry_that_is_home_or_holds_a_hidden_path_is_never_shown(tmp_pat
     shown = sandbox_module._tools("true", path_var, home, (home, repo))
     assert tools in shown  # /opt/tool for /opt/tool/bin
     assert not any(p == home or home in p.parents or p in (tmp_path / "work", tmp_path) for p in shown), shown
+
+
+def test_etc_secrets_are_what_another_user_could_not_read(tmp_path: Path) -> None:
+    """/etc's covered entries: a directory others cannot list and enter (not what is inside it: it goes whole),
+    a regular file others cannot read; never what a symlink points at, nor what everyone may read."""
+    etc = tmp_path / "etc"
+    private, certs, deep = etc / "ssl" / "private", etc / "ssl" / "certs", etc / "a" / "b"
+    for directory in (private, certs, deep):
+        directory.mkdir(parents=True)
+    (private / "key.pem").write_text("k\n")
+    private.chmod(0o710)
+    (certs / "ca.pem").write_text("c\n")
+    for name, mode in (("shadow", 0o640), ("passwd", 0o644), ("a/b/token", 0o600), ("a/b/motd", 0o444)):
+        (etc / name).write_text("x\n")
+        (etc / name).chmod(mode)
+    (etc / "shadow-link").symlink_to(etc / "shadow")
+    (etc / "private-link").symlink_to(private)
+    found = etc_secrets.__wrapped__(etc)
+    assert sorted(found) == sorted([(private, True), (etc / "shadow", False), (deep / "token", False)])

@@ -27,8 +27,10 @@ once, where a value is put into markdown.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.text import Text
 
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 """Arabic letter mark, LRM/RLM, the embeddings and overrides, the isolates: they reorder what is displayed."""
@@ -63,6 +65,8 @@ def one_line(text: str) -> str:
 
 def terminal_text(text: str, *, multiline: bool = False, style: str = "") -> Text:
     """The one way text from input reaches rich: a ``Text`` (never parsed as markup) with controls made visible."""
+    from rich.text import Text  # imported here: plain-text callers (every error line) need no rich
+
     return Text(for_terminal(text, multiline=multiline), style=style)
 
 

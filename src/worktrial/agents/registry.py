@@ -55,8 +55,25 @@ def agent_specs() -> dict[str, AgentSpec]:
     return specs
 
 
+@cache
+def _simple_specs() -> dict[str, AgentSpec]:
+    """The agents of the first bundled plugin (oracle, nop, command). The first registration of a name wins, so
+    nothing can replace these: they are built without loading the rest (presets, the built-in agent, plugins)."""
+    from worktrial.agents import simple
+
+    specs: dict[str, AgentSpec] = {}
+
+    def register(spec: AgentSpec) -> None:
+        specs.setdefault(spec.name, spec)
+
+    simple.register_agents(register=register)
+    return specs
+
+
 def create_agent(name: str, options: AgentOptions) -> Agent:
     """Build an agent by short name, a custom ``[agents.NAME]`` from config, or dotted path ``module:Factory``."""
+    if (simple := _simple_specs().get(name)) is not None:
+        return simple.factory(options)
     from worktrial.agents.custom import create_custom_agent, custom_tables
 
     specs = agent_specs()

@@ -1,21 +1,22 @@
-"""Pieces every CLI module shares: how a message reaches the user, and the trust prompt."""
+"""Pieces every CLI module shares: how a message reaches the user, and the trust prompt.
+
+What a piece needs beyond click is imported when it is used: every command imports this module, also
+``worktrial --help``, which needs none of it.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 
-from worktrial.isolation.workspace import find_workspace
-from worktrial.model.suite import LoadedSuite
-from worktrial.render.terminal import ReportMarkdown, markdown_table, rich_table
 from worktrial.safe_text import for_terminal
-from worktrial.state.project import ensure_project_trusted
-from worktrial.state.roots import state_root
-from worktrial.state.trust import ensure_trusted
 from worktrial.util import atomic_write_text
+
+if TYPE_CHECKING:
+    from worktrial.model.suite import LoadedSuite
 
 
 def err(message: str) -> None:
@@ -35,7 +36,11 @@ def print_table(headers: list[str], cells: list[list[str]], fmt: str) -> None:
 
     Cells are printed without rich markup escaping so that commands in them copy-paste exactly as shown.
     """
+    from worktrial.render.terminal import markdown_table, rich_table
+
     if fmt == "table" and sys.stdout.isatty():
+        from rich.console import Console
+
         Console(highlight=False).print(rich_table(headers, cells))
     else:
         click.echo(markdown_table(headers, cells), nl=False)
@@ -54,6 +59,10 @@ def emit(text: str, output: Path | None, *, quiet: bool = False, what: str = "re
         if not quiet:
             err(f"worktrial: {what} written to {output}")
     elif fmt == "auto" and sys.stdout.isatty():
+        from rich.console import Console
+
+        from worktrial.render.terminal import ReportMarkdown
+
         Console(highlight=False).print(ReportMarkdown(text))
     else:
         click.echo(text, nl=False)
@@ -63,6 +72,9 @@ def ensure_trust(loaded: LoadedSuite, workspace: Path | None, trust: bool, trust
     """Trust per workspace and suite digest (asks on a terminal, refuses with instructions elsewhere), then the
     workspace's own worktrial.toml, which ``--trust`` never covers (``ensure_project_trust``); ``trust_project``
     None is for commands that run no agent or provider the project could name (``check``: oracle and nop)."""
+    from worktrial.isolation.workspace import find_workspace
+    from worktrial.state.trust import ensure_trusted
+
     trust_root = workspace.resolve() if workspace else None
     if loaded.suite.workspace is None or not loaded.suite.workspace.repo:
         trust_root = find_workspace(workspace)
@@ -80,6 +92,9 @@ def ensure_trust(loaded: LoadedSuite, workspace: Path | None, trust: bool, trust
 def ensure_project_trust(workspace: Path | None, trust_project: bool) -> bool:
     """The workspace's worktrial.toml: its settings that run programs or route credentials count only when trusted
     explicitly; else they are skipped with one warning. Whether the file counts in full."""
+    from worktrial.state.project import ensure_project_trusted
+    from worktrial.state.roots import state_root
+
     return ensure_project_trusted(
         state_root(workspace),
         trust_project=trust_project,

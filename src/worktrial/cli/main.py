@@ -12,10 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from worktrial.analysis.suite_paths import static_lints
 from worktrial.cli import logs
 from worktrial.cli.common import emit, ensure_project_trust, ensure_trust, err, print_table
 from worktrial.cli.executors import executor_options
@@ -39,25 +36,17 @@ from worktrial.cli.options import (
     trust_project_option,
     workspace_option,
 )
-from worktrial.cli.outputs import write_ci_outputs
 from worktrial.cli.run_flags import Printing, run_options
 from worktrial.errors import EXIT_BUDGET, EXIT_INTERRUPTED, BadInputError, RunAborted, WorktrialError
-from worktrial.model.envelope import Envelope, envelope_json_schema
-from worktrial.model.run_config import DEFAULT_GRACE_SECS
-from worktrial.model.suite import load_suite, suite_json_schema
-from worktrial.render import render_json, render_markdown
-from worktrial.render.check_markdown import render_lints
-from worktrial.render.format import nothing_measured
+from worktrial.model.defaults import DEFAULT_GRACE_SECS
 from worktrial.safe_text import for_terminal, terminal_text
-from worktrial.state.artifacts import read_run_artifacts
-from worktrial.state.history import list_runs, problem_note, stored_envelope
-from worktrial.state.roots import state_root
-from worktrial.state.store import runs_dir
 from worktrial.util import plural
 from worktrial.version import __version__
 
+# What a command needs is imported when it runs: ``worktrial --help`` loads the commands' definitions only.
 if TYPE_CHECKING:  # the engine is imported by the commands that run something, never by --help, runs or report
     from worktrial.engine.run import RunObserver, RunOptions, RunResult
+    from worktrial.model.envelope import Envelope
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_MEASURED_NOTHING = 1
@@ -76,8 +65,23 @@ _LAZY = {
     "gc": ("worktrial.cli.gc", "gc_cmd"),
     "regrade": ("worktrial.cli.regrade", "regrade_cmd"),
 }
-"""Commands imported only when they run (or are listed): what they import (the HTML view and jinja2, compare,
-leaderboards, the statistics of power) is not on the way of ``eval``'s first attempt."""
+"""Commands imported only when they run (or their own --help is asked for): what they import (the HTML view and
+jinja2, compare, leaderboards, the statistics of power) is not on the way of ``eval``'s first attempt."""
+_LAZY_SUMMARIES = {
+    "compare": "Compare runs (envelope files or stored run ids) task by task, with error bars and p-values.",
+    "power": "Plan a comparison: the detectable difference, or the tasks / attempts needed to detect --delta.",
+    "check": "Validate a suite by running it: oracle must pass, nop must fail, verifiers must be stable; plus lints.",
+    "audit": "Recompute the digest and every metric of an envelope from its records; exit 1 listing any mismatch.",
+    "show": "Show a run (default: the latest), one task's attempts, or one attempt's logs and patch.",
+    "view": "Write one self-contained HTML page of runs (default: the latest) and print its path.",
+    "init": "Write a starter suite (two tasks, hidden tests, solutions, a detected environment) that check passes.",
+    "export": "Write a stored run in another tool's layout: harbor (Harbor's job directory and the Terminal-Bench "
+    "leaderboard's metadata.yaml) or swe-bench (predictions, logs, trajectories, metadata).",
+    "gc": "Remove old runs, the environment cache and worktrial's leftover container images.",
+    "regrade": "Judge every stored attempt of a run again against the suite's verify commands, running no agent.",
+}
+"""The first line of each lazy command's help, which ``worktrial --help`` lists without importing the command
+(``tests/test_cli_startup.py`` checks they are the commands' own)."""
 
 
 class _Group(click.Group):
@@ -85,6 +89,22 @@ class _Group(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *_LAZY})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's listing, with each command not imported yet shown from its summary (``_LAZY_SUMMARIES``)."""
+        rows: list[tuple[str, str]] = []
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        for name in names:
+            command = self.commands.get(name)
+            if command is None and name in _LAZY_SUMMARIES:
+                summary = click.Command(name, help=_LAZY_SUMMARIES[name])  # shortened as click shortens the real one
+                rows.append((name, summary.get_short_help_str(limit)))
+            elif (command := self.get_command(ctx, name)) is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in _LAZY:
@@ -221,20 +241,22 @@ def eval_cmd(
     **flags: Any,
 ) -> None:
     """Run a suite and print its report; several --agent / --model values run a matrix and print a leaderboard."""
+    from worktrial.model.suite import load_suite
+
     loaded = load_suite(suite_path)
     for warning in loaded.warnings:
         err(f"worktrial: warning: {suite_path}: {warning}")
     ensure_trust(loaded, workspace, trust, trust_project)
-    from worktrial.cli.matrix import run_matrix_and_report
-    from worktrial.engine.matrix import is_matrix
     from worktrial.engine.run import run_suite
 
     options = run_options({**flags, "agent": agent, "model": model, "workspace": workspace})
     printing = Printing.of(flags)
-    if is_matrix(agent, model):
+    if _is_matrix(agent, model):
         if resume_id is not None or options.reuse is not None:
             which = "--resume continues" if resume_id is not None else "--reuse reuses"
             raise BadInputError(f"{which} one stored run; it cannot be combined with several --agent/--model")
+        from worktrial.cli.matrix import run_matrix_and_report
+
         p = printing
         run_matrix_and_report(loaded, agent, model, options, p.fmt, p.output, p.quiet, p.reasons, p.wide)
         return
@@ -251,10 +273,17 @@ def eval_cmd(
     _run_and_report(runner, options, printing)
 
 
+def _is_matrix(agents: tuple[str, ...], models: tuple[str, ...]) -> bool:
+    """One agent and at most one model is a plain run, handled exactly as before matrices existed (and without
+    importing the matrix)."""
+    return len(agents) > 1 or len(models) > 1
+
+
 def _run_and_report(
     runner: Callable[[RunOptions, RunObserver], RunResult], options: RunOptions, printing: Printing
 ) -> None:
     fmt, output, quiet, reasons, junit = printing.fmt, printing.output, printing.quiet, printing.reasons, printing.junit
+    from worktrial.cli.outputs import write_ci_outputs
     from worktrial.cli.progress import ProgressReporter
 
     progress = ProgressReporter(quiet=quiet, reasons=reasons, on_warning=lambda m: err(f"worktrial: warning: {m}"))
@@ -277,6 +306,8 @@ def _run_and_report(
         err(f"worktrial: run stored in {result.store_dir}")
     attempts = [a for t in result.envelope.report.tasks for a in t.attempts]
     if result.status == "complete" and attempts and all(a.outcome == "error" for a in attempts):
+        from worktrial.render.format import nothing_measured
+
         err(f"worktrial: error: every attempt ended in error, so the run measured nothing {nothing_measured(attempts)}")
         sys.exit(EXIT_MEASURED_NOTHING)
     if result.stop_reason is not None:
@@ -294,6 +325,9 @@ def _run_and_report(
 
 
 def _emit(envelope: Envelope, fmt: str, output: Path | None, quiet: bool, run_dir: Path | None = None) -> None:
+    from worktrial.render import render_json, render_markdown
+    from worktrial.state.artifacts import read_run_artifacts
+
     if fmt == "json":
         text = render_json(envelope)
     else:
@@ -356,6 +390,12 @@ def runs_cmd(workspace: Path | None) -> None:
     Every run is listed; one whose records cannot be verified here (its signing key is under another HOME or
     user, or its run.json was changed) is marked, with what that means under the table.
     """
+    from rich.console import Console
+    from rich.table import Table
+
+    from worktrial.state.history import list_runs, problem_note
+    from worktrial.state.roots import state_root
+
     rows = list_runs(state_root(workspace))
     if not rows:
         click.echo("no runs yet; `worktrial eval --suite SUITE ...` stores one")
@@ -393,6 +433,11 @@ def report_cmd(
     run_id: str, workspace: Path | None, fmt: str, output: Path | None, junit: Path | None, redact_paths: bool
 ) -> None:
     """Render a stored run again (also one that was interrupted or crashed)."""
+    from worktrial.cli.outputs import write_ci_outputs
+    from worktrial.state.history import stored_envelope
+    from worktrial.state.roots import state_root
+    from worktrial.state.store import runs_dir
+
     root = state_root(workspace)
     envelope = stored_envelope(root, run_id)
     if redact_paths:
@@ -407,6 +452,9 @@ def report_cmd(
 @click.argument("which", type=click.Choice(["suite", "envelope"]))
 def schema_cmd(which: str) -> None:
     """Print the JSON Schema of the suite format or of the result envelope."""
+    from worktrial.model.envelope import envelope_json_schema
+    from worktrial.model.suite import suite_json_schema
+
     schema = suite_json_schema() if which == "suite" else envelope_json_schema()
     click.echo(json.dumps(schema, indent=2))
 
@@ -421,6 +469,7 @@ def agents_cmd(workspace: Path | None, fmt: str, trust_project: bool, old_trust:
     from worktrial.agents.listing import list_agents
     from worktrial.state.config import load_config
     from worktrial.state.project import read_project
+    from worktrial.state.roots import state_root
 
     if old_trust:
         raise BadInputError("`worktrial agents --trust` is now --trust-project (--trust only ever trusts a suite)")
@@ -450,6 +499,7 @@ def prices_cmd(workspace: Path | None, fmt: str) -> None:
     """List the models worktrial can price (USD per million tokens), from the shipped table or your config."""
     from worktrial.agents.pricing import price_rows, price_table
     from worktrial.state.config import load_config
+    from worktrial.state.roots import state_root
 
     rows = price_rows(load_config(state_root(workspace)))
     taken_on = price_table().taken_on
@@ -476,6 +526,10 @@ def validate_cmd(suite_path: Path) -> None:
 
     Exits 1 after listing the lints when any is a problem (a warning is printed but does not fail).
     """
+    from worktrial.analysis.suite_paths import static_lints
+    from worktrial.model.suite import load_suite
+    from worktrial.render.check_markdown import render_lints
+
     loaded = load_suite(suite_path)
     for warning in loaded.warnings:
         err(f"worktrial: warning: {suite_path}: {warning}")

@@ -16,17 +16,17 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO
-
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+from typing import IO, TYPE_CHECKING
 
 from worktrial.engine.run import RunObserver
 from worktrial.model.records import OUTCOMES, AttemptRecord
 from worktrial.safe_text import for_terminal, terminal_text
 from worktrial.util import plural
+
+if TYPE_CHECKING:  # rich is imported for the live view only: plain lines and -q need none of it
+    from rich.console import RenderableType
+    from rich.live import Live
+    from rich.text import Text
 
 _STYLE = {"pass": "green", "fail": "red", "timeout": "yellow", "error": "magenta"}
 REFRESH_PER_SECOND = 4
@@ -55,6 +55,8 @@ def eta_text(eta: float | None) -> str:
 
 
 def bar(done: int, total: int) -> Text:
+    from rich.text import Text
+
     filled = int(BAR_WIDTH * done / total) if total else 0
     return Text.assemble(("━" * filled, "green"), ("━" * (BAR_WIDTH - filled), "grey37"))
 
@@ -130,14 +132,15 @@ class ProgressReporter(RunObserver):
         self.running: dict[tuple[str, int], _Running] = {}
         self.total = 0
         self.done = 0
-        self.durations: list[float] = []
+        self.finished = 0
+        """Attempts finished in this session, and their total duration (the ETA's mean; nothing per attempt is kept)."""
+        self.finished_secs = 0.0
         self.most_parallel = 1
         self.level: int | None = None
         """Under ``--jobs auto``: attempts allowed at once now (None: a fixed ``--jobs``)."""
         self.run_id = ""
         self._clock = clock
         self._began = clock()
-        self._console = Console(file=self.stream)
         self._live: Live | None = None
         self.title = title
         self._lock = threading.RLock()  # the ticker's thread reads what the run's thread changes
@@ -157,9 +160,12 @@ class ProgressReporter(RunObserver):
         self.done = self.earlier = done
         self._began = self._clock()
         if self.live_mode:
+            from rich.console import Console
+            from rich.live import Live
+
             self._live = Live(
                 get_renderable=self.render,
-                console=self._console,
+                console=Console(file=self.stream),
                 refresh_per_second=REFRESH_PER_SECOND,
                 transient=False,
             )
@@ -186,7 +192,8 @@ class ProgressReporter(RunObserver):
             self.done += 1
             # Both are the run's wall time; a regraded attempt's agent ran in another run, only its verifier here.
             spent_here = record.verify_secs if record.provenance is not None else record.duration_secs
-            self.durations.append(spent_here + (record.setup_secs or 0.0))
+            self.finished += 1
+            self.finished_secs += spent_here + (record.setup_secs or 0.0)
             if record.cost_usd is not None and self.max_cost is None:  # under a budget, ``spend`` says the total
                 self.spent += record.cost_usd
                 self.priced = True
@@ -229,9 +236,9 @@ class ProgressReporter(RunObserver):
 
     def eta_secs(self) -> float | None:
         """Seconds left, from the mean duration of attempts finished in this session; None before the first."""
-        if not self.durations:
+        if not self.finished:
             return None
-        mean = sum(self.durations) / len(self.durations)
+        mean = self.finished_secs / self.finished
         now = self._clock()
         with self._lock:
             queued = max(0, self.total - self.done - len(self.running))
@@ -279,6 +286,10 @@ class ProgressReporter(RunObserver):
 
     def render(self) -> RenderableType:
         """The live view as of now (called by rich on every refresh)."""
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
         now = self._clock()
         name = f"{self.title} · run {self.run_id}" if self.title else f"run {self.run_id}"
         head = Text.assemble(

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from worktrial.agents.base import Agent, AgentContext, AgentError, AgentResult
 from worktrial.agents.credentials import preset_credentials
@@ -27,7 +27,7 @@ from worktrial.engine.executor import AttemptJob, AttemptResult, AttemptSpec, Re
 from worktrial.engine.model_gateway import PROVIDER_CATEGORIES, apply_report, open_session
 from worktrial.engine.verify import VerifyResult, run_verify
 from worktrial.errors import WorktrialError
-from worktrial.gateway import Gateway, GatewayReport, Session
+from worktrial.gateway import GatewayReport, Session
 from worktrial.isolation import childenv, proc
 from worktrial.isolation.change import AgentChange
 from worktrial.isolation.environment import EnvironmentSetupError
@@ -51,6 +51,9 @@ from worktrial.redaction import Redactor
 from worktrial.safe_read import read_input
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from worktrial.gateway import Gateway
 
 # An agent that returns this long after its deadline overran it, whatever it says.
 DEADLINE_GRACE_SECS = 2.0

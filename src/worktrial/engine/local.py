@@ -19,8 +19,8 @@ from worktrial.agents.base import Agent
 from worktrial.engine.attempt import run_attempt
 from worktrial.engine.checkout import new_slot
 from worktrial.engine.executor import TICK_SECS, AgentRef, AttemptJob, AttemptResult, ExecutorEvent, RepoSource
+from worktrial.engine.model_gateway import RunGateway
 from worktrial.errors import HarnessError
-from worktrial.gateway import Gateway
 from worktrial.isolation.pool import Slot
 from worktrial.isolation.proc import ProcessScope
 from worktrial.isolation.workspace import SourceRepo, materialize_source
@@ -42,7 +42,7 @@ class LocalExecutor:
         self.work_root = work_root
         self.keep_worktrees = keep_worktrees
         self.scope = ProcessScope()
-        self.gateway = Gateway()
+        self.gateway = RunGateway()
         """The run's model gateway: it listens from the first attempt whose agent routes a provider through it."""
         self._todo: queue.Queue[AttemptJob | None] = queue.Queue()
         self._events: queue.Queue[tuple[_Kind, AttemptJob | None, Any]] = queue.Queue()
@@ -145,7 +145,7 @@ class LocalExecutor:
                     scope=self.scope,
                     worker=f"thread-{index}",
                     on_phase=functools.partial(self._phase, job),
-                    gateway=self.gateway,
+                    gateway=self.gateway.for_attempt(job.spec),
                 )
                 if self.scope.stopping.is_set():
                     result = None  # ended by the stop: not a result, it reruns on resume

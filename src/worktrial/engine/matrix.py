@@ -59,11 +59,6 @@ def uses_model(agent: str, config: Config) -> bool:
     return True
 
 
-def is_matrix(agents: Sequence[str], models: Sequence[str]) -> bool:
-    """One agent and at most one model is a plain run, handled exactly as before matrices existed."""
-    return len(agents) > 1 or len(models) > 1
-
-
 def plan_configurations(
     agents: Sequence[str], models: Sequence[str], agent_cmd: str | None, config: Config
 ) -> list[Configuration]:

@@ -14,16 +14,18 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worktrial.agents.base import AgentError, AgentOptions, AgentResult
-from worktrial.agents.presets import PRESETS
 from worktrial.agents.pricing import cost_usd, resolve_price
-from worktrial.engine.executor import AttemptSpec
+from worktrial.engine.executor import AgentRef, AttemptSpec
 from worktrial.errors import BadInputError
-from worktrial.gateway import Gateway, GatewayReport, PriceFn, ProviderFailure, Session
+from worktrial.gateway import GatewayReport, PriceFn, ProviderFailure, Session
 from worktrial.isolation.sandbox import Sandbox, SandboxDecision, decide
 from worktrial.model.records import ErrorCategory, GatewayCounts, Tokens
+
+if TYPE_CHECKING:
+    from worktrial.gateway import Gateway
 
 COST_TOLERANCE = 1e-6
 SLOW_CALL_SECS = 30.0
@@ -59,11 +61,74 @@ def gateway_price(options: AgentOptions) -> PriceFn:
     return price
 
 
+NEVER_ROUTED = frozenset({"nop", "oracle", "builtin"})
+"""Bundled agents that never call a provider from their processes (the built-in agent calls its model from the
+harness itself): their attempts get no gateway session."""
+
+
 def routes_through_gateway(agent: str) -> bool:
     """Whether the agent's model calls go through the gateway (from inside any sandbox, even to a loopback
     ``--base-url``): the presets that name their upstream, and the command agent given ``--base-url``."""
+    if agent == "command":
+        return True
+    if agent in NEVER_ROUTED:
+        return False
+    from worktrial.agents.presets import PRESETS  # the preset table, only for an agent that may be a preset
+
     spec = PRESETS.get(agent)
-    return agent == "command" or (spec is not None and spec.upstream is not None)
+    return spec is not None and spec.upstream is not None
+
+
+def may_route(agent: AgentRef) -> bool:
+    """Whether an attempt of ``agent`` gets a session at the run's gateway: every agent but the bundled ones that
+    never route (a command agent only with ``--base-url``). Presets, custom and plugin agents get one; whether they
+    route through it is theirs to decide per attempt (a preset routes where its key or ``--base-url`` is given)."""
+    if agent.name == "command":
+        return agent.options.base_url is not None
+    return agent.name not in NEVER_ROUTED
+
+
+class RunGateway:
+    """The run's model gateway, made when the first attempt that may route through it starts: a run whose agent
+    never does (nop, oracle, the built-in agent, a command without ``--base-url``) never imports its web stack
+    (uvicorn, starlette, httpx, asyncio), nor starts its thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._gateway: Gateway | None = None
+        self._limit: tuple[float, float] | None = None
+
+    def for_attempt(self, spec: AttemptSpec) -> Gateway | None:
+        """The gateway an attempt of ``spec`` opens its session at, or None when its agent never routes."""
+        if not may_route(spec.agent):
+            return None
+        with self._lock:
+            if self._gateway is None:
+                from worktrial.gateway.server import Gateway
+
+                self._gateway = Gateway()
+                if self._limit is not None:
+                    self._gateway.limit_run(*self._limit)
+            return self._gateway
+
+    @property
+    def rate_limited(self) -> int:
+        """The provider's 429s seen at the gateway so far (none before it is made): ``--jobs auto`` backs off."""
+        gateway = self._gateway
+        return gateway.rate_limited if gateway is not None else 0
+
+    def limit_run(self, max_cost: float, spent: float) -> None:
+        """``Gateway.limit_run``, now or when the gateway is made."""
+        with self._lock:
+            self._limit = (max_cost, spent)
+            if self._gateway is not None:
+                self._gateway.limit_run(max_cost, spent)
+
+    def close(self) -> None:
+        with self._lock:
+            gateway, self._gateway = self._gateway, None
+        if gateway is not None:
+            gateway.close()
 
 
 def unreachable_config(agent: str, description: Mapping[str, Any], decision: SandboxDecision) -> str | None:

@@ -28,8 +28,8 @@ from worktrial.agents.base import Agent, AgentError
 from worktrial.engine.attempt import run_attempt
 from worktrial.engine.checkout import new_slot
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptResult, RepoSource
+from worktrial.engine.model_gateway import RunGateway
 from worktrial.errors import WorktrialError
-from worktrial.gateway import Gateway
 from worktrial.isolation.gitbundle import file_sha256
 from worktrial.isolation.pool import Slot
 from worktrial.isolation.proc import ProcessScope
@@ -116,7 +116,7 @@ class SlotWorker:
         self.name = name
         self.root = Path(tempfile.mkdtemp(prefix="worktrial-ray-", dir=parent))
         self.scope = ProcessScope()
-        self.gateway = Gateway()
+        self.gateway = RunGateway()
         """This node's model gateway for the run's attempts (keys and sessions never cross nodes)."""
         self._agent: Agent | None = None
         self._sources: dict[str, tuple[SourceRepo, str]] = {}  # bundle name -> clone, local bundle path
@@ -150,8 +150,9 @@ class SlotWorker:
         source = self._sources[_name_of(job.resolved_base().source)][0]
         slot = None if local.spec.keep_worktrees else self._slot_for(local, source)
         attempts = self.root / "attempts"
+        gateway = self.gateway.for_attempt(local.spec)
         return run_attempt(
-            self._agent, local, source, attempts, slot=slot, scope=self.scope, worker=self.name, gateway=self.gateway
+            self._agent, local, source, attempts, slot=slot, scope=self.scope, worker=self.name, gateway=gateway
         )
 
     def stop(self) -> None:

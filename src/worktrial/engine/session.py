@@ -48,10 +48,9 @@ from worktrial.engine.executor import (
     TaskBase,
 )
 from worktrial.engine.local import LocalExecutor
-from worktrial.engine.model_gateway import routes_through_gateway, unreachable_config
+from worktrial.engine.model_gateway import RunGateway, routes_through_gateway, unreachable_config
 from worktrial.engine.schedule import Scheduler
 from worktrial.errors import BadInputError, WorkspaceError
-from worktrial.gateway import Gateway
 from worktrial.isolation import cgroups
 from worktrial.isolation.container import ContainerPlan
 from worktrial.isolation.proc import ProcessScope
@@ -579,7 +578,7 @@ def session_concurrency(settings: RunSettings, executor: Executor, auto: AutoJob
 def rate_limits_seen(executor: Executor) -> Callable[[], int] | None:
     """The running count of the provider's 429s at the executor's gateway, when it is in this process."""
     gateway = getattr(executor, "gateway", None)
-    return (lambda: gateway.rate_limited) if isinstance(gateway, Gateway) else None
+    return (lambda: gateway.rate_limited) if isinstance(gateway, RunGateway) else None
 
 
 def execute(
@@ -593,14 +592,18 @@ def execute(
 ) -> RunResult:
     meta = settings.meta
     task_ids = {t.id for t in settings.loaded.suite.tasks}
-    records = [r for r in done if r.task_id in task_ids]
-    done_keys = {(r.task_id, r.attempt) for r in records}
+    earlier = [r for r in done if r.task_id in task_ids]
+    done_keys = {(r.task_id, r.attempt) for r in earlier}
     done_keys |= settings.reuse.skipped() if settings.reuse is not None else set()
     budget = budget or Budget(None)
-    budget.count([r for r in records if r.provenance is None], free=meta.config.agent in FREE_AGENTS)
-    observer.begin(meta.id, meta.config.attempts * len(task_ids) - len(done_keys), len(records))
+    budget.count([r for r in earlier if r.provenance is None], free=meta.config.agent in FREE_AGENTS)
+    observer.begin(meta.id, meta.config.attempts * len(task_ids) - len(done_keys), len(earlier))
+    # Each record is on disk once it exists: none is held while the run goes on (the envelope is built from the
+    # store at the end), so a run of any length keeps the same memory.
+    finished = [len(earlier)]
+    del earlier
     gateway = getattr(executor, "gateway", None)
-    if isinstance(gateway, Gateway) and budget.max_cost is not None:
+    if isinstance(gateway, RunGateway) and budget.max_cost is not None:
         gateway.limit_run(budget.max_cost, budget.total)  # live, over every model call: no attempt overshoots far
     scope = getattr(executor, "scope", None)
     if isinstance(scope, ProcessScope):  # an executor whose processes live in this one: record them for resume
@@ -614,9 +617,9 @@ def execute(
         with sigterm_as_interrupt():
             try:
                 plan = _plan(settings, done_keys)
-                error = _drain(settings, executor, store, observer, plan, records, budget, concurrency)
+                error = _drain(settings, executor, store, observer, plan, finished, budget, concurrency)
                 status = "aborted" if error else "complete"
-                if not error and budget.stopped and len(records) < meta.config.attempts * len(task_ids):
+                if not error and budget.stopped and finished[0] < meta.config.attempts * len(task_ids):
                     status = "stopped"
             except KeyboardInterrupt:
                 status = "stopped"
@@ -641,6 +644,10 @@ def execute(
     if update:
         meta = meta.model_copy(update=update)
         store.write_meta(meta)
+    stored = store.load_records(meta)
+    if (warning := stored.warning()) is not None:
+        observer.warning(warning)
+    records = [r for r in stored.records if r.task_id in task_ids]
     envelope = envelope_from_records(meta, records, complete=status == "complete")
     store.write_envelope(envelope)
     return RunResult(
@@ -659,12 +666,12 @@ def _drain(
     store: RunStore,
     observer: RunObserver,
     plan: Iterator[AttemptJob],
-    records: list[AttemptRecord],
+    finished: list[int],
     budget: Budget,
     concurrency: Concurrency,
 ) -> str | None:
-    """Feed the executor lazily (``Scheduler``), persist each result as it arrives, decide retries; the abort
-    reason or None."""
+    """Feed the executor lazily (``Scheduler``), persist each result as it arrives (counted in ``finished[0]``),
+    decide retries; the abort reason or None."""
     meta = settings.meta
     scheduler = Scheduler(
         executor,
@@ -699,17 +706,18 @@ def _drain(
             elif job.replay is not None and settings.reuse is not None:
                 if (regraded := settings.reuse.regraded(job, result)) is not None:
                     store.append(regraded)
-                    records.append(regraded)
+                    finished[0] += 1
                     observer.attempt(regraded)
                     scheduler.recorded()
                 elif (instead := settings.reuse.rerun(job)) is not None:
                     scheduler.instead(instead)
             elif not scheduler.retried(job, result):
-                records.append(_persist(settings, store, observer, job, result, scheduler.retry_reasons(job)))
-                budget.add(records[-1], free=meta.config.agent in FREE_AGENTS)
+                record = _persist(settings, store, observer, job, result, scheduler.retry_reasons(job))
+                finished[0] += 1
+                budget.add(record, free=meta.config.agent in FREE_AGENTS)
                 if budget.limited:
                     observer.spend(budget.total, budget.max_cost)
-                observer.attempt(records[-1])
+                observer.attempt(record)
                 scheduler.recorded()
                 if result.fatal is not None and aborted is None:
                     aborted = (

@@ -432,6 +432,7 @@ class ContainerView(Sandbox):
     kind = "container"
     own_pid_namespace = True
     host_programs = False
+    outside_tree = True
 
     def __init__(
         self,

@@ -25,13 +25,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
+import select
 import signal
 import threading
 import time
 from pathlib import Path
-
-import psutil
 
 log = logging.getLogger(__name__)
 _PREFIX = "worktrial-"
@@ -98,10 +98,43 @@ def kill(cgroup: Path) -> list[int]:
                 os.kill(pid, signal.SIGKILL)
         if frozen:
             _write(cgroup / "cgroup.freeze", "0")
-    deadline = time.monotonic() + _KILL_WAIT_SECS
-    while members(cgroup) and time.monotonic() < deadline:
-        time.sleep(0.005)
+    if not wait_empty(cgroup, _KILL_WAIT_SECS):
+        log.debug("cgroup %s still holds processes %.0f s after they were killed", cgroup, _KILL_WAIT_SECS)
     return pids
+
+
+def wait_empty(cgroup: Path, timeout: float) -> bool:
+    """Wait until no process is left in ``cgroup`` (True), or ``timeout`` seconds (False).
+
+    ``cgroup.events`` says ``populated 0`` once the last process has gone, and the kernel wakes a ``poll`` on it
+    when that changes: no looking at ``cgroup.procs`` in a loop. Where it cannot be opened (a cgroup v1 directory,
+    a plain one in a test), ``cgroup.procs`` is looked at every 5 ms.
+    """
+    deadline = time.monotonic() + timeout
+    try:
+        fd = os.open(cgroup / "cgroup.events", os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        while members(cgroup):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLPRI | select.POLLERR)
+        while True:
+            try:
+                populated = b"populated 1" in os.pread(fd, 4096, 0)
+            except OSError:  # the cgroup was removed: nothing is left in it
+                return True
+            left = deadline - time.monotonic()
+            if not populated:
+                return True
+            if left <= 0:
+                return False
+            poller.poll(max(1, math.ceil(left * 1000)))
+    finally:
+        os.close(fd)
 
 
 def remove(cgroup: Path) -> None:
@@ -124,7 +157,12 @@ def _pid_namespace() -> int:
 
 def _name() -> str:
     """``worktrial-<pid namespace>-<pid>-<start time>``: who made a parent cgroup, checkable by a later harness."""
-    start = int(psutil.Process().create_time() * 100)
+    import psutil  # imported where used: every command imports this module, --help too
+
+    try:
+        start = int(psutil.Process().create_time() * 100)
+    except psutil.Error as exc:
+        raise OSError(f"cannot read this process's start time: {exc}") from exc
     return f"{_PREFIX}{_pid_namespace()}-{os.getpid()}-{start}"
 
 
@@ -134,6 +172,8 @@ def _stale(name: str) -> bool:
     Only parents made in this PID namespace are judged: a pid from another namespace (a container, a Ray test's
     namespace) says nothing here, and its harness may well be running.
     """
+    import psutil
+
     try:
         ns_text, pid_text, start_text = name[len(_PREFIX) :].split("-")
         ns, pid, start = int(ns_text), int(pid_text), int(start_text)
@@ -169,7 +209,7 @@ class Cgroups:
             try:
                 parent = base / _name()
                 parent.mkdir(exist_ok=True)
-            except (OSError, psutil.Error) as exc:
+            except OSError as exc:
                 log.debug("no cgroup for attempts under %s: %s", base, exc)
                 return None
             self._parent = parent

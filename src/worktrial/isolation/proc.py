@@ -42,7 +42,9 @@ DEFAULT_TAIL_BYTES = 64 * 1024
 TERM_GRACE_SECS = 1.0
 LIMIT_POLL_SECS = 0.05
 CANCEL_POLL_SECS = 0.05
-"""How soon a process notices its ``cancel`` event (an agent's cost cap)."""
+"""How soon a process notices its ``cancel`` event (an agent's cost cap) at first; the wait between looks doubles up
+to ``MAX_POLL_SECS``, so a process that runs for minutes costs the harness one wake-up a second, not twenty."""
+MAX_POLL_SECS = 1.0
 _CHUNK = 64 * 1024
 
 # Variables that would point a child's git at some other repository than its worktree.
@@ -470,7 +472,16 @@ class _Spawn:
             scope.add(self.token, proc)
         if self.sweep:
             on_change = scope.changed if scope is not None else None
-            TRACKER.start(self.token, proc.pid, on_change=on_change, cgroup=self.cgroup, owns_cgroup=self.own_cgroup)
+            outside = self.sandbox is not None and self.sandbox.outside_tree
+            TRACKER.start(
+                self.token,
+                proc.pid,
+                on_change=on_change,
+                cgroup=self.cgroup,
+                owns_cgroup=self.own_cgroup,
+                sandboxed=self.sandbox is not None and self.sandbox.own_pid_namespace and not outside,
+                by_token=outside,
+            )
             self.tracked = True
 
     def release(self) -> None:
@@ -664,6 +675,7 @@ def _wait(
                 return hit
             if cancel is not None and cancel.is_set():
                 return _CANCELLED
+            poll = min(poll * 2, MAX_POLL_SECS)
 
 
 @contextlib.contextmanager

@@ -291,6 +291,9 @@ class Sandbox(ABC):
     host_programs = True
     """Whether the programs it runs are this host's (so a missing one is reported before anything starts); a
     container's are its image's."""
+    outside_tree = False
+    """Whether its processes run outside the harness's process tree (a command exec'd into a container runs under
+    the runtime's monitor): they are found by the token they carry, when the process is signalled or ended early."""
 
     @abstractmethod
     def prepare(self) -> None:
@@ -403,26 +406,39 @@ def etc_secrets(etc: Path = ETC) -> tuple[tuple[Path, bool], ...]:
     """What of ``/etc`` is covered: every entry another user could not read (``shadow``, ``gshadow``, ``sudoers``,
     ssh host keys, ``ssl/private``, machine credentials), as (path, is_dir). An unprivileged program needs only
     what is world-readable there (passwd, group, hosts, resolv.conf, nsswitch.conf, ld.so.cache, ssl/certs,
-    alternatives), so the rule is by construction, not a list of known names. Walked once per process."""
+    alternatives), so the rule is by construction, not a list of known names. Walked once per process (with
+    ``scandir`` and one ``lstat`` per entry, and a ``Path`` only for what is found: every ``eval`` pays it)."""
     found: list[tuple[Path, bool]] = []
-    for dirpath, dirnames, filenames in os.walk(etc, followlinks=False):
-        for name in list(dirnames):
-            full = Path(dirpath) / name
+
+    def visit(directory: str) -> None:  # top-down, as os.walk: a directory's entries, then its subdirectories
+        try:
+            with os.scandir(directory) as listing:
+                entries = list(listing)
+        except OSError:
+            return
+        subdirectories, files = [], []
+        for entry in entries:
             try:
-                st = os.lstat(full)
+                if entry.is_dir(follow_symlinks=False):
+                    if (entry.stat(follow_symlinks=False).st_mode & 0o005) != 0o005:
+                        found.append((Path(entry.path), True))  # its contents are covered with it
+                    else:
+                        subdirectories.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    files.append(entry)
             except OSError:
                 continue
-            if stat.S_ISDIR(st.st_mode) and (st.st_mode & 0o005) != 0o005:
-                found.append((full, True))
-                dirnames.remove(name)  # its contents are covered with it
-        for name in filenames:
-            full = Path(dirpath) / name
+        for entry in files:
             try:
-                st = os.lstat(full)
+                mode = entry.stat(follow_symlinks=False).st_mode
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o004:
-                found.append((full, False))
+            if stat.S_ISREG(mode) and not mode & 0o004:
+                found.append((Path(entry.path), False))
+        for subdirectory in subdirectories:
+            visit(subdirectory)
+
+    visit(str(etc))
     return tuple(found)
 
 

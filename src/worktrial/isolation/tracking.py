@@ -2,14 +2,35 @@
 
 A process token in the environment (``WORKTRIAL_PROC_TOKEN``) finds descendants that kept it, but an agent can
 drop it (``env -u``) and leave its session (``setsid``); then nothing about the process says where it came from.
-So each tracked process (a *root*: agent, setup or verify command) is also followed by its place in the process
-tree. The harness makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER``): orphans re-parent to the harness
-instead of init and stay findable. A sampler thread records every descendant of every live root while they are
-still descendants; an orphan that was never sampled (a fast double fork) is a direct child of the harness that the
-harness did not spawn, and it is attributed to the roots that were alive when it was born. At a root's end all of
-it is stopped (SIGSTOP, so nothing forks while it is collected), collected again until nothing new turns up, then
-killed (SIGKILL) and reaped. Where the subreaper is not available (macOS, or ``WORKTRIAL_PROC_DISABLE=subreaper``),
-the process group, the sampled descendants and the token remain, with one warning.
+So each tracked process (a *root*: agent, setup or verify command) is followed by what the kernel says about it:
+
+- **A sandbox with its own PID namespace** (bubblewrap): nothing started in it can leave the namespace, and the
+  kernel ends all of it with its first process (bubblewrap's ``--die-with-parent`` with the harness). Nothing is
+  watched while it runs; ended early, its processes are the sandbox's process tree.
+- **Its own cgroup** (``cgroups.py``, unsandboxed, where the harness can make one): its processes are the
+  cgroup's ``cgroup.procs``, and ``cgroup.kill`` ends all of them, whatever they did to session, parent or
+  environment.
+- **Its token, for a command exec'd into a container**: what it starts runs under the container runtime's monitor,
+  outside the harness's tree, so when such a command is signalled or ended early (a deadline) the processes carrying
+  its token are found and ended too. A runtime's monitor the harness adopts (``foreign_births``) is never an
+  attempt's orphan.
+- **Its place in the process tree.** The harness makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER``):
+  orphans re-parent to the harness instead of init and stay findable among its children. An orphan nobody
+  recorded is a child of the harness that the harness did not spawn, attributed to the root whose session it
+  is still in, or else to the roots that were alive when it was born.
+
+Children are read from ``/proc/<pid>/task/<tid>/children``, so the cost follows the attempt's own processes and
+never the number of processes on the machine: nothing here scans the machine's process table while a process
+runs or when it ends. A sampler thread looks at each unsandboxed root every ``SAMPLE_SECS`` (its cgroup's
+members, or its tree) so that the run's journal of live processes (``state/leftovers.py``) names them and an
+orphan is known as its root's; a sandboxed root is not sampled at all.
+
+At a root's end all of it is stopped (SIGSTOP, so nothing forks while it is collected), collected again until
+nothing new turns up, then killed (SIGKILL) and reaped. Where the subreaper is not available (macOS, or
+``WORKTRIAL_PROC_DISABLE=subreaper``), the process group, the sampled descendants and the token remain, with one
+warning; finding token carriers then takes a look at every process's environment, once, when a root ends.
+Without ``/proc/<pid>/task/<tid>/children`` (not Linux, or a kernel without ``CONFIG_PROC_CHILDREN``), each look
+reads the whole process table instead.
 
 Identities are ``(pid, create time)``: a pid that was reused by an unrelated process is never signalled.
 """
@@ -28,15 +49,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
-from worktrial.isolation.cgroups import kill, remove
+from worktrial.isolation.cgroups import kill, members, remove
 
 log = logging.getLogger(__name__)
 TOKEN_VAR = "WORKTRIAL_PROC_TOKEN"
 DISABLE_VAR = "WORKTRIAL_PROC_DISABLE"
 """Comma-separated features to act as if this platform lacked (``subreaper``): how tests cover other platforms."""
-SAMPLE_SECS = 0.1
+SAMPLE_SECS = 1.0
+"""How often each unsandboxed root's processes are looked at while it runs (its cgroup's members, or its tree)."""
 _PR_SET_CHILD_SUBREAPER = 36
 _STOP_ROUNDS = 50
 _CTIME_SLACK = 0.02
@@ -110,16 +130,67 @@ class _Entry:
     sid: int = -1
 
 
-def _table() -> dict[int, _Entry]:
-    """Every visible process: parent, create time, zombie or not (one pass over the process table).
+_PROC_STAT = sys.platform.startswith("linux") and os.path.exists("/proc/self/stat")
+_TICKS = os.sysconf("SC_CLK_TCK") if _PROC_STAT else 100
+_PER_PROCESS = _PROC_STAT and os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+"""Whether a process's children can be read from its own ``/proc`` entry (Linux with ``CONFIG_PROC_CHILDREN``)."""
+_boot: float | None = None
 
-    On Linux this reads each ``/proc/<pid>/stat`` once (psutil's ``process_iter`` reads it three times per process,
-    which made a pass ten times slower, and a pass runs at the end of every process); create times are computed
-    exactly as psutil computes them, so identities from either source compare equal. Elsewhere, psutil.
-    """
-    if _PROC_STAT:
-        return _proc_table()
+
+def _boot_time() -> float:
+    """The boot time psutil computes create times from, read once (it does not change while the machine runs)."""
+    global _boot
+    if _boot is None:
+        import psutil  # only here and where there is no /proc: `worktrial --help` needs none of it
+
+        _boot = psutil.boot_time()
+    return _boot
+
+
+def _stat(pid: int) -> _Entry | None:
+    """One process from ``/proc/<pid>/stat`` (None once it is gone), its create time computed exactly as psutil
+    computes it, so that identities from either source compare equal."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        # after the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+        # cutime cstime priority nice threads itrealvalue starttime
+        ctime = _boot_time() + float(fields[19]) / _TICKS
+        return _Entry(int(fields[1]), ctime, fields[0] in (b"Z", b"X"), int(fields[3]))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _children_of(pid: int, *, all_threads: bool = True) -> list[int]:
+    """The children of ``pid``: each is listed under the thread that forked it, so every thread's list is read
+    (only the main thread's with ``all_threads=False``)."""
+    tids = [str(pid)]
+    if all_threads:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return []
+    found: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                found.extend(int(child) for child in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _table() -> dict[int, _Entry]:
+    """Every visible process (one pass over the whole process table): only where children cannot be read per
+    process. psutil where there is no ``/proc``."""
+    import psutil
+
     table: dict[int, _Entry] = {}
+    if _PROC_STAT:
+        for name in os.listdir("/proc"):
+            if name.isdigit() and (entry := _stat(int(name))) is not None:
+                table[int(name)] = entry
+        return table
     for p in psutil.process_iter(["ppid", "create_time", "status"]):
         info = p.info
         if info.get("ppid") is None or info.get("create_time") is None:
@@ -131,30 +202,64 @@ def _table() -> dict[int, _Entry]:
     return table
 
 
-_PROC_STAT = sys.platform.startswith("linux") and os.path.exists("/proc/self/stat")
-_TICKS = os.sysconf("SC_CLK_TCK") if _PROC_STAT else 100
+class Procs:
+    """The processes one look at an attempt concerns, as the kernel shows them now: each process's entry and
+    children are read when first asked for and kept for the look, so its cost follows the processes looked at, not
+    the machine. Where children cannot be read per process, the look starts from the whole process table."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, _Entry | None] = {}
+        self._children: dict[int, list[int]] = {}
+        self._harness: list[int] | None = None
+        self._complete = not _PER_PROCESS
+        if self._complete:
+            table = _table()
+            self._entries.update(table)
+            for pid, entry in table.items():
+                self._children.setdefault(entry.ppid, []).append(pid)
+
+    def get(self, pid: int) -> _Entry | None:
+        """The process ``pid`` (None if there is none)."""
+        if pid not in self._entries:
+            self._entries[pid] = None if self._complete else _stat(pid)
+        return self._entries[pid]
+
+    def children(self, pid: int) -> list[int]:
+        if pid not in self._children:
+            self._children[pid] = [] if self._complete else _children_of(pid)
+        return self._children[pid]
+
+    def harness_children(self) -> list[int]:
+        """This process's children where orphans are found. An orphan re-parents to the first live thread of its
+        reaper, the main thread while the harness runs, so only that thread's list is read: the harness has
+        threads for every process it runs, and their children are the ones it spawned itself."""
+        if self._harness is None:
+            me = os.getpid()
+            self._harness = self.children(me) if self._complete else _children_of(me, all_threads=False)
+        return self._harness
 
 
-def _proc_table() -> dict[int, _Entry]:
-    boot = psutil.boot_time()
-    table: dict[int, _Entry] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            # after the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
-            # cutime cstime priority nice threads itrealvalue starttime
-            ctime = boot + float(fields[19]) / _TICKS
-            table[int(name)] = _Entry(int(fields[1]), ctime, fields[0] in (b"Z", b"X"), int(fields[3]))
-        except (OSError, IndexError, ValueError):
-            continue
-    return table
+def _create_time(pid: int) -> float:
+    import psutil
+
+    if _PROC_STAT:
+        entry = _stat(pid)
+        return entry.create_time if entry is not None else 0.0
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return 0.0
 
 
 def pids_with_token(tokens: Iterable[str]) -> dict[int, str]:
-    """Every process whose environment carries one of these tokens (pid -> token)."""
+    """Every process whose environment carries one of these tokens (pid -> token).
+
+    This looks at every process of the machine: it is only called where nothing else can find a process (no
+    subreaper, or a command exec'd into a container, which runs under the runtime's monitor) when a root is
+    signalled or ended early, and for a killed harness's leftovers.
+    """
+    import psutil
+
     wanted = {f"{TOKEN_VAR}={t}".encode() for t in tokens}
     if not wanted:
         return {}
@@ -176,30 +281,24 @@ def pids_with_token(tokens: Iterable[str]) -> dict[int, str]:
 
 
 def _environ(pid: int) -> list[bytes]:
+    import psutil
+
     if _PROC_STAT:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             return fh.read().split(b"\0")
     return [f"{k}={v}".encode() for k, v in psutil.Process(pid).environ().items()]
 
 
-def _children(table: dict[int, _Entry]) -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for pid, entry in table.items():
-        children.setdefault(entry.ppid, []).append(pid)
-    return children
-
-
-def descendants(starts: Iterable[int], table: dict[int, _Entry]) -> set[int]:
-    """``starts`` (those still in the table) and everything below them."""
-    children = _children(table)
-    todo = [pid for pid in starts if pid in table]
+def descendants(starts: Iterable[int], procs: Procs) -> set[int]:
+    """``starts`` (those that still exist) and everything below them."""
+    todo = list(starts)
     seen: set[int] = set()
     while todo:
         pid = todo.pop()
-        if pid in seen:
+        if pid in seen or procs.get(pid) is None:
             continue
         seen.add(pid)
-        todo.extend(children.get(pid, ()))
+        todo.extend(procs.children(pid))
     return seen
 
 
@@ -218,6 +317,12 @@ class _Root:
     """The root's cgroup v2 where the harness can create one (see ``cgroups.py``): ended by the kernel."""
     owns_cgroup: bool = True
     """Whether the cgroup is the root's own (removed with it) or the attempt's cgroup of limits (left for it)."""
+    sandboxed: bool = False
+    """The root is a sandbox with a PID namespace of its own: nothing it starts can leave it, so it is not sampled
+    and never the source of an orphan."""
+    by_token: bool = False
+    """Its processes run outside the harness's tree (a command exec'd into a container, under the runtime's
+    monitor): they are found by the token they carry when it is signalled or ended early."""
 
 
 class Tracker:
@@ -271,19 +376,17 @@ class Tracker:
                 self._windows.remove(opened)
 
     def _adopt(self, pid: int) -> None:
-        try:
-            create_time = psutil.Process(pid).create_time()
-        except psutil.Error:
+        if not (create_time := _create_time(pid)):
             return
         with self._lock:
             self._foreign[pid] = create_time
             for root in self._roots.values():  # a sampler that ran before the adoption may have taken it
                 root.members.pop(pid, None)
 
-    def _is_foreign(self, pid: int, entry: _Entry, table: dict[int, _Entry]) -> bool:
+    def _is_foreign(self, pid: int, entry: _Entry, procs: Procs) -> bool:
         """An adopted monitor, a process of its session while it lives, or an orphan born in an open block."""
         if pid in self._foreign or (
-            entry.sid in self._foreign and _same(table.get(entry.sid), self._foreign[entry.sid])
+            entry.sid in self._foreign and _same(procs.get(entry.sid), self._foreign[entry.sid])
         ):
             return True
         return bool(self._windows) and entry.create_time + _CTIME_SLACK >= min(self._windows)
@@ -296,16 +399,18 @@ class Tracker:
         on_change: Callable[[], None] | None = None,
         cgroup: Path | None = None,
         owns_cgroup: bool = True,
+        sandboxed: bool = False,
+        by_token: bool = False,
     ) -> None:
-        """Follow ``pid`` (just spawned with ``token``, in ``cgroup`` if any) and all it starts until ``end(token)``."""
-        try:
-            create_time = psutil.Process(pid).create_time()
-        except psutil.Error:
-            create_time = 0.0
+        """Follow ``pid`` (just spawned with ``token``, in ``cgroup`` if any; ``sandboxed``: a sandbox with a PID
+        namespace of its own; ``by_token``: what it starts runs outside the harness's tree, found by its token) and
+        all it starts until ``end(token)``."""
+        create_time = _create_time(pid)
         _warn_degraded()
+        root = _Root(token, pid, create_time, {pid: create_time}, on_change, cgroup, owns_cgroup, sandboxed, by_token)
         with self._lock:
-            self._roots[token] = _Root(token, pid, create_time, {pid: create_time}, on_change, cgroup, owns_cgroup)
-            if self._sampler is None:
+            self._roots[token] = root
+            if not sandboxed and self._sampler is None:
                 self._sampler = threading.Thread(target=self._sample_loop, name="worktrial-proc-sampler", daemon=True)
                 self._sampler.start()
         if on_change is not None:
@@ -338,9 +443,11 @@ class Tracker:
             root = self._roots.get(token)
         if root is None:
             return
-        table = _table()
-        for pid in self._collect(root, table) | (set(pids_with_token([token])) & set(table)):
-            if pid not in exclude and not table[pid].zombie:
+        procs = Procs()
+        carriers = set(pids_with_token([token])) if root.by_token else set()
+        for pid in self._collect(root, procs) | carriers:
+            entry = procs.get(pid)
+            if pid not in exclude and entry is not None and not entry.zombie:
                 with contextlib.suppress(OSError):
                     os.kill(pid, sig)
 
@@ -350,25 +457,29 @@ class Tracker:
             root = self._roots.get(token)
         if root is None:
             return False
-        table = _table()
-        return any(not table[pid].zombie for pid in self._collect(root, table))
+        procs = Procs()
+        return any((e := procs.get(pid)) is not None and not e.zombie for pid in self._collect(root, procs))
 
     def end(self, token: str, *, contained: bool = False) -> list[int]:
         """End the root's process and every process attributed to it; the pids that survived SIGKILL.
 
         ``contained``: the root was the outer process of a sandbox with its own PID namespace and has exited by
         itself. The namespace's init is reaped only after every other process in the namespace has gone, and
-        nothing can leave a PID namespace, so there is nothing left to find: the scans of the process table
-        (descendants, orphans, token carriers) are skipped, and the cgroup (if any) is still killed and removed.
+        nothing can leave a PID namespace, so there is nothing left to find; the cgroup (if any) is still killed
+        and removed. Without a subreaper, or when the root's processes run outside the harness's tree (``by_token``),
+        the processes that still carry the root's token are looked for too.
         """
         with self._lock:
             root = self._roots.get(token)
         if root is None:
             return []
         try:
-            if root.cgroup is not None:  # the kernel ends all of it; the tree and marker sweep catch the rest
+            if root.cgroup is not None:  # the kernel ends all of it; the tree catches what left it
                 self.reap_killed(kill(root.cgroup))
-            survivors = [] if contained else kill_all(lambda table: self._collect(root, table), tokens=[token])[1]
+            survivors: list[int] = []
+            if not contained:
+                tokens = [token] if root.by_token or not (_subreaper or root.sandboxed) else []
+                survivors = kill_all(lambda procs: self._collect(root, procs), tokens=tokens)[1]
         finally:
             if root.cgroup is not None and root.owns_cgroup:
                 remove(root.cgroup)
@@ -380,65 +491,75 @@ class Tracker:
                 for pid in left:
                     del self._ambiguous[pid]
         if left:
-            kill_all(lambda table: {p for p, c in left.items() if _same(table.get(p), c)})
+            kill_all(lambda procs: {p for p, c in left.items() if _same(procs.get(p), c)})
         if root.on_change is not None:
             root.on_change()
         return survivors
 
-    def _collect(self, root: _Root, table: dict[int, _Entry]) -> set[int]:
-        """Every process in ``table`` that belongs to ``root`` now (also updates its recorded members)."""
+    def _collect(self, root: _Root, procs: Procs) -> set[int]:
+        """Every process that belongs to ``root`` now (also updates its recorded members)."""
         with self._lock:
-            known = [pid for pid, ctime in root.members.items() if _same(table.get(pid), ctime)]
-            found = descendants(known, table)
-            if _subreaper:
-                found |= descendants(self._orphans(root, table), table)
-            for pid in found:
-                root.members.setdefault(pid, table[pid].create_time)
-            for pid in [p for p in root.members if p not in found]:
-                del root.members[pid]
-            return found
+            orphans = self._orphans(root, procs) if _subreaper and not root.sandboxed else []
+            return self._follow(root, procs, orphans)
 
-    def _orphans(self, root: _Root, table: dict[int, _Entry]) -> list[int]:
+    def _follow(self, root: _Root, procs: Procs, orphans: Iterable[int] = ()) -> set[int]:
+        """The root's recorded members that still run, its cgroup's members, ``orphans``, and all their descendants
+        become its members (under the lock)."""
+        starts = [pid for pid, ctime in root.members.items() if _same(procs.get(pid), ctime)]
+        if root.cgroup is not None:
+            starts += members(root.cgroup)
+        found = descendants([*starts, *orphans], procs)
+        for pid in found:
+            entry = procs.get(pid)
+            if entry is not None:
+                root.members.setdefault(pid, entry.create_time)
+        for pid in [p for p in root.members if p not in found]:
+            del root.members[pid]
+            if (entry := procs.get(pid)) is not None and entry.zombie:
+                self._reap.add(pid)
+        return found
+
+    def _orphans(self, root: _Root, procs: Procs) -> list[int]:
         """Orphans re-parented to the harness that belong to ``root``: nobody recorded them, and ``root`` is the
-        last process still alive of those that were alive when they were born.
+        one whose session they are in, or the last process still alive of those that were alive when they were born.
 
-        With one process at a time that is exact. With several, an orphan nobody saw being born could be any of
-        theirs, so it is left alone until every candidate has ended and then ends with the last of them: never
-        earlier than its own attempt. Every tracked process starts its own session and nothing can join the
-        harness's session from another, so a child still in the harness's session (one a library such as Ray
-        started directly) is never an orphan; nor is one born while no tracked process ran.
+        With one process at a time that is exact. With several, an orphan that left its session before anybody saw
+        it could be any of theirs, so it is left alone until every candidate has ended and then ends with the last
+        of them: never earlier than its own attempt. Every tracked process starts its own session and nothing can
+        join the harness's session from another, so a child still in the harness's session (one a library such as
+        Ray started directly) is never an orphan; nor is one born while no tracked process ran.
         """
-        taken = []
-        for pid, candidates in self._candidates(table).items():
-            if root.token in candidates and candidates <= {root.token}:
-                taken.append(pid)
-        return taken
+        return [pid for pid, candidates in self._candidates(procs).items() if candidates == {root.token}]
 
-    def _candidates(self, table: dict[int, _Entry]) -> dict[int, set[str]]:
-        """Unrecorded orphans -> the live roots each could have come from (those born before it)."""
-        me = os.getpid()
+    def _candidates(self, procs: Procs) -> dict[int, set[str]]:
+        """Unrecorded orphans -> the live roots each could have come from."""
+        children = procs.harness_children()  # read before the spawned set: a child seen was registered by then
         own_sid = os.getsid(0)
         with self.spawn_lock:
             spawned = set(self._spawned)
         claimed = {pid for root in self._roots.values() for pid in root.members}
+        roots = [r for r in self._roots.values() if not r.sandboxed]
         found: dict[int, set[str]] = {}
-        for pid, entry in table.items():
-            if entry.ppid != me or entry.sid == own_sid or pid in spawned or pid in claimed:
+        for pid in children:
+            entry = procs.get(pid)
+            if entry is None or entry.sid == own_sid or pid in spawned or pid in claimed:
                 continue
-            if self._is_foreign(pid, entry, table):
+            if self._is_foreign(pid, entry, procs):
                 continue
-            roots = {r.token for r in self._roots.values() if r.create_time <= entry.create_time + _CTIME_SLACK}
-            if roots:
-                found[pid] = roots
-                if len(roots) > 1:
-                    self._ambiguous.setdefault(pid, (entry.create_time, roots))
+            owners = {r.token for r in roots if r.pid == entry.sid}  # still in its root's session: exact
+            if not owners:
+                owners = {r.token for r in roots if r.create_time <= entry.create_time + _CTIME_SLACK}
+            if owners:
+                found[pid] = owners
+                if len(owners) > 1:
+                    self._ambiguous.setdefault(pid, (entry.create_time, owners))
         return found
 
     def _sample_loop(self) -> None:
         while True:
             time.sleep(SAMPLE_SECS)
             with self._lock:
-                if not self._roots:
+                if all(root.sandboxed for root in self._roots.values()):
                     self._sampler = None
                     return
             try:
@@ -447,52 +568,46 @@ class Tracker:
                 log.debug("process sampling failed", exc_info=True)
 
     def sample(self) -> None:
-        """Record the descendants of every live root now, while they are still descendants."""
-        table = _table()
+        """Record the processes of every unsandboxed root now: its cgroup's, and its descendants while they are
+        still descendants."""
+        procs = Procs()
         changed: list[Callable[[], None]] = []
         with self._lock:
-            roots = list(self._roots.values())
+            roots = [root for root in self._roots.values() if not root.sandboxed]
             before = {root.token: set(root.members) for root in roots}
             if _subreaper:  # an orphan that can only be one root's is recorded as that root's now
-                for pid, candidates in self._candidates(table).items():
-                    if len(candidates) == 1:
-                        self._roots[next(iter(candidates))].members[pid] = table[pid].create_time
+                for pid, candidates in self._candidates(procs).items():
+                    entry = procs.get(pid)
+                    if len(candidates) == 1 and entry is not None:
+                        self._roots[next(iter(candidates))].members[pid] = entry.create_time
             for root in roots:
-                self._collect_descendants_only(root, table)
+                self._follow(root, procs)
                 if set(root.members) != before[root.token] and root.on_change is not None:
                     changed.append(root.on_change)
-        self._reap_orphans(table)
+        self._reap_orphans(procs)
         for notify in {id(c): c for c in changed}.values():
             notify()
 
-    def _collect_descendants_only(self, root: _Root, table: dict[int, _Entry]) -> None:
-        """Like ``_collect`` but without taking orphans whose root is ambiguous (see ``_orphans``)."""
-        known = [pid for pid, ctime in root.members.items() if _same(table.get(pid), ctime)]
-        found = descendants(known, table)
-        for pid in found:
-            root.members.setdefault(pid, table[pid].create_time)
-        for pid in [p for p in root.members if p not in found]:
-            del root.members[pid]
-            if table.get(pid) is not None and table[pid].zombie:
-                self._reap.add(pid)
-
-    def _reap_orphans(self, table: dict[int, _Entry]) -> None:
+    def _reap_orphans(self, procs: Procs) -> None:
         """Wait for orphans that ended while re-parented to the harness (never for a child someone else waits for)."""
         if not _subreaper:
             return
-        me = os.getpid()
+        children = procs.harness_children()
         with self._lock, self.spawn_lock:
             spawned = set(self._spawned)
-            members = {pid for root in self._roots.values() for pid in root.members}
+            recorded = {pid for root in self._roots.values() for pid in root.members}
             foreign = set(self._foreign)
-            for pid, entry in table.items():
-                ours = pid in members or pid in self._reap or pid in foreign or entry.sid in foreign
-                if entry.ppid == me and entry.zombie and pid not in spawned and ours:
+            for pid in children:
+                entry = procs.get(pid)
+                if entry is None or not entry.zombie or pid in spawned:
+                    continue
+                if pid in recorded or pid in self._reap or pid in foreign or entry.sid in foreign:
                     with contextlib.suppress(ChildProcessError, OSError):
                         os.waitpid(pid, os.WNOHANG)
                     self._reap.discard(pid)
             for pid in foreign:  # reaped (here or by init), or its pid is gone: no longer anyone's session
-                if not _same(table.get(pid), self._foreign[pid]) or table[pid].zombie:
+                entry = procs.get(pid)
+                if not _same(entry, self._foreign[pid]) or (entry is not None and entry.zombie):
                     self._foreign.pop(pid, None)
 
     def reap_killed(self, pids: Iterable[int]) -> None:
@@ -510,9 +625,7 @@ class Tracker:
 TRACKER = Tracker()
 
 
-def kill_all(
-    collect: Callable[[dict[int, _Entry]], set[int]], tokens: Iterable[str] = ()
-) -> tuple[set[int], list[int]]:
+def kill_all(collect: Callable[[Procs], set[int]], tokens: Iterable[str] = ()) -> tuple[set[int], list[int]]:
     """Stop everything ``collect`` finds (and token carriers), collect again until nothing new, then SIGKILL.
 
     Stopped processes cannot fork, so a process that keeps forking cannot stay ahead of the collection.
@@ -522,32 +635,40 @@ def kill_all(
     carriers = set(pids_with_token(tokens))
     never: set[int] | None = None
     for _ in range(_STOP_ROUNDS):
-        table = _table()
-        found = collect(table) | carriers
-        found |= descendants(found, table)
-        new = {p for p in found - stopped.keys() if p in table and not table[p].zombie}
+        procs = Procs()
+        found = descendants(collect(procs) | carriers, procs)
+        new = {
+            pid: entry.create_time
+            for pid in found - stopped.keys()
+            if (entry := procs.get(pid)) is not None and not entry.zombie
+        }
         if new and never is None:
             never = _ancestors()
-        new -= never or set()
+        for pid in never or ():
+            new.pop(pid, None)
         if not new:
             break
-        for pid in new:
-            stopped[pid] = table[pid].create_time
+        for pid, ctime in new.items():
+            stopped[pid] = ctime
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGSTOP)
     if not stopped:
         return set(), []
-    table = _table()
+    procs = Procs()
     for pid, ctime in stopped.items():
-        if _same(table.get(pid), ctime):
+        if _same(procs.get(pid), ctime):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
     alive: list[int] = []
     while True:
         TRACKER.reap_killed(stopped)
-        table = _table()
-        alive = [pid for pid, ctime in stopped.items() if _same(table.get(pid), ctime) and not table[pid].zombie]
+        procs = Procs()
+        alive = [
+            pid
+            for pid, ctime in stopped.items()
+            if _same(entry := procs.get(pid), ctime) and entry is not None and not entry.zombie
+        ]
         if not alive or time.monotonic() > deadline:
             break
         time.sleep(0.01)
@@ -555,6 +676,8 @@ def kill_all(
 
 
 def _ancestors() -> set[int]:
+    import psutil
+
     found: set[int] = set()
     with contextlib.suppress(psutil.Error):
         found = {p.pid for p in psutil.Process().parents()}
@@ -569,12 +692,14 @@ def end_leftovers(records: Iterable[ProcIdentity]) -> int:
     which is why the record itself must come from the harness: the caller checks its signature). This process,
     its ancestors and init are never touched.
     """
+    import psutil
+
     records = list(records)
-    table = _table()
+    procs = Procs()
     never = _ancestors()
-    verified: set[int] = set()
+    verified: dict[int, float] = {}
     for record in records:
-        entry = table.get(record.pid)
+        entry = procs.get(record.pid)
         if record.pid in never or entry is None or entry.zombie or not _same(entry, record.create_time):
             continue
         try:
@@ -583,12 +708,11 @@ def end_leftovers(records: Iterable[ProcIdentity]) -> int:
             continue
         if value is not None and value != record.token:
             continue
-        verified.add(record.pid)
+        verified[record.pid] = entry.create_time
     tokens = {r.token for r in records}
     if not verified and not pids_with_token(tokens):
         return 0
-    idents = {pid: table[pid].create_time for pid in verified}
-    killed, survivors = kill_all(lambda t: {p for p, c in idents.items() if _same(t.get(p), c)}, tokens)
+    killed, survivors = kill_all(lambda t: {p for p, c in verified.items() if _same(t.get(p), c)}, tokens)
     if survivors:
         log.warning("leftover processes %s survived SIGKILL (uninterruptible sleep?)", survivors)
     return len(killed - never)

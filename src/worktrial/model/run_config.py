@@ -14,11 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticUndefined
 
+from worktrial.model.defaults import DEFAULT_GRACE_SECS as DEFAULT_GRACE_SECS  # re-exported: its old home
 from worktrial.model.newer_fields import NewerFieldsOmitted
 from worktrial.model.suite import MAX_TIMEOUT_SECS, Environment, LoadedSuite
-
-DEFAULT_GRACE_SECS = 5.0
-"""Between SIGTERM at an agent's deadline and SIGKILL (``--grace-secs``): time for the agent to save its work."""
 
 EXECUTION_FLAGS = (
     "--jobs",

@@ -7,11 +7,10 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import ValidationError
 
-from worktrial.analysis.compare import LoadedEnvelope
 from worktrial.analysis.metrics import TaskInfo, build_report
 from worktrial.errors import BadInputError
 from worktrial.jsonlimits import MAX_ENVELOPE_BYTES
@@ -40,6 +39,9 @@ from worktrial.state.store import (
 )
 from worktrial.util import utc_now
 from worktrial.version import __version__
+
+if TYPE_CHECKING:
+    from worktrial.analysis.compare import LoadedEnvelope
 
 Problem = Literal["key missing", "changed", "unreadable"]
 
@@ -272,6 +274,8 @@ def resolve_envelope(ref: str, workspace: Callable[[], Path]) -> LoadedEnvelope:
     A stored run that never wrote its envelope (it crashed) is rebuilt from its attempt records.
     ``workspace`` is only called for run ids, so comparing files works outside any repository.
     """
+    from worktrial.analysis.compare import LoadedEnvelope  # here: a run, which only stores envelopes, needs no compare
+
     path = Path(ref)
     stored_id: str | None = None
     if not path.exists() or path.is_dir():  # a FIFO or a device is a file given, refused when read below
