@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -156,7 +157,8 @@ def own_podman(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list
     given to worktrial through ``WORKTRIAL_PODMAN``."""
     if shutil.which("podman") is None:
         pytest.skip("needs podman (make containers installs it)")
-    root, run_root = tmp_path / "storage", tmp_path / "run"
+    root = tmp_path / "storage"
+    run_root = Path(tempfile.mkdtemp(prefix="wtgc-", dir="/tmp"))  # podman refuses a runroot of more than 50 characters
     argv = ["podman", "--root", str(root), "--runroot", str(run_root), "--storage-driver", "vfs"]
     wrapper = tmp_path / "podman"
     wrapper.write_text("#!/bin/sh\nexec " + " ".join(argv) + ' "$@"\n')
@@ -165,10 +167,13 @@ def own_podman(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list
     yield argv
     subprocess.run([*argv, "rm", "--all", "--force"], capture_output=True, check=False)
     subprocess.run([*argv, "rmi", "--all", "--force"], capture_output=True, check=False)
+    shutil.rmtree(run_root, ignore_errors=True)
 
 
 def _podman(argv: list[str], *args: str) -> str:
-    return subprocess.run([*argv, *args], capture_output=True, text=True, check=True).stdout.strip()
+    done = subprocess.run([*argv, *args], capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(args[:2])}: exit {done.returncode}: {done.stderr.strip()[-2000:]}"
+    return done.stdout.strip()
 
 
 @pytest.mark.container
