@@ -608,18 +608,34 @@ def execute(
     scope = getattr(executor, "scope", None)
     if isinstance(scope, ProcessScope):  # an executor whose processes live in this one: record them for resume
         scope.journal = leftovers.Journal(store.dir)
-    status: RunStatus = "complete"
-    error: str | None = None
     concurrency = session_concurrency(settings, executor, auto)
     if concurrency.adaptive:
         observer.concurrency(concurrency.level, "start")
+    plan = _plan(settings, done_keys)
+    status, error = _run_plan(settings, executor, store, observer, plan, finished, budget, concurrency)
+    return _finished(settings, store, observer, status, error, budget, concurrency)
+
+
+def _run_plan(
+    settings: RunSettings,
+    executor: Executor,
+    store: RunStore,
+    observer: RunObserver,
+    plan: Iterator[AttemptJob],
+    finished: list[int],
+    budget: Budget,
+    concurrency: Concurrency,
+) -> tuple[RunStatus, str | None]:
+    """Every attempt of ``plan`` run (or the run stopped or aborted), and the executor closed: how it ended."""
+    status: RunStatus = "complete"
+    error: str | None = None
+    total = settings.meta.config.attempts * len(settings.loaded.suite.tasks)
     try:
         with sigterm_as_interrupt():
             try:
-                plan = _plan(settings, done_keys)
                 error = _drain(settings, executor, store, observer, plan, finished, budget, concurrency)
                 status = "aborted" if error else "complete"
-                if not error and budget.stopped and finished[0] < meta.config.attempts * len(task_ids):
+                if not error and budget.stopped and finished[0] < total:
                     status = "stopped"
             except KeyboardInterrupt:
                 status = "stopped"
@@ -634,6 +650,20 @@ def execute(
         # A second Ctrl-C while cleaning up: end every process now and leave at once (no envelope).
         executor.stop()
         raise
+    return status, error
+
+
+def _finished(
+    settings: RunSettings,
+    store: RunStore,
+    observer: RunObserver,
+    status: RunStatus,
+    error: str | None,
+    budget: Budget,
+    concurrency: Concurrency,
+) -> RunResult:
+    """The session's end: what the run learned stored in its meta, the envelope built from the store and written."""
+    meta = settings.meta
     update: dict[str, Any] = {}
     if budget.info() is not None:
         update["budget"] = budget.info()
@@ -647,6 +677,7 @@ def execute(
     stored = store.load_records(meta)
     if (warning := stored.warning()) is not None:
         observer.warning(warning)
+    task_ids = {t.id for t in settings.loaded.suite.tasks}
     records = [r for r in stored.records if r.task_id in task_ids]
     envelope = envelope_from_records(meta, records, complete=status == "complete")
     store.write_envelope(envelope)
@@ -697,35 +728,51 @@ def _drain(
         elif event.kind == "done":
             assert event.result is not None
             scheduler.finished(event.result)
-            result = event.result
-            if result.over_budget is not None:
-                budget.cut(result.over_budget, result.record.cost_usd)
-                if budget.limited:
-                    observer.spend(budget.total, budget.max_cost)
-                scheduler.stop()
-            elif job.replay is not None and settings.reuse is not None:
-                if (regraded := settings.reuse.regraded(job, result)) is not None:
-                    store.append(regraded)
-                    finished[0] += 1
-                    observer.attempt(regraded)
-                    scheduler.recorded()
-                elif (instead := settings.reuse.rerun(job)) is not None:
-                    scheduler.instead(instead)
-            elif not scheduler.retried(job, result):
-                record = _persist(settings, store, observer, job, result, scheduler.retry_reasons(job))
-                finished[0] += 1
-                budget.add(record, free=meta.config.agent in FREE_AGENTS)
-                if budget.limited:
-                    observer.spend(budget.total, budget.max_cost)
-                observer.attempt(record)
-                scheduler.recorded()
-                if result.fatal is not None and aborted is None:
-                    aborted = (
-                        f"stopping the run: {result.fatal.message} (it would repeat on every attempt); "
-                        f"finished attempts are stored in run {meta.id}"
-                    )
-                    scheduler.stop(executor=True)
+            fatal = _done(settings, store, observer, scheduler, job, event.result, finished, budget)
+            if fatal is not None and aborted is None:
+                aborted = (
+                    f"stopping the run: {fatal} (it would repeat on every attempt); "
+                    f"finished attempts are stored in run {meta.id}"
+                )
+                scheduler.stop(executor=True)
     return aborted
+
+
+def _done(
+    settings: RunSettings,
+    store: RunStore,
+    observer: RunObserver,
+    scheduler: Scheduler,
+    job: AttemptJob,
+    result: AttemptResult,
+    finished: list[int],
+    budget: Budget,
+) -> str | None:
+    """One attempt's result: the budget's cut, a replayed attempt's regrade (or its run instead), a retry, or its
+    record persisted and counted; the message of a fatal error that must stop the run, else None."""
+    if result.over_budget is not None:
+        budget.cut(result.over_budget, result.record.cost_usd)
+        if budget.limited:
+            observer.spend(budget.total, budget.max_cost)
+        scheduler.stop()
+    elif job.replay is not None and settings.reuse is not None:
+        if (regraded := settings.reuse.regraded(job, result)) is not None:
+            store.append(regraded)
+            finished[0] += 1
+            observer.attempt(regraded)
+            scheduler.recorded()
+        elif (instead := settings.reuse.rerun(job)) is not None:
+            scheduler.instead(instead)
+    elif not scheduler.retried(job, result):
+        record = _persist(settings, store, observer, job, result, scheduler.retry_reasons(job))
+        finished[0] += 1
+        budget.add(record, free=settings.meta.config.agent in FREE_AGENTS)
+        if budget.limited:
+            observer.spend(budget.total, budget.max_cost)
+        observer.attempt(record)
+        scheduler.recorded()
+        return result.fatal.message if result.fatal is not None else None
+    return None
 
 
 def _persist(

@@ -631,27 +631,7 @@ def kill_all(collect: Callable[[Procs], set[int]], tokens: Iterable[str] = ()) -
     Stopped processes cannot fork, so a process that keeps forking cannot stay ahead of the collection.
     Returns the pids killed and those still alive (not zombies) after SIGKILL: uninterruptible sleep.
     """
-    stopped: dict[int, float] = {}
-    carriers = set(pids_with_token(tokens))
-    never: set[int] | None = None
-    for _ in range(_STOP_ROUNDS):
-        procs = Procs()
-        found = descendants(collect(procs) | carriers, procs)
-        new = {
-            pid: entry.create_time
-            for pid in found - stopped.keys()
-            if (entry := procs.get(pid)) is not None and not entry.zombie
-        }
-        if new and never is None:
-            never = _ancestors()
-        for pid in never or ():
-            new.pop(pid, None)
-        if not new:
-            break
-        for pid, ctime in new.items():
-            stopped[pid] = ctime
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGSTOP)
+    stopped = _stop_all(collect, set(pids_with_token(tokens)))
     if not stopped:
         return set(), []
     procs = Procs()
@@ -673,6 +653,32 @@ def kill_all(collect: Callable[[Procs], set[int]], tokens: Iterable[str] = ()) -
             break
         time.sleep(0.01)
     return set(stopped), alive
+
+
+def _stop_all(collect: Callable[[Procs], set[int]], carriers: set[int]) -> dict[int, float]:
+    """SIGSTOP what ``collect`` finds and everything it started, round after round until no new process turns up
+    (never the harness or its ancestors): pid -> create time of each process stopped."""
+    stopped: dict[int, float] = {}
+    never: set[int] | None = None
+    for _ in range(_STOP_ROUNDS):
+        procs = Procs()
+        found = descendants(collect(procs) | carriers, procs)
+        new = {
+            pid: entry.create_time
+            for pid in found - stopped.keys()
+            if (entry := procs.get(pid)) is not None and not entry.zombie
+        }
+        if new and never is None:
+            never = _ancestors()
+        for pid in never or ():
+            new.pop(pid, None)
+        if not new:
+            break
+        for pid, ctime in new.items():
+            stopped[pid] = ctime
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+    return stopped
 
 
 def _ancestors() -> set[int]:
