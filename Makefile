@@ -99,8 +99,9 @@ test: lint typecheck unit
 # What it leaves out (the markers in pyproject.toml) runs in `make test`.
 FAST_TESTS := not slow and not agents and not ray and not browser and not container and not pty
 
+# The fast tests on every core (pytest-xdist): they wait on processes more than they compute.
 check: lint typecheck
-	$(BIN)/pytest -q -m "$(FAST_TESTS)"
+	$(BIN)/pytest -q -n auto -m "$(FAST_TESTS)"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -68,6 +68,7 @@ def solver(request: Request) -> Reply:
     return openai_reply(*script[turn_index(request)], usage=openai_usage(*USAGE_PER_TURN))
 
 
+@pytest.mark.slow
 def test_bundled_suite_passes_against_any_openai_compatible_server(cli: Any, repo: Path) -> None:
     with ScriptedProvider(solver) as server:
         # Two jobs: attempts run side by side, each with its own SDK client and conversation.
@@ -152,6 +153,7 @@ def test_config_price_override_and_cli_settings(cli: Any, repo: Path, write_suit
     assert all(r.body["temperature"] == 0.2 for r in server.requests)
 
 
+@pytest.mark.slow
 def test_anthropic_messages_with_prompt_caching(
     cli: Any, repo: Path, write_suite: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -190,6 +190,7 @@ def test_token_budget(cli: Any, repo: Path, write_suite: Any) -> None:
     assert attempt["tokens"]["input"] == 300 and attempt["turns"] == 3
 
 
+@pytest.mark.slow
 def test_bash_is_bounded_by_the_attempt_deadline(cli: Any, repo: Path, write_suite: Any) -> None:
     steps = [openai_reply(("bash", {"command": "sleep 60", "timeout_secs": 600}), usage=openai_usage(10, 5))]
     result, _ = eval_one(cli, repo, write_suite, steps, timeout_secs=2)

@@ -149,6 +149,7 @@ def test_only_verify_commands_are_linted_and_as_warnings() -> None:
     assert [(lint.where, lint.severity) for lint in lints] == [("$.tasks[0].verify_commands[1]", "warning")]
 
 
+@pytest.mark.slow
 def test_check_shows_the_warnings_without_failing(repo: Path, write_suite) -> None:
     """The real ``worktrial check``: the warning is in the JSON and the markdown, and the sound suite still passes."""
     suite = write_suite(

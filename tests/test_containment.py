@@ -188,6 +188,7 @@ def test_escapes_of_parallel_attempts_all_end(
         kill_marked(marker)
 
 
+@pytest.mark.slow
 def test_degraded_mode_still_ends_marker_carriers(repo: Path, write_suite: SuiteWriter, tmp_path: Path) -> None:
     """Without a subreaper (as on macOS), processes that keep the token are still found, with one warning."""
     marker = f"wt-degraded-{uuid.uuid4().hex}"
@@ -234,6 +235,7 @@ def _recorded(run_dir: Path) -> set[int]:
     return {pid for pid, _, _ in body["processes"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("then", ["resume", "eval"])
 def test_kill_9_then_resume_ends_the_leftovers(
     repo: Path, write_suite: SuiteWriter, tmp_path: Path, then: str, stack: contextlib.ExitStack
@@ -281,6 +283,7 @@ def test_kill_9_then_resume_ends_the_leftovers(
         kill_marked(marker)
 
 
+@pytest.mark.slow
 def test_a_live_run_keeps_its_processes_when_another_run_starts(repo: Path, write_suite: SuiteWriter) -> None:
     """Only runs whose harness is gone (nobody holds the run's lock) are cleaned up by the next run."""
     marker = f"wt-live-{uuid.uuid4().hex}"
@@ -302,6 +305,7 @@ def test_a_live_run_keeps_its_processes_when_another_run_starts(repo: Path, writ
         kill_marked(marker)
 
 
+@pytest.mark.slow
 def test_a_forged_record_does_not_kill_an_unrelated_process(repo: Path, write_suite: SuiteWriter) -> None:
     """An agent that writes processes.json naming some other process gets nothing killed by the next run."""
     marker = f"wt-forged-{uuid.uuid4().hex}"
@@ -382,6 +386,7 @@ def private_cgroup() -> Iterator[Path | None]:
         cgroups.remove(own)
 
 
+@pytest.mark.slow
 @needs_cgroup
 @pytest.mark.parametrize("disable", ["subreaper", "subreaper,cgroup"])
 def test_the_cgroup_ends_an_escape_no_other_mechanism_sees(
@@ -414,6 +419,7 @@ def test_the_cgroup_ends_an_escape_no_other_mechanism_sees(
         kill_marked(marker)
 
 
+@pytest.mark.slow
 @needs_cgroup
 def test_the_next_run_ends_what_a_killed_harness_left_in_its_cgroup(
     repo: Path, write_suite: SuiteWriter, stack: contextlib.ExitStack

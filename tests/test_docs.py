@@ -313,6 +313,7 @@ def project_copy(checkout: tuple[Path, Path], tmp_path: Path) -> Path:
     return Path(shutil.copytree(repo, tmp_path / "checkout", symlinks=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shown", [s for s in RUNNABLE if s.argv not in RUN_ELSEWHERE], ids=str)
 def test_shown_offline_commands_run(
     shown: Shown, project_copy: Path, cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch

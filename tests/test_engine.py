@@ -142,6 +142,7 @@ class PicklingExecutor:
         return self.inner.close(timeout)
 
 
+@pytest.mark.slow
 def test_a_plugged_in_executor_gets_serialisable_jobs_and_gives_the_same_report(
     repo: Path, write_suite, monkeypatch: pytest.MonkeyPatch
 ) -> None:

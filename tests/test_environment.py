@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import git, task
 from tests.fakes import share_with_sandbox
 
@@ -16,6 +18,7 @@ def _eval(cli: Any, repo: Path, suite: Path, *extra: str) -> Any:
     return cli(["eval", "--suite", str(suite), "--agent", "oracle", "--trust", "--format", "json", *extra], cwd=repo)
 
 
+@pytest.mark.slow
 def test_setup_runs_once_per_slot_and_is_invisible_to_the_agent(cli, repo: Path, write_suite, tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -71,6 +74,7 @@ def test_setup_timeout_is_its_own(cli, repo: Path, write_suite) -> None:
     assert "timed out after 1s" in result.stderr
 
 
+@pytest.mark.slow
 def test_task_environment_overrides_the_suite_one(cli, repo: Path, write_suite, tmp_path: Path) -> None:
     suite_env = {"setup": [{"sh": "echo suite > which.txt"}]}
     task_env = {"setup": [{"sh": "echo task > which.txt"}]}
@@ -84,6 +88,7 @@ def test_task_environment_overrides_the_suite_one(cli, repo: Path, write_suite, 
     assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 4
 
 
+@pytest.mark.slow
 def test_tasks_pinned_to_their_own_commits_in_one_run(cli, repo: Path, write_suite, tmp_path: Path) -> None:
     (repo / "version.txt").write_text("one\n")
     git(repo, "add", ".")
@@ -180,6 +185,7 @@ def test_a_suite_committed_in_the_repository_is_removed_from_the_agents_base(cli
     assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 1, result.stdout
 
 
+@pytest.mark.slow
 def test_cache_key_reuses_a_setup_across_runs(cli, repo: Path, write_suite, tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import git, task
 from tests.fakes import share_with_sandbox
 
@@ -41,6 +43,7 @@ def _patch(run_dir: Path, task_id: str, attempt: int) -> dict[str, Any]:
     return patch
 
 
+@pytest.mark.slow
 def test_history_inside_an_attempt_does_not_reveal_a_planted_bug(cli, repo: Path, write_suite, tmp_path: Path) -> None:
     _repo_with_calc(repo)
     shared = tmp_path / "shared"
@@ -73,6 +76,7 @@ def test_the_base_is_one_commit_the_agent_can_build_on(cli, repo: Path, write_su
     assert envelope["report"]["overall"]["passed_runs"] == 2, envelope["report"]["tasks"]
 
 
+@pytest.mark.slow
 def test_a_venv_in_the_environment_never_appears_in_the_patch(cli, repo: Path, write_suite) -> None:
     _repo_with_calc(repo)
     environment = {"setup": [{"sh": PLANT}, {"sh": VENV}, {"sh": "echo built > build.log"}]}
@@ -90,6 +94,7 @@ def test_a_venv_in_the_environment_never_appears_in_the_patch(cli, repo: Path, w
 SETUP_SLEEP = 4
 
 
+@pytest.mark.slow
 def test_setup_time_is_its_own_figure_never_the_agents(cli, repo: Path, write_suite) -> None:
     """Environment setup that takes longer than the agent's whole timeout: the agent still has its full timeout,
     and the setup's seconds are ``setup_secs`` in the record, the trace and the report, not in ``duration_secs``

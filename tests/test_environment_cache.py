@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import git, task
 from tests.fakes import share_with_sandbox
 
@@ -40,6 +42,7 @@ def _commit(repo: Path, rel: str, text: str) -> None:
     git(repo, "commit", "-qm", f"edit {rel}")
 
 
+@pytest.mark.slow
 def test_a_commit_that_changes_nothing_setup_reads_keeps_the_cache(cli, repo: Path, tmp_path: Path) -> None:
     counter = _counter(tmp_path)
     _commit(repo, "requirements.txt", "dep==1\n")
@@ -64,6 +67,7 @@ def test_a_commit_that_changes_nothing_setup_reads_keeps_the_cache(cli, repo: Pa
     assert _setups(counter) == 2
 
 
+@pytest.mark.slow
 def test_declared_cache_files_are_what_counts(cli, repo: Path, write_suite, tmp_path: Path) -> None:
     counter = _counter(tmp_path)
     _commit(repo, "requirements.txt", "dep==1\n")
@@ -88,6 +92,7 @@ def test_declared_cache_files_are_what_counts(cli, repo: Path, write_suite, tmp_
     assert _setups(counter) == 3
 
 
+@pytest.mark.slow
 def test_a_cache_hit_writes_no_object_per_file_and_patches_stay_the_agents(cli, repo: Path, write_suite) -> None:
     """A restored venv of 300 files is committed as the base from the entry's pack: git only hashes the files, so
     the objects it writes are the few trees and the commit, not one per file. The patch is still the agent's."""

@@ -89,6 +89,7 @@ def _solve(prompt: str = "Solve it.") -> dict[str, Any]:
     return task("t", prompt=prompt, verify_commands=["test -f done.txt"])
 
 
+@pytest.mark.slow
 def test_a_server_error_is_retried_and_never_lowers_the_score(cli, repo: Path, write_suite) -> None:
     answers = iter([Plain(500, {"error": {"message": "scripted outage"}})])
 
@@ -168,6 +169,7 @@ def test_a_cut_stream_is_the_providers_not_an_unreachable_one(cli, repo: Path, w
     assert "answered 200 and its stream ended early" in attempt["retry_reasons"][0]
 
 
+@pytest.mark.slow
 def test_a_provider_that_never_answers_is_slow_not_the_agents_timeout(
     cli, repo: Path, write_suite, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -223,6 +225,7 @@ def _reports(envelope: Envelope) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_the_reports_name_the_infrastructure_errors(cli, repo: Path, write_suite) -> None:
     answers = iter([Plain(503, {}), Plain(503, {})])
 
@@ -275,6 +278,7 @@ def test_the_cost_cap_is_kept_at_the_gateway(cli, repo: Path, write_suite) -> No
     assert attempt["cost_usd"] == pytest.approx(0.022)
 
 
+@pytest.mark.slow
 def test_the_runs_budget_is_kept_at_the_gateway(cli, repo: Path, write_suite) -> None:
     """Two attempts call the model without end: the run's --max-cost, counted live over both at the gateway, ends
     them as the total passes it, and the run stops (exit 3) without recording them (resume reruns them)."""

@@ -55,6 +55,7 @@ def _wait_for(path: Path) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_runs_go_whole_by_age_and_count_and_a_running_one_stays(
     cli: Cli, repo: Path, write_suite: SuiteWriter, tmp_path: Path
 ) -> None:

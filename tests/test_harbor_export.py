@@ -76,6 +76,7 @@ def exported(cli, write_suite, repo: Path, tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_the_layout_has_harbor_s_files_and_field_names(exported: Path) -> None:
     (job,) = [p for p in exported.iterdir() if p.is_dir()]
     config, result = _json(job / "config.json"), _json(job / "result.json")

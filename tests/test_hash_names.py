@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from click.testing import Result
 
 from tests.conftest import SuiteWriter, task
@@ -16,6 +17,7 @@ from worktrial.render.leaderboard_markdown import render_leaderboard_markdown
 Cli = Callable[..., Result]
 
 
+@pytest.mark.slow
 def test_file_and_bundle_digests_are_named_apart_everywhere(
     cli: Cli, repo: Path, write_suite: SuiteWriter, tmp_path: Path
 ) -> None:

@@ -54,6 +54,7 @@ def _eval(cli, repo: Path, suite: Path, *extra: str) -> dict:  # type: ignore[ty
     return json.loads(result.stdout)  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 def test_over_claims_of_a_real_run(cli, repo: Path, write_suite) -> None:
     suite = write_suite([task("a"), task("b")], attempts=2)
     honesty = _eval(cli, repo, suite, "--agent", "nop")["report"]["honesty"]
@@ -66,6 +67,7 @@ def test_over_claims_of_a_real_run(cli, repo: Path, write_suite) -> None:
     )
 
 
+@pytest.mark.slow
 def test_under_claims_need_verify_always(cli, repo: Path, write_suite) -> None:
     suite = write_suite([task("a")], attempts=2)
     modest = ["--agent-cmd", "echo done > done.txt; exit 1"]

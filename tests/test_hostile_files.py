@@ -20,6 +20,7 @@ USAGE_ATTACKS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sandbox", ["on", "off"])
 @pytest.mark.parametrize("attack", sorted(USAGE_ATTACKS))
 def test_usage_file_attacks(repo: Path, write_suite, tmp_path: Path, attack: str, sandbox: str) -> None:
@@ -61,6 +62,7 @@ def test_usage_file_attacks(repo: Path, write_suite, tmp_path: Path, attack: str
     assert report.returncode == 0, report.stderr
 
 
+@pytest.mark.slow
 def test_trace_names_never_collide(repo: Path, write_suite) -> None:
     """Task ids that sanitise to the same name still get one trace file each, so an honest run audits clean."""
     tasks = [task(task_id) for task_id in ("a/b", "a_b", "a b")]
@@ -77,6 +79,7 @@ def test_trace_names_never_collide(repo: Path, write_suite) -> None:
     assert audit.returncode == 0, audit.stdout
 
 
+@pytest.mark.slow
 def test_planted_secrets_never_reach_stored_artefacts(repo: Path, write_suite, tmp_path: Path) -> None:
     """A key the agent makes its shell print, or uses as a tool or error name, is redacted everywhere it is stored."""
     secret = "sk-test-" + "q7Zx" * 8
@@ -105,6 +108,7 @@ def test_planted_secrets_never_reach_stored_artefacts(repo: Path, write_suite, t
         assert secret not in text and secret[::-1] not in text
 
 
+@pytest.mark.slow
 def test_fifos_at_the_harness_files_never_hang_it(repo: Path, write_suite, tmp_path: Path) -> None:
     """FIFOs planted where the next trace and the attempt log live: the run ends, with the honest result."""
     agent = tmp_path / "agent.sh"

@@ -74,6 +74,7 @@ def test_a_nested_repositorys_diff_command_never_runs_in_the_harness(
     assert "sub" in _patch(repo, envelope, "nested")["files"]
 
 
+@pytest.mark.slow
 def test_environment_setup_cannot_plant_a_filter_for_the_harnesss_git(
     cli: Any, repo: Path, write_suite, tmp_path: Path
 ) -> None:

@@ -37,6 +37,7 @@ ATTACKS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sandbox", ["on", "off"])
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_reset_never_follows_what_the_agent_left(
@@ -82,6 +83,7 @@ def test_reset_never_follows_what_the_agent_left(
 OFF = ["--sandbox", "off"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sandbox", ["on", "off"])
 def test_agent_files_next_to_the_worktree_do_not_survive(repo: Path, write_suite, tmp_path: Path, sandbox: str) -> None:
     """Files an agent plants next to its worktree (in the slot, outside git) are gone for the next attempt.
@@ -111,6 +113,7 @@ def test_agent_files_next_to_the_worktree_do_not_survive(repo: Path, write_suite
     assert ("landed.txt" in patches) == (sandbox == "off"), "plants land only without the sandbox"
 
 
+@pytest.mark.slow
 def test_each_attempt_gets_a_fresh_worktree_path(repo: Path, write_suite, tmp_path: Path) -> None:
     """A process that writes by the previous attempt's path cannot reach the next attempt's files."""
     seen = tmp_path / "seen"
@@ -175,6 +178,7 @@ print("removed" if remove_tree(tree) and not tree.exists() else "left behind")
 """
 
 
+@pytest.mark.slow
 def test_remove_tree_of_unreadable_and_deep_dirs_without_root(tmp_path: Path) -> None:
     """An agent's chmod 000 directories and absurd nesting are removed by an unprivileged harness."""
     import shutil

@@ -50,6 +50,7 @@ def _forging_run(repo: Path, write_suite, tmp_path: Path, attempts: int = 3, san
     return envelope
 
 
+@pytest.mark.slow
 def test_forged_records_never_count(repo: Path, write_suite, tmp_path: Path) -> None:
     envelope = _forging_run(repo, write_suite, tmp_path)
     run_id = envelope["run"]["id"]
@@ -70,6 +71,7 @@ def test_forged_records_never_count(repo: Path, write_suite, tmp_path: Path) -> 
     assert rebuilt["report"]["overall"]["total_runs"] == 3
 
 
+@pytest.mark.slow
 @pytest.mark.sandbox
 def test_forging_agent_in_the_sandbox_never_reaches_the_store(repo: Path, write_suite, tmp_path: Path) -> None:
     """The same forger with --sandbox on: the run store is hidden, so not one foreign line lands in it."""
@@ -92,6 +94,7 @@ def _signed_attempt(line: str) -> int | None:
     return attempt if isinstance(attempt, int) else None
 
 
+@pytest.mark.slow
 def test_resume_counts_only_the_harness_records(repo: Path, write_suite, tmp_path: Path) -> None:
     envelope = _forging_run(repo, write_suite, tmp_path)
     run_dir = repo / ".worktrial" / "runs" / envelope["run"]["id"]
@@ -116,6 +119,7 @@ def test_resume_counts_only_the_harness_records(repo: Path, write_suite, tmp_pat
     assert "the harness did not write" in audit.stdout  # the forgeries are reported, not counted
 
 
+@pytest.mark.slow
 def test_edited_run_json_is_refused(repo: Path, write_suite, tmp_path: Path) -> None:
     envelope = _forging_run(repo, write_suite, tmp_path, attempts=1)
     run_dir = repo / ".worktrial" / "runs" / envelope["run"]["id"]
@@ -137,6 +141,7 @@ def test_edited_run_json_is_refused(repo: Path, write_suite, tmp_path: Path) -> 
     assert (tmp_path / "precious").is_dir()
 
 
+@pytest.mark.slow
 def test_audit_catches_an_envelope_that_differs_from_the_store(repo: Path, write_suite, tmp_path: Path) -> None:
     envelope = _forging_run(repo, write_suite, tmp_path, attempts=2)
     run_dir = repo / ".worktrial" / "runs" / envelope["run"]["id"]
@@ -162,6 +167,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.slow
 def test_one_writer_per_run(repo: Path, write_suite, tmp_path: Path) -> None:
     envelope = _forging_run(repo, write_suite, tmp_path, attempts=1)
     holder = subprocess.Popen(
@@ -190,6 +196,7 @@ def test_one_writer_per_run(repo: Path, write_suite, tmp_path: Path) -> None:
     RunStore.open(repo, envelope["run"]["id"], writer=True).close()  # free again once the holder is gone
 
 
+@pytest.mark.slow
 def test_resume_rechecks_trust(repo: Path, write_suite, tmp_path: Path, isolated_state: Path) -> None:
     envelope = _forging_run(repo, write_suite, tmp_path, attempts=1)
     (isolated_state / "config" / "trust.json").unlink()  # e.g. another machine, or trust revoked
@@ -198,6 +205,7 @@ def test_resume_rechecks_trust(repo: Path, write_suite, tmp_path: Path, isolated
     assert "has not been trusted" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_resume_of_an_unsigned_run_leaves_a_foreign_work_root_alone(
     repo: Path, write_suite, tmp_path: Path, isolated_state: Path
 ) -> None:
@@ -225,6 +233,7 @@ def test_resume_of_an_unsigned_run_leaves_a_foreign_work_root_alone(
     assert json.loads(result.stdout)["report"]["overall"]["total_runs"] == 2
 
 
+@pytest.mark.slow
 def test_absurd_attempts_is_one_line(repo: Path, write_suite) -> None:
     suite = write_suite([task("t")])
     result = run_worktrial(

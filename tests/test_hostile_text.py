@@ -244,6 +244,7 @@ def test_an_envelope_someone_sent_is_shown_safely(cli, repo: Path, hostile_envel
     assert_cells_whole(compare.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "bad_id", ["../../x", "ABSOLUTE", "a/../../b", "..", "x\u0000y", "20260101T000000Z-abcdef/..", "x\x1b[2J"]
 )

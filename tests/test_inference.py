@@ -99,6 +99,7 @@ def test_sign_flip_large_suites_exact_by_dynamic_programming_or_seeded_monte_car
     assert first[0] == pytest.approx(stats.two_sided_p(z), abs=5 * first[2] + 0.01)
 
 
+@pytest.mark.slow
 def test_cluster_robust_se_hand_computed_and_against_statsmodels() -> None:
     values = [1.0, 0.0, 1.0, 1.0, 0.0, 0.5]
     clusters: list[str | None] = ["a", "a", "b", "b", "c", "c"]

@@ -78,6 +78,7 @@ def test_the_reader_refuses_without_blocking_and_follows_only_when_asked(tmp_pat
         read_input(tmp_path, 10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_a_suite_that_is_not_a_regular_file(repo: Path, tmp_path: Path, kind: str) -> None:
     bad = BAD_FILES[kind](tmp_path / "suite.json")
@@ -99,6 +100,7 @@ def test_a_symlink_to_a_regular_suite_is_followed(repo: Path, write_suite: Suite
     assert result.returncode == 0 and ": ok" in result.stdout, result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_an_envelope_that_is_not_a_regular_file(repo: Path, write_suite: SuiteWriter, tmp_path: Path, kind: str):
     suite = write_suite([task("t1")])
@@ -114,6 +116,7 @@ def test_an_envelope_that_is_not_a_regular_file(repo: Path, write_suite: SuiteWr
     assert not (tmp_path / "page.html").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_a_trace_an_envelope_names_that_is_not_a_regular_file(
     repo: Path, tmp_path: Path, stored_envelope: Stored, kind: str
@@ -130,6 +133,7 @@ def test_a_trace_an_envelope_names_that_is_not_a_regular_file(
     assert "trace file" in result.stderr
 
 
+@pytest.mark.slow
 def test_the_audit_of_real_traces_still_passes(repo: Path, tmp_path: Path, stored_envelope: Stored) -> None:
     suite, envelope = stored_envelope
     published = tmp_path / "published.json"
@@ -138,6 +142,7 @@ def test_the_audit_of_real_traces_still_passes(repo: Path, tmp_path: Path, store
     assert result.returncode == 0 and "2 trace files checked" in result.stdout, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_the_users_config_that_is_not_a_regular_file(
     repo: Path, write_suite: SuiteWriter, isolated_state: Path, kind: str
@@ -152,12 +157,14 @@ def test_the_users_config_that_is_not_a_regular_file(
         assert "config.toml" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_the_projects_worktrial_toml_that_is_not_a_regular_file(repo: Path, kind: str) -> None:
     BAD_FILES[kind](repo / "worktrial.toml")
     assert_one_line_refusal(run_worktrial(["agents"], cwd=repo, timeout=DEADLINE_SECS), "worktrial.toml")
 
 
+@pytest.mark.slow
 def test_run_directory_files_that_are_not_regular_never_hang(
     repo: Path, stored_envelope: Stored, tmp_path: Path
 ) -> None:

@@ -136,6 +136,7 @@ def test_envelopes_given_to_audit_and_compare_are_checked(repo: Path, write_suit
             assert result.stderr.count("\n") == 1 and str(bad) in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_a_stored_envelope_beyond_the_limits_is_not_used(repo: Path, write_suite) -> None:
     """``report`` of a run whose envelope.json was replaced renders from the signed records, no traceback."""
     _suite, envelope = _stored_run(repo, write_suite)
@@ -147,6 +148,7 @@ def test_a_stored_envelope_beyond_the_limits_is_not_used(repo: Path, write_suite
     assert json.loads(result.stdout)["report"]["overall"]["passed_runs"] == 1
 
 
+@pytest.mark.slow
 def test_a_run_json_beyond_the_limits_is_one_line(repo: Path, write_suite) -> None:
     _suite, envelope = _stored_run(repo, write_suite)
     run_id = envelope["run"]["id"]

@@ -56,6 +56,7 @@ def end(harness: subprocess.Popen[bytes], marker: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupt_cleans_up(repo: Path, write_suite: SuiteWriter, tmp_path: Path, sig: signal.Signals) -> None:
     marker = f"wt-int-{uuid.uuid4().hex}"
@@ -96,6 +97,7 @@ def test_interrupt_cleans_up(repo: Path, write_suite: SuiteWriter, tmp_path: Pat
         end(harness, marker)
 
 
+@pytest.mark.slow
 def test_second_interrupt_ends_at_once_and_leaves_nothing(repo: Path, write_suite: SuiteWriter, tmp_path: Path) -> None:
     """An agent that ignores the first Ctrl-C would hold the cleanup; a second one ends the run at once."""
     marker = f"wt-stubborn-{uuid.uuid4().hex}"

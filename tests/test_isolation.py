@@ -72,6 +72,7 @@ def snapshot(repo: Path) -> dict[str, str]:
 OFF = ["--sandbox", "off"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_attempts_are_isolated_and_user_repo_untouched(
     cli, repo: Path, write_suite, tmp_path: Path, monkeypatch, jobs: str

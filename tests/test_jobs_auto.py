@@ -311,6 +311,7 @@ def test_429s_above_n_at_once_settle_the_level_at_or_below_n_and_fail_no_attempt
     assert changes[-1][0] <= PROVIDER_SLOTS
 
 
+@pytest.mark.slow
 def test_jobs_auto_on_the_command_line_and_in_resume(cli, repo: Path, write_suite) -> None:
     suite = str(write_suite([task("t", solution=None, verify_commands=["true"])], attempts=2))
     bad = cli(["eval", "--suite", suite, "--agent-cmd", "true", "--trust", "--jobs", "2", "--max-jobs", "3"], cwd=repo)

@@ -39,6 +39,7 @@ def _eval(cli: Callable[..., Result], repo: Path, suite: Path, *global_flags: st
     return cli(args, cwd=repo)
 
 
+@pytest.mark.slow
 def test_cli_is_quiet_by_default_and_logs_with_verbose(
     cli: Callable[..., Result], repo: Path, write_suite: Any
 ) -> None:

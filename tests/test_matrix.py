@@ -326,6 +326,7 @@ def test_agent_matrix_ranks_marks_ties_and_reports_cost_and_honesty(
     assert "100.0% (12 of 12)" in lines[1] and "worktrial compare " in board
 
 
+@pytest.mark.slow
 def test_every_configuration_starts_from_the_first_ones_base_commit(
     cli: Any, repo: Path, tmp_path: Path, write_suite: Any, monkeypatch: Any
 ) -> None:
@@ -358,6 +359,7 @@ def test_every_configuration_starts_from_the_first_ones_base_commit(
     assert moved.stdout.strip() == "moved by an agent"
 
 
+@pytest.mark.slow
 def test_single_configuration_output_is_unchanged(cli: Any, repo: Path, write_suite: Any) -> None:
     suite = write_suite([task("t1"), task("t2")], attempts=2)
     common = ["eval", "--suite", str(suite), "--trust", "--trust-project", "-q", "--agent", "oracle"]
@@ -403,6 +405,7 @@ def by_model(request: Request) -> Reply:
     return openai_reply(DONE, usage=usage)
 
 
+@pytest.mark.slow
 def test_model_matrix_on_the_builtin_agent_keeps_going_past_a_fatal_error(
     cli: Any, repo: Path, write_suite: Any
 ) -> None:
@@ -455,6 +458,7 @@ def test_model_matrix_on_the_builtin_agent_keeps_going_past_a_fatal_error(
 # --- Ctrl-C in the middle of a matrix ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_interrupt_stops_the_matrix_and_prints_what_finished(repo: Path, tmp_path: Path, write_suite: Any) -> None:
     custom_agents(repo, tmp_path, quick=("solve", 0), slow=("sleep", 0), never=("solve", 0))
     suite = write_suite([task("t1")])

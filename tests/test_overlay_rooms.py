@@ -124,6 +124,7 @@ def restore_env() -> Any:
             os.environ[name] = value
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("restore_env")
 def test_every_kind_of_change_gives_the_same_patch_and_verdict_on_both_paths(
     cli: Any, tmp_path: Path, write_suite
@@ -176,6 +177,7 @@ def test_the_agent_works_in_an_overlay_and_the_verifier_in_another(
     assert _outcomes(envelope)[0][2] == "fail"  # the copying path verifies in place, on no overlay
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("restore_env")
 def test_the_bundled_suites_give_identical_records_on_both_paths(cli: Any, tmp_path: Path) -> None:
     if overlay.unavailable() is not None:
@@ -194,6 +196,7 @@ def test_the_bundled_suites_give_identical_records_on_both_paths(cli: Any, tmp_p
         assert records["on"] == records["off"], suite.name
 
 
+@pytest.mark.slow
 def test_an_unprivileged_harness_uses_the_copying_path_with_the_same_results(tmp_path: Path) -> None:
     """As on a developer's laptop: the harness is not root. An overlay it mounts in a user namespace of its own
     cannot rename a directory of the checkout (``redirect_dir`` needs trusted xattrs: EXDEV), which an agent's
@@ -259,6 +262,7 @@ os.setxattr("opq", "user.overlay.opaque", b"y")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("restore_env")
 def test_overlay_metadata_the_agent_sets_never_reaches_the_patch(cli: Any, tmp_path: Path, write_suite) -> None:
     """A redirect the agent wrote never makes the harness read outside the lower layer (a root-only file of the

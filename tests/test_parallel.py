@@ -58,6 +58,7 @@ def test_report_is_identical_whatever_the_jobs(cli, repo: Path, write_suite) -> 
     assert [t["passed_runs"] for t in one["report"]["tasks"]] == [3, 0, 2, 3, 2]
 
 
+@pytest.mark.slow
 def test_run_store_holds_every_attempt(cli, repo: Path, write_suite) -> None:
     suite = mixed_suite(write_suite, attempts=2)
     envelope = eval_json(cli, repo, suite, "--agent-cmd", MIXED_AGENT)
@@ -111,6 +112,7 @@ def test_kill_9_then_resume_gives_the_uninterrupted_result(cli, repo: Path, writ
     assert comparable(resumed) == comparable(uninterrupted)
 
 
+@pytest.mark.slow
 def test_resume_refuses_changes(cli, repo: Path, write_suite) -> None:
     suite = mixed_suite(write_suite, attempts=1)
     run_id = eval_json(cli, repo, suite, "--agent", "oracle")["run"]["id"]
@@ -138,6 +140,7 @@ def test_resume_refuses_changes(cli, repo: Path, write_suite) -> None:
     assert unknown.exit_code == 2 and "no run 'no-such-run'" in unknown.stderr
 
 
+@pytest.mark.slow
 def test_resume_of_a_complete_run_runs_nothing(cli, repo: Path, write_suite) -> None:
     suite = mixed_suite(write_suite, attempts=1)
     first = eval_json(cli, repo, suite, "--agent-cmd", MIXED_AGENT)
@@ -192,6 +195,7 @@ def test_without_retry_errors_infrastructure_errors_stand(cli, repo: Path, write
     assert attempt["outcome"] == "error" and attempt["error_category"] == "provider_server" and attempt["retries"] == 0
 
 
+@pytest.mark.slow
 def test_runs_and_report_commands(cli, repo: Path, write_suite) -> None:
     suite = mixed_suite(write_suite, attempts=2)
     envelope = eval_json(cli, repo, suite, "--agent-cmd", MIXED_AGENT, "--model", "acme/m1")
@@ -210,6 +214,7 @@ def test_runs_and_report_commands(cli, repo: Path, write_suite) -> None:
     assert comparable(rebuilt) == comparable(envelope) and rebuilt["run"]["complete"] is True
 
 
+@pytest.mark.slow
 def test_credentials_in_a_base_url_are_never_stored(cli, repo: Path, write_suite) -> None:
     suite = mixed_suite(write_suite, attempts=1)
     url = "http://user:s3cret@m.invalid:9/v1?key=abc123"

@@ -250,6 +250,7 @@ def _in_room(ws: Any, code: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(overlay.unavailable() is not None, reason="overlays cannot be mounted here")
 @pytest.mark.parametrize("edit", sorted(EDITS))
 def test_an_overlay_room_sees_every_change_and_its_reset_leaves_the_pristine_checkout_as_it_was(

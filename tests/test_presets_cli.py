@@ -27,6 +27,7 @@ from worktrial.model.records import Tokens
 __all__ = ["fake_env"]  # the fixture is shared with the end-to-end tests
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["claude-code", "opencode"])
 def test_stream_cut_off_by_the_timeout(
     preset: str, cli: Callable[..., Result], repo: Path, write_suite, fake_env: FakeEnv

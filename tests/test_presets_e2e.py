@@ -88,6 +88,7 @@ def trace(repo: Path, attempt: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_end_to_end(preset: str, cli: Callable[..., Result], repo: Path, write_suite, fake_env: FakeEnv) -> None:
     binary, scenarios = SCENARIOS[preset]

@@ -21,6 +21,7 @@ from worktrial.model.commands import to_argv
 PY = shlex.quote(sys.executable)
 
 
+@pytest.mark.slow
 def test_timeout_kills_grandchildren_even_in_new_sessions(tmp_path: Path) -> None:
     marker = f"wt-marker-{uuid.uuid4().hex}"
     script = (
@@ -120,6 +121,7 @@ def test_whitespace_argv_keeps_braces_quotes_and_hash(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_grep_with_json_literal_really_matches(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "data/config.json").write_text('{"name":"x","count":3}\n')

@@ -98,6 +98,7 @@ def test_suite_trust_never_trusts_the_repositorys_worktrial_toml(
         assert len(attacker.requests) == served
 
 
+@pytest.mark.slow
 def test_a_digest_pinned_in_the_users_config_trusts_the_file_in_any_checkout(
     cli: Any, repo: Path, write_suite: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

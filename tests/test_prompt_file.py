@@ -52,6 +52,7 @@ touch done.txt
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [200, MAX_INLINE_PROMPT_BYTES, MAX_INLINE_PROMPT_BYTES + 1, MIB])
 def test_the_command_agent_gets_every_prompt_size(repo: Path, write_suite, tmp_path: Path, size: int) -> None:
     prompt = big_prompt(size)
@@ -123,6 +124,7 @@ def _run_preset(
     return attempt
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(LONG_PROMPT_WAY))
 def test_presets_take_a_1mib_prompt_from_stdin_or_a_file(
     preset: str, cli: Callable[..., Result], repo: Path, write_suite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -157,6 +159,7 @@ def test_presets_keep_a_small_prompt_inline(
     assert call["argv"][-1] == prompt and call["stdin"] == ""
 
 
+@pytest.mark.slow
 def test_an_argument_only_preset_refuses_a_prompt_over_the_kernel_limit(
     cli: Callable[..., Result], repo: Path, write_suite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

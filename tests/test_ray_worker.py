@@ -171,6 +171,7 @@ def test_auto_stays_local_without_an_address(monkeypatch: pytest.MonkeyPatch) ->
     assert executor_factory("auto", None, 1.0, ()).__name__ == "local_executor"
 
 
+@pytest.mark.slow
 def test_executor_ray_without_ray_installed_is_one_clear_error(repo: Path, write_suite) -> None:
     suite = write_suite([task("t1")])
     code = "import sys; sys.modules['ray'] = None; from worktrial.cli import main; main()"

@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import SuiteWriter, git, task
 
 AGENT = (
@@ -32,6 +34,7 @@ def make_suite(write_suite: SuiteWriter) -> Path:
     )
 
 
+@pytest.mark.slow
 def test_markdown_report(cli, repo: Path, write_suite) -> None:
     suite = make_suite(write_suite)
     result = cli(["eval", "--suite", str(suite), "--agent-cmd", AGENT, "--trust", "--model", "acme/coder-1"], cwd=repo)
@@ -70,6 +73,7 @@ def test_markdown_report(cli, repo: Path, write_suite) -> None:
     assert all(" · ETA ~" in x for x in lines[:-1]) and " · ETA" not in lines[-1]
 
 
+@pytest.mark.slow
 def test_envelope_contents(cli, repo: Path, write_suite) -> None:
     suite = make_suite(write_suite)
     result = cli(

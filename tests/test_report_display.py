@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from click.testing import Result
 
 from tests.conftest import SuiteWriter, git, task
@@ -55,6 +56,7 @@ def _byte_code_suite(write_suite: SuiteWriter, repo: Path) -> Path:
     return write_suite([task("fix", solution=[solve], verify_commands=[verify])], environment=setup)
 
 
+@pytest.mark.slow
 def test_ignored_build_files_are_one_line_in_show_and_the_page(
     cli: Cli, repo: Path, write_suite: SuiteWriter, rooms: str
 ) -> None:

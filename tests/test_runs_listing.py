@@ -27,6 +27,7 @@ def _row(listing: str, run_id: str) -> str:
     return row
 
 
+@pytest.mark.slow
 def test_runs_lists_runs_signed_under_another_home(
     cli: Cli, repo: Path, write_suite: SuiteWriter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

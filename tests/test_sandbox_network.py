@@ -290,6 +290,7 @@ def test_a_network_that_cannot_come_up_means_the_program_never_runs(
     assert not (work / "ran.txt").exists()
 
 
+@pytest.mark.slow
 def test_many_sandboxes_coming_up_at_once_all_get_their_network() -> None:
     """bubblewrap brings up the namespace's loopback while the harness attaches slirp4netns; racing the two made
     about 4% of commands fail ("loopback: Failed RTM_NEWADDR") when four started at once. 4 x 40 must all work."""

@@ -77,6 +77,7 @@ def _userns_available(uid: int) -> str | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.sandbox
 @pytest.mark.parametrize("who", ["root", "unprivileged"])
 def test_a_default_run_is_sandboxed(who: str) -> None:

@@ -12,6 +12,7 @@ from tests.conftest import task
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_oracle_passes_bundled_suite(cli, repo: Path) -> None:
     result = cli(
         [

@@ -140,6 +140,7 @@ FILL_THE_STORE = (
 )
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_up_during_the_run_is_one_line_and_resumable(
     repo: Path, write_suite, shared_dir: Path, tmp_path: Path
 ) -> None:
