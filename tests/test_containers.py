@@ -366,14 +366,15 @@ def test_the_oracle_runs_solve_sh_beside_the_rest_of_its_solution(cli, runtime, 
 
 def test_containers_of_a_killed_harness_are_removed_by_the_next_run(runtime, tmp_path: Path) -> None:
     """A harness killed with ``kill -9`` cannot remove its attempts' containers; each carries the harness's pid and
-    start time, and the next run on the same runtime removes those whose harness is gone (never a live one's)."""
+    start time, and the next run on the same runtime removes those whose harness is gone (never a live one's, nor
+    one of another PID namespace, whose pids this one cannot judge: a Ray node's sharing this machine's runtime)."""
     from worktrial.isolation.container import HARNESS_LABEL, find_runtime, harness_id, probe, sweep_orphans
 
     rt = probe(find_runtime(runtime), BASE_IMAGE)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    names = {"dead": f"worktrial-test-dead-{os.getpid()}", "alive": f"worktrial-test-alive-{os.getpid()}"}
-    owners = {"dead": f"{dead.pid}-1", "alive": harness_id()}
+    names = {key: f"worktrial-test-{key}-{os.getpid()}" for key in ("dead", "alive", "elsewhere")}
+    owners = {"dead": f"{dead.pid}-1", "alive": harness_id(), "elsewhere": f"{dead.pid}-1@1"}
     try:
         for key, name in names.items():
             subprocess.run([runtime, "run", "-d", "--name", name, "--label", f"{HARNESS_LABEL}={owners[key]}",
@@ -381,6 +382,7 @@ def test_containers_of_a_killed_harness_are_removed_by_the_next_run(runtime, tmp
         assert sweep_orphans(rt) >= 1
         listed = subprocess.run([runtime, "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True)
         assert names["dead"] not in listed.stdout.split() and names["alive"] in listed.stdout.split()
+        assert names["elsewhere"] in listed.stdout.split()
     finally:
         subprocess.run([runtime, "rm", "--force", "--time", "0", *names.values()], capture_output=True)
 

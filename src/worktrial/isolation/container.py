@@ -39,16 +39,26 @@ HARNESS_LABEL = "worktrial.harness"
 
 
 def harness_id(pid: int | None = None) -> str:
-    """``<pid>-<start time in ms>`` of this (or that) process: a pid reused by another process never matches."""
+    """``<pid>-<start time in ms>@<PID namespace>`` of this (or that) process: a pid reused by another process never
+    matches, and a pid of another PID namespace (a Ray node's, a container's) is never judged from this one."""
     pid = os.getpid() if pid is None else pid
     try:
-        return f"{pid}-{int(psutil.Process(pid).create_time() * 1000)}"
+        return f"{pid}-{int(psutil.Process(pid).create_time() * 1000)}@{_pid_namespace()}"
     except psutil.Error:
-        return f"{pid}-0"
+        return f"{pid}-0@{_pid_namespace()}"
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
+    except OSError:
+        return "?"
 
 
 def orphan_containers(runtime: ContainerRuntime) -> list[str]:
-    """The containers of harnesses that are gone (killed while an attempt's container ran), by name."""
+    """The containers of harnesses that are gone (killed while an attempt's container ran), by name. Only those
+    started from this PID namespace are judged: a harness in another one (a Ray node's namespace sharing this
+    machine's runtime) has pids this one cannot see."""
     template = '{{.Names}}\t{{index .Labels "' + HARNESS_LABEL + '"}}'
     listed = proc.run(
         [runtime.program, "ps", "--all", "--filter", f"label={HARNESS_LABEL}", "--format", template],
@@ -58,11 +68,16 @@ def orphan_containers(runtime: ContainerRuntime) -> list[str]:
     )
     if not listed.ok:
         return []
+    here = _pid_namespace()
     stale = []
     for line in listed.stdout_tail.decode("utf-8", "replace").splitlines():
         name, _, owner = line.partition("\t")
-        pid, _, _started = owner.strip().partition("-")
-        if name and pid.isdigit() and harness_id(int(pid)) != owner.strip():
+        owner = owner.strip()
+        process, _, namespace = owner.partition("@")
+        pid, _, _started = process.partition("-")
+        if namespace and namespace != here:
+            continue
+        if name and pid.isdigit() and harness_id(int(pid)).partition("@")[0] != process:
             stale.append(name.strip())
     return stale
 
