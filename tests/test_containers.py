@@ -308,27 +308,6 @@ def test_audit_checks_the_pinned_images_and_rewards(cli, runtime, workspace, dat
     assert "reward 0 but verified=True" in audited.stdout
 
 
-def test_container_tasks_refuse_a_remote_executor(runtime, workspace, dataset) -> None:
-    from worktrial.engine.run import RunOptions, run_suite
-    from worktrial.errors import BadInputError
-
-    class Remote:
-        """Stands for the Ray executor: anything but the local one, whose workers would lack the images."""
-
-        def __init__(self, *_args: object, **_kwargs: object) -> None: ...
-
-        def preflight(self, _ref: object) -> dict[str, str]:
-            return {"name": "oracle"}
-
-        def stop(self) -> None: ...
-
-        def close(self, _timeout: float) -> None: ...
-
-    options = RunOptions(agent="oracle", workspace=workspace, executor=Remote, container_runtime=runtime)  # type: ignore[arg-type]
-    with pytest.raises(BadInputError, match="run on this machine only"):
-        run_suite(dataset / "hello-file", options)
-
-
 def test_variables_reach_the_container_by_name_never_on_its_command_line(runtime, tmp_path: Path) -> None:
     from worktrial.isolation.attempt_container import AttemptContainer, Mounts
     from worktrial.isolation.container import ContainerEnv, ContainerPlan, find_runtime, probe
