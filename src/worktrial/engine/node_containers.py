@@ -7,15 +7,19 @@ each image present the way the driver did: already there by its pinned id (a sha
 ``save``/``load``), else pulled by name, else built from the task's Dockerfile in the shipped suite files. What it
 finds must have the pinned id: anything else would be an attempt silently run in another image.
 
-A preset's CLI is put into the images here too (``with_agent_tools``), from this node's installation, and the
-oracle's ``[solution] env`` templates are filled from this node's environment: keys never travel.
+A preset's CLI is put into the images here too (``with_agent_tools``), from this node's installation; a Harbor
+task's ``${VAR}`` templates (``[environment] env``, ``[verifier] env``, the oracle's ``[solution] env``) are filled
+from this node's environment. The driver sends the plan with those values left out (``unfilled``): keys never
+travel.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +34,9 @@ from worktrial.isolation.container import (
     inspect_id,
     named_image,
     probe,
+    sweep_orphans,
 )
+from worktrial.model.harbor_config import resolve_templates
 from worktrial.model.suite import Environment
 
 log = logging.getLogger(__name__)
@@ -74,7 +80,7 @@ class NodeContainers:
                 runtime = self._probe(runtime, env.image)
             local = self._plans.get(task_id)
             if local is None:
-                one = ContainerPlan(runtime=runtime, tasks={task_id: env})
+                one = ContainerPlan(runtime=runtime, tasks={task_id: self._filled(env, task_id, environment)})
                 try:
                     local = with_agent_tools(one, describe, lambda line: log.info("%s: %s", self.node, line))
                 except WorktrialError as exc:
@@ -82,6 +88,21 @@ class NodeContainers:
                 assert local is not None
                 self._plans[task_id] = local
         return local
+
+    def _filled(self, env: ContainerEnv, task_id: str, environment: Environment | None) -> ContainerEnv:
+        """The task's variables with their templates filled from this node's environment."""
+        harbor = environment.harbor if environment is not None else None
+        if harbor is None:
+            return env
+        host = dict(os.environ)
+        try:
+            return replace(
+                env,
+                env=resolve_templates(harbor.env, host, task_id, "[environment] env"),
+                verifier_env=resolve_templates(harbor.verifier_env, host, task_id, "[verifier] env"),
+            )
+        except WorktrialError as exc:
+            raise NodeUnready(f"{self.node}: {exc}") from None
 
     def _node_runtime(self, driver: ContainerRuntime) -> ContainerRuntime:
         """This node's runtime of the driver's kind (an image id is the same only within one kind's store)."""
@@ -102,6 +123,7 @@ class NodeContainers:
             raise NodeUnready(f"{self.node}: {exc}") from None
         for note in probed.notes:
             log.warning("%s: %s", self.node, note)
+        sweep_orphans(probed)  # containers of a worker of this node that was killed (only its own PID namespace's)
         self._runtime, self._probed = probed, True
         return probed
 
@@ -148,3 +170,12 @@ def _make_present(
     if got is None:
         raise NodeUnready("the task names no image and no Dockerfile reached this node")
     return got
+
+
+def unfilled(plan: ContainerPlan | None) -> ContainerPlan | None:
+    """The plan as it travels to remote workers: without the values the driver filled into the tasks' variables
+    from its own environment (each node fills them from its own, ``NodeContainers``)."""
+    if plan is None:
+        return None
+    tasks = {task_id: replace(env, env={}, verifier_env={}) for task_id, env in plan.tasks.items()}
+    return replace(plan, tasks=tasks)

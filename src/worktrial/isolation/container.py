@@ -48,6 +48,10 @@ def harness_id(pid: int | None = None) -> str:
         return f"{pid}-0@{_pid_namespace()}"
 
 
+_INITIAL_PID_NAMESPACE = "4026531836"
+"""The kernel's fixed inode number of the machine's own PID namespace (``PROC_PID_INIT_INO``)."""
+
+
 def _pid_namespace() -> str:
     try:
         return os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
@@ -75,7 +79,7 @@ def orphan_containers(runtime: ContainerRuntime) -> list[str]:
         owner = owner.strip()
         process, _, namespace = owner.partition("@")
         pid, _, _started = process.partition("-")
-        if namespace and namespace != here:
+        if (namespace or _INITIAL_PID_NAMESPACE) != here:  # a label of before namespaces: the machine's own
             continue
         if name and pid.isdigit() and harness_id(int(pid)).partition("@")[0] != process:
             stale.append(name.strip())
