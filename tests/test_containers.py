@@ -347,17 +347,27 @@ def test_containers_of_a_killed_harness_are_removed_by_the_next_run(runtime, tmp
     """A harness killed with ``kill -9`` cannot remove its attempts' containers; each carries the harness's pid and
     start time, and the next run on the same runtime removes those whose harness is gone (never a live one's, nor
     one of another PID namespace, whose pids this one cannot judge: a Ray node's sharing this machine's runtime)."""
-    from worktrial.isolation.container import HARNESS_LABEL, find_runtime, harness_id, probe, sweep_orphans
+    from worktrial.isolation.container import (
+        HARNESS_LABEL,
+        HARNESS_NS_LABEL,
+        find_runtime,
+        harness_id,
+        pid_namespace,
+        probe,
+        sweep_orphans,
+    )
 
     rt = probe(find_runtime(runtime), BASE_IMAGE)
     dead = subprocess.Popen(["true"])
     dead.wait()
     names = {key: f"worktrial-test-{key}-{os.getpid()}" for key in ("dead", "alive", "elsewhere")}
-    owners = {"dead": f"{dead.pid}-1", "alive": harness_id(), "elsewhere": f"{dead.pid}-1@1"}
+    owners = {"dead": f"{dead.pid}-1", "alive": harness_id(), "elsewhere": f"{dead.pid}-1"}
+    namespaces = {"dead": pid_namespace(), "alive": pid_namespace(), "elsewhere": "1"}
     try:
         for key, name in names.items():
             subprocess.run([runtime, "run", "-d", "--name", name, "--label", f"{HARNESS_LABEL}={owners[key]}",
-                            *rt.run_options, BASE_IMAGE, "sleep", "300"], check=True, capture_output=True)  # fmt: skip
+                            "--label", f"{HARNESS_NS_LABEL}={namespaces[key]}", *rt.run_options, BASE_IMAGE, "sleep",
+                            "300"], check=True, capture_output=True)  # fmt: skip
         assert sweep_orphans(rt) >= 1
         listed = subprocess.run([runtime, "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True)
         assert names["dead"] not in listed.stdout.split() and names["alive"] in listed.stdout.split()
