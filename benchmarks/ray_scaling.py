@@ -1,5 +1,5 @@
-"""Scaling out on Ray: 80 attempts of an agent that sleeps 1 s, local executor (4 jobs) vs a 2-node Ray cluster
-with 4 actors, side by side.
+"""Scaling out on Ray: 80 attempts of an agent that sleeps 1 s (``--sleep``), local executor (4 jobs, ``--jobs``) vs
+a 2-node Ray cluster with as many actors, side by side.
 
 Prints, per executor: wall time of the attempt phase (from the run's first attempt being handed out to its last
 result persisted: the driver's own startup, Ray connection and actor start are reported separately as "setup"),
@@ -9,6 +9,10 @@ time, where ideal = attempts x 1 s / jobs. The Ray cluster runs contained in its
 
     .venv/bin/python benchmarks/ray_scaling.py             # 80 attempts (about 2 minutes with the cluster start)
     .venv/bin/python benchmarks/ray_scaling.py --attempts 40
+    .venv/bin/python benchmarks/ray_scaling.py --sleep 10 --jobs 8     # issue 40's target: efficiency >= 0.9
+
+It also prints the driver process's CPU time (user + system, with its children: for the local executor that
+includes the attempts' own processes, for Ray only what the driver spends).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -47,7 +52,7 @@ def make_workspace(root: Path, attempts: int) -> tuple[Path, Path]:
     return repo, suite
 
 
-def drive(suite: str, repo: str, executor: str, address: str | None) -> None:
+def drive(suite: str, repo: str, executor: str, address: str | None, sleep: float, jobs: int) -> None:
     """Runs inside the cluster's namespaces: one run, timed by an observer; prints a JSON line."""
     sys.path.insert(0, str(ROOT / "src"))
     from worktrial.cli.executors import executor_factory
@@ -69,14 +74,16 @@ def drive(suite: str, repo: str, executor: str, address: str | None) -> None:
     began = time.perf_counter()
     timer = Timer()
     options = RunOptions(
-        agent_cmd=f"sh -c 'sleep {SLEEP_SECS}; touch done.txt'",
+        agent_cmd=f"sh -c 'sleep {sleep}; touch done.txt'",
         workspace=Path(repo),
-        jobs=JOBS,
+        jobs=jobs,
         artifacts=False,
         executor=executor_factory(executor, address, 1.0, ()),
     )
     result = run_suite(suite, options, timer)
     ended = time.perf_counter()
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    cpu = sum(u.ru_utime + u.ru_stime for u in usage)
     assert timer.first is not None and timer.last is not None
     passed = sum(1 for t in result.envelope.report.tasks for a in t.attempts if a.outcome == "pass")
     print(
@@ -87,13 +94,26 @@ def drive(suite: str, repo: str, executor: str, address: str | None) -> None:
                 "setup": timer.first - began,
                 "phase": timer.last - timer.first,
                 "total": ended - began,
+                "cpu": cpu,
             }
         )
     )
 
 
-def run_driver(cluster: Any, root: Path, suite: Path, repo: Path, executor: str) -> dict[str, Any]:
-    argv = [sys.executable, __file__, "--drive", str(suite), str(repo), executor, cluster.address]
+def run_driver(
+    cluster: Any, root: Path, suite: Path, repo: Path, executor: str, sleep: float, jobs: int
+) -> dict[str, Any]:
+    argv = [
+        sys.executable,
+        __file__,
+        "--drive",
+        str(suite),
+        str(repo),
+        executor,
+        cluster.address,
+        str(sleep),
+        str(jobs),
+    ]
     env = {**os.environ, "WORKTRIAL_CONFIG_DIR": str(root / "config"), "WORKTRIAL_CACHE_DIR": str(root / "cache")}
     done = cluster.run(argv, repo, env=env, timeout=1800)
     if done.returncode != 0:
@@ -105,12 +125,16 @@ def run_driver(cluster: Any, root: Path, suite: Path, repo: Path, executor: str)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attempts", type=int, default=80)
-    parser.add_argument("--drive", nargs=4, metavar=("SUITE", "REPO", "EXECUTOR", "ADDRESS"), help=argparse.SUPPRESS)
+    parser.add_argument("--sleep", type=float, default=SLEEP_SECS, help="seconds each agent sleeps (default 1)")
+    parser.add_argument("--jobs", type=int, default=JOBS, help="threads, and Ray actors (default 4)")
+    parser.add_argument("--drive", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.drive:
-        suite, repo, executor, address = args.drive
-        drive(suite, repo, executor, address if executor == "ray" else None)
+        suite, repo, executor, address, sleep, jobs = args.drive
+        drive(suite, repo, executor, address if executor == "ray" else None, float(sleep), int(jobs))
         return
+    sleep, jobs = args.sleep, args.jobs
+    cpus = max(2, -(-jobs // 2))  # each node offers half the actors a CPU each (the agents only sleep)
     sys.path.insert(0, str(ROOT))
     from tests.ray_cluster import ContainedCluster, Node, unavailable_reason
 
@@ -120,31 +144,32 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ray-scaling-") as tmp:
         root = Path(tmp)
         repo, suite = make_workspace(root, args.attempts)
-        cluster = ContainedCluster([Node("head", cpus=2), Node("b", cpus=2)])
+        cluster = ContainedCluster([Node("head", cpus=cpus), Node("b", cpus=cpus)])
         try:
             cluster.start()
             print(f"cluster start (2 nodes, contained): {cluster.start_secs:.1f} s")
-            figures = {name: run_driver(cluster, root, suite, repo, name) for name in ("local", "ray")}
+            figures = {name: run_driver(cluster, root, suite, repo, name, sleep, jobs) for name in ("local", "ray")}
         finally:
             cluster.stop()
-    ideal = args.attempts * SLEEP_SECS / JOBS
-    print(f"{args.attempts} attempts x {SLEEP_SECS:g} s sleep, {JOBS} jobs; ideal attempt phase {ideal:.1f} s")
-    print(f"{'':28}{'local (4 threads)':>20}{'ray (2 nodes, 4 actors)':>26}")
+    ideal = args.attempts * sleep / jobs
+    print(f"{args.attempts} attempts x {sleep:g} s sleep, {jobs} jobs; ideal attempt phase {ideal:.1f} s")
+    print(f"{'':28}{f'local ({jobs} threads)':>20}{f'ray (2 nodes, {jobs} actors)':>26}")
     labels = ["setup (connect, actors) s", "attempt phase wall s", "overhead / attempt ms", "efficiency (ideal/wall)"]
-    labels.append("passed")
-    columns = [_cells(figures[name], ideal) for name in ("local", "ray")]
+    labels += ["passed", "driver CPU s"]
+    columns = [_cells(figures[name], ideal, sleep, jobs) for name in ("local", "ray")]
     for i, label in enumerate(labels):
         print(f"{label:28}{columns[0][i]:>20}{columns[1][i]:>26}")
 
 
-def _cells(f: dict[str, Any], ideal: float) -> list[str]:
-    overhead_ms = (f["phase"] * JOBS / f["attempts"] - SLEEP_SECS) * 1000
+def _cells(f: dict[str, Any], ideal: float, sleep: float, jobs: int) -> list[str]:
+    overhead_ms = (f["phase"] * jobs / f["attempts"] - sleep) * 1000
     return [
         f"{f['setup']:.2f}",
         f"{f['phase']:.2f}",
         f"{overhead_ms:.0f}",
         f"{ideal / f['phase']:.3f}",
         f"{f['passed']}/{f['attempts']}",
+        f"{f['cpu']:.2f}",
     ]
 
 

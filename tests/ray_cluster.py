@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -34,6 +35,8 @@ class Node:
     name: str
     cpus: int = 2
     resources: dict[str, float] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables of this node's processes only (a node's own container storage, say)."""
 
 
 def unavailable_reason() -> str | None:
@@ -70,13 +73,16 @@ class ContainedCluster:
             f"--node-ip-address=127.0.0.1 --object-store-memory={OBJECT_STORE_BYTES} "
             f"--temp-dir={self.root / 't'} --disable-usage-stats"
         )
-        lines = ["set -e", "ip link set lo up", "export RAY_USAGE_STATS_ENABLED=0"]
+        # The nodes' workers import this checkout, not the one the venv was installed from (as the tests' harness).
+        src = shlex.quote(str(Path(__file__).resolve().parent.parent / "src"))
+        lines = ["set -e", "ip link set lo up", "export RAY_USAGE_STATS_ENABLED=0", f"export PYTHONPATH={src}"]
         for i, node in enumerate(self.nodes):
             resources = json.dumps({f"node_{node.name}": 1, **node.resources})
             role = f"--head --port={RAY_PORT} --include-dashboard=false" if i == 0 else f"--address={self.address}"
             log = self.root / f"{node.name}.log"
+            own = "".join(f"{k}={shlex.quote(v)} " for k, v in node.env.items())
             lines.append(
-                f"{NODE_VAR}={node.name} {ray} start {role} {common} --num-cpus={node.cpus} "
+                f"{own}{NODE_VAR}={node.name} {ray} start {role} {common} --num-cpus={node.cpus} "
                 f"--resources='{resources}' >{log} 2>&1"
             )
         lines += [f"touch {self.root / 'ready'}", "exec sleep infinity"]

@@ -308,27 +308,6 @@ def test_audit_checks_the_pinned_images_and_rewards(cli, runtime, workspace, dat
     assert "reward 0 but verified=True" in audited.stdout
 
 
-def test_container_tasks_refuse_a_remote_executor(runtime, workspace, dataset) -> None:
-    from worktrial.engine.run import RunOptions, run_suite
-    from worktrial.errors import BadInputError
-
-    class Remote:
-        """Stands for the Ray executor: anything but the local one, whose workers would lack the images."""
-
-        def __init__(self, *_args: object, **_kwargs: object) -> None: ...
-
-        def preflight(self, _ref: object) -> dict[str, str]:
-            return {"name": "oracle"}
-
-        def stop(self) -> None: ...
-
-        def close(self, _timeout: float) -> None: ...
-
-    options = RunOptions(agent="oracle", workspace=workspace, executor=Remote, container_runtime=runtime)  # type: ignore[arg-type]
-    with pytest.raises(BadInputError, match="run on this machine only"):
-        run_suite(dataset / "hello-file", options)
-
-
 def test_variables_reach_the_container_by_name_never_on_its_command_line(runtime, tmp_path: Path) -> None:
     from worktrial.isolation.attempt_container import AttemptContainer, Mounts
     from worktrial.isolation.container import ContainerEnv, ContainerPlan, find_runtime, probe
@@ -366,21 +345,33 @@ def test_the_oracle_runs_solve_sh_beside_the_rest_of_its_solution(cli, runtime, 
 
 def test_containers_of_a_killed_harness_are_removed_by_the_next_run(runtime, tmp_path: Path) -> None:
     """A harness killed with ``kill -9`` cannot remove its attempts' containers; each carries the harness's pid and
-    start time, and the next run on the same runtime removes those whose harness is gone (never a live one's)."""
-    from worktrial.isolation.container import HARNESS_LABEL, find_runtime, harness_id, probe, sweep_orphans
+    start time, and the next run on the same runtime removes those whose harness is gone (never a live one's, nor
+    one of another PID namespace, whose pids this one cannot judge: a Ray node's sharing this machine's runtime)."""
+    from worktrial.isolation.container import (
+        HARNESS_LABEL,
+        HARNESS_NS_LABEL,
+        find_runtime,
+        harness_id,
+        pid_namespace,
+        probe,
+        sweep_orphans,
+    )
 
     rt = probe(find_runtime(runtime), BASE_IMAGE)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    names = {"dead": f"worktrial-test-dead-{os.getpid()}", "alive": f"worktrial-test-alive-{os.getpid()}"}
-    owners = {"dead": f"{dead.pid}-1", "alive": harness_id()}
+    names = {key: f"worktrial-test-{key}-{os.getpid()}" for key in ("dead", "alive", "elsewhere")}
+    owners = {"dead": f"{dead.pid}-1", "alive": harness_id(), "elsewhere": f"{dead.pid}-1"}
+    namespaces = {"dead": pid_namespace(), "alive": pid_namespace(), "elsewhere": "1"}
     try:
         for key, name in names.items():
             subprocess.run([runtime, "run", "-d", "--name", name, "--label", f"{HARNESS_LABEL}={owners[key]}",
-                            *rt.run_options, BASE_IMAGE, "sleep", "300"], check=True, capture_output=True)  # fmt: skip
+                            "--label", f"{HARNESS_NS_LABEL}={namespaces[key]}", *rt.run_options, BASE_IMAGE, "sleep",
+                            "300"], check=True, capture_output=True)  # fmt: skip
         sweep_orphans(rt)  # its count may miss the dead one: another run's sweep on this runtime may take it first
         listed = subprocess.run([runtime, "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True)
         assert names["dead"] not in listed.stdout.split() and names["alive"] in listed.stdout.split()
+        assert names["elsewhere"] in listed.stdout.split()
     finally:
         subprocess.run([runtime, "rm", "--force", "--time", "0", *names.values()], capture_output=True)
 

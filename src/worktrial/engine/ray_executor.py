@@ -40,6 +40,7 @@ from worktrial.engine.executor import (
     RepoSource,
     TaskBase,
 )
+from worktrial.engine.node_containers import unfilled
 from worktrial.engine.ray_worker import BUNDLE_PREFIX, SUITE_PREFIX, SlotWorker, error_result, node_dir, pack_suite_dir
 from worktrial.errors import BadInputError, HarnessError
 from worktrial.isolation.gitbundle import create_bundle
@@ -344,7 +345,11 @@ class RayExecutor:
             spec = job.spec
             suite = self._ship_suite(spec) if spec.suite_dir else None
             wire_spec = replace(
-                spec, source=self._ship_repo(spec.source, spec.base_commit), suite_dir=suite, artifacts_dir=None
+                spec,
+                source=self._ship_repo(spec.source, spec.base_commit),
+                suite_dir=suite,
+                artifacts_dir=None,
+                containers=unfilled(spec.containers),
             )
             self._wire_specs[id(job.spec)] = (job.spec, wire_spec)
         else:

@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import shutil
+import socket
 import stat
 import tempfile
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from worktrial.engine.attempt import run_attempt
 from worktrial.engine.checkout import new_slot
 from worktrial.engine.executor import AgentRef, AttemptJob, AttemptResult, RepoSource
 from worktrial.engine.model_gateway import RunGateway
+from worktrial.engine.node_containers import ImageMismatch, NodeContainers, NodeUnready
 from worktrial.errors import WorktrialError
 from worktrial.isolation.gitbundle import file_sha256
 from worktrial.isolation.pool import Slot
@@ -123,6 +125,7 @@ class SlotWorker:
         self._suites: dict[str, str] = {}  # suite digest -> local directory
         self._slots: dict[str, Slot[Any]] = {}  # task base key -> slot, least recently used first
         self._made = 0
+        self._containers = NodeContainers(f"Ray worker {name} (host {socket.gethostname()})")
 
     def preflight(self, agent: AgentRef) -> dict[str, Any]:
         """The agent's description, or ``{"error": message}`` when it cannot work on this node."""
@@ -147,6 +150,12 @@ class SlotWorker:
         except (WorktrialError, OSError) as exc:
             reason = f"cannot prepare the repository on {self.name}: {exc}"
             return error_result(job, ErrorCategory.WORKTREE, reason, worker=self.name)
+        try:
+            local = self._contained(local)
+        except ImageMismatch as exc:
+            return error_result(job, ErrorCategory.SOURCE_MISMATCH, str(exc), worker=self.name, fatal=True)
+        except NodeUnready as exc:
+            return error_result(job, ErrorCategory.NODE_RUNTIME, str(exc), worker=self.name)
         source = self._sources[_name_of(job.resolved_base().source)][0]
         slot = None if local.spec.keep_worktrees else self._slot_for(local, source)
         attempts = self.root / "attempts"
@@ -183,6 +192,18 @@ class SlotWorker:
         )
         local_base = dataclasses.replace(base, source=base_source)
         return dataclasses.replace(job, spec=local_spec, base=local_base)
+
+    def _contained(self, job: AttemptJob) -> AttemptJob:
+        """A container task's job with the run's plan made this node's (``engine/node_containers.py``)."""
+        plan = job.spec.containers
+        if plan is None or job.task.id not in plan.tasks:
+            return job
+        assert self._agent is not None
+        base = job.resolved_base()
+        local = self._containers.plan_for(
+            plan, job.task.id, base.environment, job.spec.suite_dir, self._agent.describe()
+        )
+        return dataclasses.replace(job, spec=dataclasses.replace(job.spec, containers=local))
 
     def _source(self, shipped: RepoSource, commit: str, fetch: Fetch) -> RepoSource:
         name = _name_of(shipped)

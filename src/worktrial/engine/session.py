@@ -398,13 +398,12 @@ def _source_of(ws: ResolvedWorkspace) -> RepoSource:
     return RepoSource("path", str(ws.source.path))
 
 
-def refuse_remote(plan: ContainerPlan | None, executor: Executor) -> None:
-    """Container tasks run where their images were built: on this machine, with the local executor."""
-    if plan is not None and not isinstance(executor, LocalExecutor):
-        raise BadInputError(
-            "tasks with a container environment run on this machine only (their images are built here); "
-            "drop --executor ray / --ray-address for this suite"
-        )
+def agent_tools_here(plan: ContainerPlan | None, executor: Executor, description: Mapping[str, Any],
+                     say: Callable[[str], None]) -> ContainerPlan | None:  # fmt: skip
+    """The plan with the agent's tools put in on this machine (``with_agent_tools``) for the local executor; a
+    remote executor's workers put them in on their own nodes, from their own installation and environment
+    (``engine/node_containers.py``), so the plan travels without them."""
+    return with_agent_tools(plan, description, say) if isinstance(executor, LocalExecutor) else plan
 
 
 def end_previous(state_root: Path, observer: RunObserver, own: Path | None = None) -> None:
@@ -919,8 +918,7 @@ def run_session(session: Session, observer: RunObserver, record: Record) -> RunR
     factory, keep = session.executor, session.keep_worktrees
     with started(session.run_id, session.jobs, factory, keep) as (executor, root), contextlib.ExitStack() as stack:
         description = executor.preflight(session.ref)  # bad agent input is one line, before any sandbox warning
-        refuse_remote(session.containers, executor)
-        containers = with_agent_tools(session.containers, description, observer.warning)
+        containers = agent_tools_here(session.containers, executor, description, observer.warning)
         base_url = session.ref.options.base_url
         sandbox = resolve_run_sandbox(session.sandbox, base_url, session.ref, session.ws, root, session.bases, observer)
         if (line := unreachable_config(session.ref.name, description, sandbox.decision)) is not None:

@@ -40,12 +40,14 @@ from pathlib import Path
 from worktrial.isolation import ownership, proc
 from worktrial.isolation.container import (
     HARNESS_LABEL,
+    HARNESS_NS_LABEL,
     TOOLS_DIR,
     TOOLS_VOLUME,
     TOOLS_VOLUME_DIR,
     ContainerEnv,
     ContainerPlan,
     harness_id,
+    pid_namespace,
 )
 from worktrial.isolation.sandbox import AGENT_UIDS, NetworkMode, Sandbox, Wrapped, agent_uid
 from worktrial.isolation.tracking import TRACKER
@@ -303,6 +305,7 @@ class AttemptContainer:
         rt = self.plan.runtime
         args = ["--name", self.name, "--init", *rt.run_options]
         args += ["--label", f"{HARNESS_LABEL}={harness_id()}"]  # found again if this harness is killed (-9)
+        args += ["--label", f"{HARNESS_NS_LABEL}={pid_namespace()}"]
         args += ["--network", {"off": "none", "on": "bridge", "host": "host"}[self.network]]
         # Never more privileges than it started with; a user worktrial picked gets no capabilities either (a task's
         # own user, root in most Harbor images, keeps the runtime's default set: its verifiers install packages).

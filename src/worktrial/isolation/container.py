@@ -34,8 +34,10 @@ IMAGE_TAG_PREFIX = "localhost/worktrial-env"
 DEFAULT_WORKDIR = "/app"
 TOOLS_VOLUME = "worktrial-tools"
 HARNESS_LABEL = "worktrial.harness"
+HARNESS_NS_LABEL = "worktrial.harness.pidns"
 """Every container an attempt starts carries the starting harness's pid and start time: a harness killed with
-``kill -9`` cannot remove its containers, the next run with the same runtime does (``sweep_orphans``)."""
+``kill -9`` cannot remove its containers, the next run with the same runtime does (``sweep_orphans``); and the
+PID namespace it ran in (``HARNESS_NS_LABEL``), since its pid means something only there."""
 
 
 def harness_id(pid: int | None = None) -> str:
@@ -47,9 +49,24 @@ def harness_id(pid: int | None = None) -> str:
         return f"{pid}-0"
 
 
+INITIAL_PID_NAMESPACE = "4026531836"
+"""The kernel's fixed inode number of the machine's own PID namespace (``PROC_PID_INIT_INO``)."""
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (its inode number): the ``HARNESS_NS_LABEL`` of the containers it starts."""
+    try:
+        return os.readlink("/proc/self/ns/pid").removeprefix("pid:[").removesuffix("]")
+    except OSError:
+        return "?"
+
+
 def orphan_containers(runtime: ContainerRuntime) -> list[str]:
-    """The containers of harnesses that are gone (killed while an attempt's container ran), by name."""
-    template = '{{.Names}}\t{{index .Labels "' + HARNESS_LABEL + '"}}'
+    """The containers of harnesses that are gone (killed while an attempt's container ran), by name. Only those
+    started from this PID namespace are judged: a harness in another one (a Ray node's namespace sharing this
+    machine's runtime) has pids this one cannot see. A container without the namespace label (started by an
+    earlier version) is judged only from the machine's own namespace, where such harnesses ran."""
+    template = '{{.Names}}\t{{index .Labels "' + HARNESS_LABEL + '"}}\t{{index .Labels "' + HARNESS_NS_LABEL + '"}}'
     listed = proc.run(
         [runtime.program, "ps", "--all", "--filter", f"label={HARNESS_LABEL}", "--format", template],
         cwd="/",
@@ -58,11 +75,15 @@ def orphan_containers(runtime: ContainerRuntime) -> list[str]:
     )
     if not listed.ok:
         return []
+    here = pid_namespace()
     stale = []
     for line in listed.stdout_tail.decode("utf-8", "replace").splitlines():
-        name, _, owner = line.partition("\t")
-        pid, _, _started = owner.strip().partition("-")
-        if name and pid.isdigit() and harness_id(int(pid)) != owner.strip():
+        name, owner, namespace = ([*line.split("\t"), "", ""])[:3]
+        owner, namespace = owner.strip(), namespace.strip()
+        if namespace in ("", "<no value>"):
+            namespace = INITIAL_PID_NAMESPACE
+        pid, _, _started = owner.partition("-")
+        if namespace == here and name and pid.isdigit() and harness_id(int(pid)) != owner:
             stale.append(name.strip())
     return stale
 

@@ -33,7 +33,9 @@ class ErrorCategory(StrEnum):
     WORKER_LOST = "worker_lost"
     """A remote executor lost the worker process or node the attempt ran on."""
     SOURCE_MISMATCH = "source_mismatch"
-    """What arrived on a remote worker is not what the driver pinned (suite digest or base commit)."""
+    """What arrived on a remote worker is not what the driver pinned (suite digest, base commit, container image)."""
+    NODE_RUNTIME = "node_runtime"
+    """A remote worker's node cannot run the task's container (no runtime, or an image it cannot pull or build)."""
     CRASHED = "crashed"
     """The agent's adapter inside worktrial raised (a bug, or a plugin's), or a worker lost its agent."""
     # The agent itself
@@ -77,6 +79,7 @@ RETRYABLE_ERRORS: frozenset[ErrorCategory] = frozenset(
         ErrorCategory.PROVIDER_SLOW,
         ErrorCategory.PROVIDER_STREAM_CUT,
         ErrorCategory.WORKER_LOST,
+        ErrorCategory.NODE_RUNTIME,
     }
 )
 """Errors the harness itself observed and caused by infrastructure, not by the agent's work: ``--retry-errors`` runs
