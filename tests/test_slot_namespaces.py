@@ -211,6 +211,7 @@ exec bwrap --block-fd 7 "$@"
 """
 
 
+@pytest.mark.slow  # a harness run each, ~3 s
 @pytest.mark.parametrize("where", ["before", "setup"])
 def test_kill_9_just_as_the_agent_starts_ends_it_too(
     repo: Path, write_suite: SuiteWriter, tmp_path: Path, where: str
