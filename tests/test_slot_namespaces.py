@@ -3,7 +3,9 @@ nothing of it outlives the room, the slot or a harness killed with kill -9 (``is
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -16,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import alive_with_marker, task
+from tests.conftest import SuiteWriter, alive_with_marker, task
 from worktrial.isolation import overlay, proc
 from worktrial.isolation.limits import Enforcer, Limits
 from worktrial.isolation.overlay import Layers
@@ -118,47 +120,129 @@ def test_a_rooms_programs_enter_the_slots_namespaces_and_nothing_outlives_the_ro
     assert not _running(pid)
 
 
-def test_kill_9_of_the_harness_ends_its_slots_namespaces(repo: Path, write_suite) -> None:
-    if overlay.unavailable() is not None:
-        pytest.skip(f"overlays cannot be mounted here: {overlay.unavailable()}")
-    marker = f"wt-agent-{uuid.uuid4().hex}"
-    suite = write_suite([task("t", timeout_secs=600)])
-    env = {**os.environ, "WORKTRIAL_TRUST": "1"}
-    agent = f"{sys.executable} -c 'import time; time.sleep(300)' {marker}"
-    command = [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--agent-cmd", agent, "--jobs", "2"]
-    harness = subprocess.Popen(
-        [*command, "--sandbox", "on", "-q"], cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    holders: list[int] = []
+class _Harness:
+    """``worktrial eval --sandbox on`` of one task whose agent sleeps carrying ``marker``, in a process of its own."""
 
-    def own(pattern: str) -> list[int]:
-        """The harness's descendants whose command line holds ``pattern`` (the harness's own holds the marker)."""
+    def __init__(self, repo: Path, write_suite: SuiteWriter, marker: str, env: dict[str, str] | None = None) -> None:
+        self.marker = marker
+        suite = write_suite([task("t", timeout_secs=600)])
+        agent = f"{sys.executable} -c 'import time; time.sleep(300)' {marker}"
+        command = [sys.executable, "-m", "worktrial", "eval", "--suite", str(suite), "--agent-cmd", agent]
+        self.process = subprocess.Popen(
+            [*command, "--jobs", "2", "--sandbox", "on", "-q"],
+            cwd=repo,
+            env={**os.environ, "WORKTRIAL_TRUST": "1", **(env or {})},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.holders: list[int] = []
+
+    def own(self, *patterns: str) -> list[int]:
+        """The harness's descendants whose command line holds every pattern (the harness's own holds the marker)."""
         try:
-            children = psutil.Process(harness.pid).children(recursive=True)
+            children = psutil.Process(self.process.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return []
         found = []
         for child in children:
             try:
-                if pattern in " ".join(child.cmdline()):
+                cmdline = " ".join(child.cmdline())
+                if all(pattern in cmdline for pattern in patterns):
                     found.append(child.pid)
             except psutil.Error:  # gone, or a zombie (the sandbox probes' bwrap) between the listing and the look
                 continue
         return found
 
+    def kill_9(self) -> None:
+        """``kill -9`` of the harness, once it has a helper holding a slot's namespaces; then wait for the helper
+        to see it and end."""
+        _wait_until(lambda: bool(self.own(MARKER)), "a helper of the harness to hold the slot's namespaces")
+        self.holders = self.own(MARKER)
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        _wait_until(lambda: not any(_running(pid) for pid in self.holders), "the holder to end with the harness")
+
+    def end(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        for pid in [*_carrying(self.marker), *(p for p in self.holders if _running(p))]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _carrying(marker: str) -> list[int]:
+    """Live processes with ``marker`` in their command line, bubblewrap's and its wrappers' included."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        live = process.info["status"] not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+        if live and any(marker in arg for arg in process.info["cmdline"] or ()):
+            found.append(process.pid)
+    return found
+
+
+def _agent(marker: str) -> list[int]:
+    """The agent itself: ``python -c '...' MARKER``, not a bubblewrap or shell carrying its command line."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = process.info["cmdline"] or []
+        if process.info["status"] != psutil.STATUS_ZOMBIE and cmdline[-1:] == [marker] and cmdline[1:2] == ["-c"]:
+            found.append(process.pid)
+    return found
+
+
+def test_kill_9_of_the_harness_ends_its_slots_namespaces(repo: Path, write_suite: SuiteWriter) -> None:
+    if overlay.unavailable() is not None:
+        pytest.skip(f"overlays cannot be mounted here: {overlay.unavailable()}")
+    harness = _Harness(repo, write_suite, f"wt-agent-{uuid.uuid4().hex}")
     try:
-        # Both at once: a process of the harness's that names the agent's command may start before the slot does.
-        _wait_until(
-            lambda: bool(own("time.sleep(300)") and own(MARKER)),
-            "the agent to run while a helper of the harness holds the slot's namespaces",
-        )
-        holders = own(MARKER)
-        harness.send_signal(signal.SIGKILL)
-        harness.wait()
-        _wait_until(lambda: not alive_with_marker(marker), "the agent to die with the harness")  # the harness too
-        _wait_until(lambda: not any(_running(pid) for pid in holders), "the holder to end with the harness")
+        _wait_until(lambda: bool(_agent(harness.marker)), "the agent to run")
+        harness.kill_9()
+        _wait_until(lambda: not _carrying(harness.marker), "the agent to die with the harness")
     finally:
-        if harness.poll() is None:
-            harness.kill()
-        for pid in [*alive_with_marker(marker), *(p for p in holders if _running(p))]:
-            os.kill(pid, signal.SIGKILL)
+        harness.end()
+
+
+_HELD = """#!/bin/sh
+# bubblewrap, held back at {where} for the agent's program only, until a line arrives on the fifo
+case "$*" in *{marker}*) ;; *) exec bwrap "$@" ;; esac
+exec 7<>{fifo}
+if [ {where} = before ]; then read -r go <&7; exec bwrap "$@" 7<&-; fi
+exec bwrap --block-fd 7 "$@"
+"""
+
+
+@pytest.mark.slow  # a harness run each, ~3 s
+@pytest.mark.parametrize("where", ["before", "setup"])
+def test_kill_9_just_as_the_agent_starts_ends_it_too(
+    repo: Path, write_suite: SuiteWriter, tmp_path: Path, where: str
+) -> None:
+    """bubblewrap's --die-with-parent leaves two windows: before its outer process arms PR_SET_PDEATHSIG
+    (``before``: the harness killed before bwrap started), and before the sandbox's init arms its own while its
+    mounts are made (``setup``: its outer process then dies of its signal and the init lives on). The harness is
+    killed with the agent's sandbox held in each, then the sandbox is let go: nothing of it may go on."""
+    if overlay.unavailable() is not None:
+        pytest.skip(f"overlays cannot be mounted here: {overlay.unavailable()}")
+    marker = f"wt-agent-{uuid.uuid4().hex}"
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    held = tmp_path / "bwrap-held"
+    held.write_text(_HELD.format(where=where, marker=marker, fifo=shlex.quote(str(fifo))))
+    held.chmod(0o755)
+    harness = _Harness(repo, write_suite, marker, {"WORKTRIAL_BWRAP": str(held)})
+    try:
+        # before: the wrapper waits (sh running it); setup: bubblewrap's sandbox process, child of its outer one.
+        waiting, processes = (f"{held} ", 1) if where == "before" else ("--block-fd 7", 2)
+        _wait_until(lambda: len(harness.own(waiting, marker)) == processes, "the agent's sandbox to be held")
+        harness.kill_9()
+        with contextlib.suppress(OSError):  # ENXIO: nothing reads the fifo any more, nothing is left to let go
+            go = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(go, b"go\n")
+            os.close(go)
+
+        def ended() -> bool:
+            assert not _agent(marker), f"the agent started after the harness was killed ({where})"
+            return not _carrying(marker)
+
+        _wait_until(ended, "the agent's sandbox to end with the harness")
+    finally:
+        harness.end()

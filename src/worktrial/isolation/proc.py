@@ -10,6 +10,8 @@ gigabytes costs constant memory.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import logging
 import math
 import os
@@ -410,6 +412,8 @@ class _Spawn:
     sweep: bool
     argv: tuple[str, ...] = ()
     fds: tuple[int, ...] = ()
+    pid_namespace: int | None = None
+    """The PID namespace it is forked into (``Wrapped.pid_namespace``); None: the harness's."""
     tracked: bool = False
     on_release: Callable[[bool], None] | None = None
     """What the sandbox's ``wrap`` took for this program, given back once it has ended (``Wrapped.release``)."""
@@ -447,12 +451,13 @@ class _Spawn:
         if self.sandbox is not None:
             wrapped = self.sandbox.wrap(self.args, Path(self.cwd), self.env)
             self.argv, self.env, self.link, self.fds = tuple(wrapped.argv), wrapped.env, wrapped.link, wrapped.fds
+            self.pid_namespace = wrapped.pid_namespace
             self.on_release = wrapped.release
         if self.cgroup is not None and self.own_cgroup:  # outermost: the sandbox and all in it start inside the cgroup
             self.argv = (*_JOIN_CGROUP, str(self.cgroup / "cgroup.procs"), *self.argv)
 
     def popen(self, with_stdin: bool) -> subprocess.Popen[bytes]:
-        with TRACKER.spawning() as spawned:
+        with TRACKER.spawning() as spawned, _children_in(self.pid_namespace):
             proc = subprocess.Popen(
                 self.argv,
                 cwd=self.cwd,
@@ -493,6 +498,40 @@ class _Spawn:
         if self.on_release is not None:
             release, self.on_release = self.on_release, None
             release(self.exited)
+
+
+_CLONE_NEWPID = 0x20000000
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _own_pid_namespace() -> int:
+    """A descriptor of the harness's own PID namespace, kept open: where a thread's children go back to."""
+    return os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+
+
+@contextlib.contextmanager
+def _children_in(pid_namespace: int | None) -> Iterator[None]:
+    """The calling thread's children are born in ``pid_namespace`` (``setns(2)`` moves only the thread's children,
+    never the harness itself or its other threads), and in the harness's own again after. A process forked there
+    ends when that namespace's init does, even if the harness is killed the instant after the fork."""
+    if pid_namespace is None:
+        yield
+        return
+    libc = _libc()
+    if libc.setns(pid_namespace, _CLONE_NEWPID) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"cannot enter the slot's PID namespace: {os.strerror(errno)}")
+    try:
+        yield
+    finally:
+        if libc.setns(_own_pid_namespace(), _CLONE_NEWPID) != 0:  # one's own namespace is always allowed
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"cannot leave the slot's PID namespace: {os.strerror(errno)}")
 
 
 def _not_started(args: tuple[str, ...], exc: OSError, secs: float) -> ProcResult:

@@ -278,6 +278,9 @@ class Wrapped:
     what ``wrap`` took for this one program (files put where a container sees them, a container to remove)."""
     fds: tuple[int, ...] = ()
     """Descriptors the program inherits besides the link's (the slot's namespaces it enters)."""
+    pid_namespace: int | None = None
+    """A descriptor of the PID namespace the program is forked into (the slot's, whose init is the slot's helper:
+    the program ends with it however early the harness is killed, ``slot_ns.py``); None: the harness's."""
 
 
 class Sandbox(ABC):
@@ -680,11 +683,14 @@ class Bubblewrap(Sandbox):
         args += [*binds, *remount, *_skeleton_args(ops), "--remount-ro", "/", "--chdir", str(_real(cwd)), "--"]
         drop = _drop_to(self.uid) if self.uid is not None else []
         fds: tuple[int, ...] = ()
+        pid_namespace = None
         if held is not None:  # the room's overlay is mounted in the slot's namespaces: enter them
             mount, fds = held.enter()
+            pid_namespace = held.pid_namespace  # born there: it ends with the slot's helper, as the harness's end
         else:
             mount = overlay.prefix() if overlay is not None else []
-        return Wrapped([*self.enforcer.prefix(), *mount, *args, *drop, *argv], child, link, fds=fds)
+        argv = [*self.enforcer.prefix(), *mount, *args, *drop, *argv]
+        return Wrapped(argv, child, link, fds=fds, pid_namespace=pid_namespace)
 
     def _child_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """The program's environment: a home of the attempt's (not the harness's), its own /tmp, its own user."""

@@ -10,6 +10,17 @@ by the ``mount(2)``/``umount2(2)`` system calls, no program started); each sandb
 ``nsenter`` into those namespaces in front of bubblewrap, which builds the program's own sandbox there exactly as
 before (its own PID and IPC namespaces, mounts, uid; ``Sandbox.wrap``).
 
+The helper is also the init of a PID namespace of the slot's, and every sandboxed program of the slot is born in it
+(``proc.py`` forks it there, ``Wrapped.pid_namespace``); bubblewrap's own PID namespace is nested inside. That is
+what ends an agent with a harness killed with ``kill -9``, whenever the kill comes: bubblewrap's
+``--die-with-parent`` alone leaves two windows open. Its outer process arms ``PR_SET_PDEATHSIG`` only after its
+``clone``, so a harness killed between its fork and then leaves it running; and the sandbox's first process (the
+namespace's init to be) arms its own only once its mounts are made, so when the outer one dies of its signal in
+between (as it does when the harness is killed just as a program starts), that init and the program it then starts
+outlive everyone. The helper sees its request pipe end however the harness went, and when it exits the kernel ends
+every process in its namespace, nested ones included; one forked after that cannot even start (the namespace takes
+no new processes once its init is gone).
+
 What is shared and why it is safe: one room's overlay is mounted at a time, at a mount point only that room's
 sandboxes show, and a room is made only once every process of the last one is gone (``Sandbox.end_processes``, the
 PID namespace each program ends with). The network namespace is the slot's, so the attempts of one slot (one after
@@ -18,15 +29,14 @@ listeners); its configuration (addresses, routes, filters) needs ``CAP_NET_ADMIN
 Parallel attempts are in different slots and never share one. Root only, as overlay rooms are.
 
 The helper is a few lines of Python (``-I -S``: nothing of the user's site) started under ``unshare``; it ends when
-the harness closes its request pipe (also when the harness is killed), and with it the namespaces, once the last
-program in them ended.
+the harness closes its request pipe (also when the harness is killed), and with it every program still in the
+slot's PID namespace, and the mount and network namespaces once nothing holds them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import select
 import subprocess
@@ -36,8 +46,6 @@ from pathlib import Path
 from typing import Literal
 
 from worktrial.isolation import netstack, proc
-
-log = logging.getLogger(__name__)
 
 NetworkMode = Literal["on", "off", "host"]
 DISABLE_VAR = "WORKTRIAL_SLOT_NAMESPACES"
@@ -49,12 +57,13 @@ MARKER = "worktrial-slot-namespaces"
 _REPLY_TIMEOUT_SECS = 30.0
 
 _HOLDER = r"""
-import ctypes, fcntl, json, os, socket, struct, sys
+import ctypes, fcntl, json, os, signal, socket, struct, sys
 requests, replies, net = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 out = os.fdopen(replies, "w", buffering=1)
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the namespace's init: its orphans (bwrap's inits) reaped as they end
 if net:  # the namespace's loopback, up, as bubblewrap brings up its own
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     flags = struct.unpack("16sH22x", fcntl.ioctl(s, 0x8913, struct.pack("16sH22x", b"lo", 0)))[1]
@@ -89,14 +98,17 @@ class SlotNamespaces:
         """The network its programs get: ``on`` (the slot's namespace with slirp4netns), ``off`` (the slot's, with
         loopback only) or ``host`` (the host's: no namespace of its own)."""
         self.own_network = False
-        """Whether programs enter the slot's network namespace (else each brings its own, as without a holder)."""
+        """Whether programs enter the slot's network namespace (``on`` and ``off``; ``host``: the host's)."""
         self._lock = threading.Lock()
         self._requests = self._replies = -1
-        self._mnt = self._net = -1
+        self._mnt = self._net = self._pid = -1
         self._stack: netstack.Stack | None = None
         self.mounted: set[tuple[str, str]] = set()
         """(base, mount point) of each overlay mounted now."""
-        unshare = ["unshare", "--mount", "--propagation", "private", *(["--net"] if network != "host" else []), "--"]
+        unshare = ["unshare", "--mount", "--propagation", "private", *(["--net"] if network != "host" else [])]
+        # The helper is the init of the slot's PID namespace, with a /proc of it in the slot's mounts: bubblewrap, born
+        # there, finds its child by the pid it knows.
+        unshare += ["--pid", "--fork", "--kill-child", "--mount-proc", "--"]
         requests_r, self._requests = os.pipe()
         self._replies, replies_w = os.pipe()
         argv = [*unshare, sys.executable, "-I", "-S", "-c", _HOLDER, str(requests_r), str(replies_w)]
@@ -112,27 +124,27 @@ class SlotNamespaces:
                 raise OSError(f"the slot's namespace holder did not start ({said or 'no answer'})")
             pid = self.helper.pid
             self._mnt = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            self._pid = os.open(f"/proc/{pid}/ns/pid_for_children", os.O_RDONLY | os.O_CLOEXEC)
             if network != "host":
                 self._net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-                self.own_network = self._attach(pid)
+                self._attach(pid)
+                self.own_network = True
         except BaseException:
             self.close()
             raise
 
-    def _attach(self, pid: int) -> bool:
-        """``--network on``: slirp4netns on the slot's namespace (``off``: loopback only, already up). Whether
-        programs can use the slot's network; if not, each makes its own as it would without a holder."""
+    def _attach(self, pid: int) -> None:
+        """``--network on``: slirp4netns on the slot's namespace (``off``: loopback only, already up). Raises OSError
+        when it cannot be had: the slot's programs then mount their rooms themselves, each with its own network
+        (one with a network of its own is never born in the slot's PID namespace: bubblewrap would name it to the
+        network stack by a pid of that namespace)."""
         if self.network == "off":
-            return True
+            return
         program = netstack.slirp_program()
-        if program is None:
-            return False
-        stack, why = netstack.Stack.start(program, pid)
+        stack, why = netstack.Stack.start(program, pid) if program is not None else (None, "no slirp4netns")
         if stack is None:
-            log.info("slot network: %s; each sandboxed program brings its own", why)
-            return False
+            raise OSError(f"the slot's network could not be brought up: {why}")
         self._stack = stack
-        return True
 
     # -- the rooms' overlays ---------------------------------------------------------------------------------------
 
@@ -170,6 +182,12 @@ class SlotNamespaces:
             fds.append(self._net)
         return [*argv, "--"], tuple(fds)
 
+    @property
+    def pid_namespace(self) -> int:
+        """A descriptor of the slot's PID namespace, which the slot's sandboxed programs are forked into: they end
+        when the helper does (``proc.py``; the module docstring says why)."""
+        return self._pid
+
     # -- the helper -------------------------------------------------------------------------------------------------
 
     def _ask(self, request: dict[str, str]) -> None:
@@ -198,7 +216,7 @@ class SlotNamespaces:
         if self._stack is not None:
             self._stack.release()
             self._stack = None
-        for name in ("_requests", "_replies", "_mnt", "_net"):
+        for name in ("_requests", "_replies", "_mnt", "_net", "_pid"):
             fd = getattr(self, name)
             if fd >= 0:
                 with contextlib.suppress(OSError):
