@@ -24,12 +24,8 @@ from tests.cli_servers import (
     chat_plain,
     chat_usage,
     has_tool_result,
-    responses_function_call,
-    responses_message,
-    responses_stream,
-    responses_usage,
 )
-from tests.real_agents.support import TASK, Served, installed
+from tests.real_agents.support import TASK, Served, codex_model_running, installed
 from tests.test_containers import (
     BASE_IMAGE,
     EXAMPLES,
@@ -80,20 +76,7 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def codex_in_container(served: Served) -> Callable[[Request], Sse | Plain]:
-    """exec_command once, then a final message (the Responses API, as Codex speaks it)."""
-
-    def respond(request: Request) -> Sse | Plain:
-        if request.method != "POST" or not request.path.split("?")[0].endswith("/responses"):
-            return Plain(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
-        model = str(request.body.get("model"))
-        if not has_tool_result(request.body.get("input", [])):
-            served.add(model, Tokens(input=900, cached_input=300, output=60, reasoning=20, cache_creation=0))
-            call = responses_function_call("exec_command", {"cmd": SOLVE_AND_LOOK})
-            return responses_stream(model, [call], responses_usage(900, 300, 60, 20))
-        served.add(model, Tokens(input=1100, cached_input=800, output=15, reasoning=5, cache_creation=0))
-        return responses_stream(model, [responses_message("Done.")], responses_usage(1100, 800, 15, 5))
-
-    return respond
+    return codex_model_running(served, SOLVE_AND_LOOK)
 
 
 pytestmark = [pytest.mark.container, pytest.mark.agents, pytest.mark.slow]
@@ -118,18 +101,7 @@ SOLVE_AND_DUMP = (
 
 
 def codex_dumping_its_env(served: Served) -> Callable[[Request], Sse | Plain]:
-    def respond(request: Request) -> Sse | Plain:
-        if request.method != "POST" or not request.path.split("?")[0].endswith("/responses"):
-            return Plain(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
-        model = str(request.body.get("model"))
-        if not has_tool_result(request.body.get("input", [])):
-            served.add(model, Tokens(input=900, cached_input=300, output=60, reasoning=20, cache_creation=0))
-            call = responses_function_call("exec_command", {"cmd": SOLVE_AND_DUMP})
-            return responses_stream(model, [call], responses_usage(900, 300, 60, 20))
-        served.add(model, Tokens(input=1100, cached_input=800, output=15, reasoning=5, cache_creation=0))
-        return responses_stream(model, [responses_message("Done.")], responses_usage(1100, 800, 15, 5))
-
-    return respond
+    return codex_model_running(served, SOLVE_AND_DUMP)
 
 
 def test_codex_in_a_container_without_network_reaches_its_model_through_the_gateway(

@@ -40,14 +40,19 @@ from tests.cli_servers import (
     gemini_stream,
     gemini_usage,
     has_tool_result,
-    responses_function_call,
-    responses_message,
-    responses_stream,
-    responses_usage,
-    still_running,
 )
 from tests.conftest import git
-from tests.real_agents.support import SOLVE, TASK, Served, assert_nothing_left, home, installed, marker, on_path
+from tests.real_agents.support import (
+    SOLVE,
+    TASK,
+    Served,
+    assert_nothing_left,
+    codex_model_running,
+    home,
+    installed,
+    marker,
+    on_path,
+)
 from worktrial.model.records import Tokens
 
 pytestmark = [pytest.mark.agents, pytest.mark.slow, pytest.mark.sandbox]
@@ -133,22 +138,7 @@ def keys_seen(server: CliServer) -> set[str | None]:
 
 
 def responses_model(served: Served, command: str = SCAN_AND_SOLVE) -> Callable[[Request], Sse | Plain]:
-    def respond(request: Request) -> Sse | Plain:
-        if request.method != "POST" or not request.path.split("?")[0].endswith("/responses"):
-            return Plain(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
-        model = str(request.body.get("model"))
-        if not has_tool_result(request.body.get("input", [])):
-            served.add(model, Tokens(input=900, cached_input=300, output=60, reasoning=20, cache_creation=0))
-            call = responses_function_call("exec_command", {"cmd": command, "yield_time_ms": 120_000})
-            return responses_stream(model, [call], responses_usage(900, 300, 60, 20))
-        if (session := still_running(request.body.get("input", []))) is not None:  # a loaded machine: wait for it
-            poll = responses_function_call("write_stdin", {"session_id": session, "chars": "", "yield_time_ms": 30_000})
-            served.add(model, Tokens(input=1100, cached_input=800, output=15, reasoning=5, cache_creation=0))
-            return responses_stream(model, [poll], responses_usage(1100, 800, 15, 5))
-        served.add(model, Tokens(input=1100, cached_input=800, output=15, reasoning=5, cache_creation=0))
-        return responses_stream(model, [responses_message("Done.")], responses_usage(1100, 800, 15, 5))
-
-    return respond
+    return codex_model_running(served, command)
 
 
 def messages_model(served: Served, command: str = SCAN_AND_SOLVE) -> Callable[[Request], Sse | Plain]:

@@ -111,3 +111,36 @@ def assert_nothing_left(value: str | None = None) -> None:
     while alive_with_env(MARKER_VAR, value) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert alive_with_env(MARKER_VAR, value) == []
+
+
+def codex_model_running(served: Served, command: str) -> Callable[[Any], Any]:
+    """The Responses API as Codex speaks it: ``exec_command`` of ``command`` once, polled with ``write_stdin`` while
+    Codex says it still runs (its exec returns after ``yield_time_ms`` however loaded the machine), then a final
+    message; every answer's usage counted in ``served``."""
+    from tests.cli_servers import (
+        Plain,
+        Request,
+        has_tool_result,
+        responses_function_call,
+        responses_message,
+        responses_stream,
+        responses_usage,
+        still_running,
+    )
+
+    def respond(request: Request) -> Any:
+        if request.method != "POST" or not request.path.split("?")[0].endswith("/responses"):
+            return Plain(404, {"error": {"message": "no such route", "type": "invalid_request_error"}})
+        model = str(request.body.get("model"))
+        items = request.body.get("input", [])
+        if not has_tool_result(items):
+            served.add(model, Tokens(input=900, cached_input=300, output=60, reasoning=20, cache_creation=0))
+            call = responses_function_call("exec_command", {"cmd": command, "yield_time_ms": 120_000})
+            return responses_stream(model, [call], responses_usage(900, 300, 60, 20))
+        served.add(model, Tokens(input=1100, cached_input=800, output=15, reasoning=5, cache_creation=0))
+        if (session := still_running(items)) is not None:
+            poll = responses_function_call("write_stdin", {"session_id": session, "chars": "", "yield_time_ms": 30_000})
+            return responses_stream(model, [poll], responses_usage(1100, 800, 15, 5))
+        return responses_stream(model, [responses_message("Done.")], responses_usage(1100, 800, 15, 5))
+
+    return respond
